@@ -1,0 +1,247 @@
+"""The one typed config of a DSpark run, its named presets, and parsing of overrides.
+
+Every field is a knob with one name end to end: the CLI flag (`--set name=value`), the
+config field, the Ray Tune param, the MLflow param and the analysis column.
+`Config.__post_init__` refuses nonsense with a one-line `ValueError` naming the field and
+what it allows, before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+VOCAB_SIZE = 256  # byte-level: V is a constant, not a knob
+
+WINDOWS = ("aligned", "shifted", "ids_only")
+HEADS = ("markov", "rnn", "none")
+CONFIDENCE_INPUTS = ("hidden", "hidden+markov")
+PARALLEL_STAGES = ("drafter", "backbone")
+ANCHORS = ("random", "strided")
+PRECISIONS = ("fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class Config:
+    preset: str = "tiny"
+    # --- target LM ---
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    seq_len: int = 128
+    # --- parallel stage ---
+    parallel_stage: str = "drafter"
+    drafter_layers: int = 1
+    # target layers whose hidden states feed the drafter (Eq 2); -1 is the last layer
+    context_layers: tuple[int, ...] = (0, -1)
+    aux_weight: float = 0.1  # backbone stage only: L = CE_lm + aux_weight * L_dspark
+    # --- sequential stage, confidence head, loss ---
+    head: str = "markov"
+    markov_rank: int = 32
+    confidence_input: str = "hidden+markov"  # D9
+    block_size: int = 7  # K, the paper's gamma
+    window: str = "aligned"  # D1
+    decay_gamma: float | str = "block"  # D2: a number, or "block" = block_size
+    anchors: str = "random"
+    stride: int = 16  # anchor spacing when anchors = strided
+    anchors_per_seq: int = 8  # anchors drawn per sequence when anchors = random
+    alpha_ce: float = 0.1
+    alpha_tv: float = 0.9
+    alpha_conf: float = 1.0
+    # --- optimisation ---
+    batch_size: int = 8
+    target_steps: int = 200
+    draft_steps: int = 200
+    target_lr: float = 3e-3
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 20
+    grad_clip: float = 1.0
+    seed: int = 0
+    precision: str = "fp32"
+    device: str = "auto"
+    # --- data ---
+    data: tuple[str, ...] = ()  # files, folders, globs or parquet; empty = Python stdlib
+    text_column: str = "text"
+    max_corpus_bytes: int = 0  # 0 = no cap
+    # --- evaluation ---
+    eval_interval: int = 100
+    eval_batches: int = 4
+    spec_prompts: int = 8  # speculative decoding prompts (0 = skip)
+    spec_prompt_len: int = 64
+    spec_new_tokens: int = 64
+    spec_interval_prompts: int = 0  # prompts for speculative eval at eval intervals (0 = end only)
+    # --- run plumbing ---
+    target_path: str = ""  # load a trained target instead of training one
+    out_dir: str = "runs/dspark"
+    crash_at_step: int = 0  # test only: raise once at this draft step in a run not resumed
+
+    def __post_init__(self) -> None:
+        self.context_layers = tuple(int(i) for i in self.context_layers)
+        if isinstance(self.data, str):
+            self.data = (self.data,) if self.data else ()
+        self.data = tuple(str(p) for p in self.data)
+        if isinstance(self.decay_gamma, str) and self.decay_gamma != "block":
+            try:
+                self.decay_gamma = float(self.decay_gamma)
+            except ValueError:
+                raise ValueError(
+                    f"decay_gamma: {self.decay_gamma!r} is neither a positive number nor 'block'"
+                ) from None
+        if isinstance(self.decay_gamma, int) and not isinstance(self.decay_gamma, bool):
+            self.decay_gamma = float(self.decay_gamma)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name, allowed in (
+            ("window", WINDOWS),
+            ("head", HEADS),
+            ("confidence_input", CONFIDENCE_INPUTS),
+            ("parallel_stage", PARALLEL_STAGES),
+            ("anchors", ANCHORS),
+            ("precision", PRECISIONS),
+            ("device", DEVICES),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name}: unknown level {value!r}; allowed: {', '.join(allowed)}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset: unknown preset {self.preset!r}; allowed: {', '.join(PRESETS)}")
+        positive = ("d_model", "n_layers", "n_heads", "seq_len", "block_size", "stride",
+                    "anchors_per_seq", "batch_size", "markov_rank", "drafter_layers",
+                    "eval_interval", "eval_batches")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name in ("target_steps", "draft_steps", "warmup_steps", "spec_prompts",
+                     "spec_interval_prompts", "crash_at_step", "max_corpus_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.spec_prompts and (self.spec_prompt_len < 1 or self.spec_new_tokens < 1):
+            raise ValueError("spec_prompt_len/spec_new_tokens: must be >= 1 when spec_prompts > 0")
+        if self.decay_gamma != "block" and not (isinstance(self.decay_gamma, float) and self.decay_gamma > 0):
+            raise ValueError(f"decay_gamma: must be a number > 0 or 'block', got {self.decay_gamma!r}")
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"d_model: {self.d_model} must split into n_heads={self.n_heads} heads of even width")
+        if self.block_size + 2 > self.seq_len:
+            raise ValueError(f"block_size: {self.block_size} leaves no room in seq_len={self.seq_len}")
+        if self.confidence_input == "hidden+markov" and self.head == "none":
+            raise ValueError("confidence_input: 'hidden+markov' needs a sequential head (head is 'none'); use 'hidden'")
+        for i in self.context_layers:
+            if not -self.n_layers <= i < self.n_layers:
+                raise ValueError(f"context_layers: layer {i} does not exist in a {self.n_layers}-layer target")
+        if not self.context_layers:
+            raise ValueError("context_layers: at least one target layer is needed")
+        for name in ("lr", "target_lr", "grad_clip"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        for name in ("aux_weight", "weight_decay", "alpha_ce", "alpha_tv", "alpha_conf"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.spec_prompts and self.spec_prompt_len + self.spec_new_tokens + self.block_size + 1 > self.seq_len:
+            raise ValueError(
+                f"spec_prompt_len: prompt {self.spec_prompt_len} + new tokens {self.spec_new_tokens} "
+                f"+ block {self.block_size} exceeds seq_len={self.seq_len}"
+            )
+
+    # ---- derived ----
+    @property
+    def gamma(self) -> float:
+        """The position-decay denominator actually used (D2)."""
+        return float(self.block_size) if self.decay_gamma == "block" else float(self.decay_gamma)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["context_layers"] = list(self.context_layers)
+        d["data"] = list(self.data)
+        return d
+
+    def target_dict(self) -> dict[str, Any]:
+        """The fields that determine the target LM (what a shared target is addressed by)."""
+        keys = ("d_model", "n_layers", "n_heads", "seq_len", "batch_size", "target_steps",
+                "target_lr", "weight_decay", "warmup_steps", "grad_clip", "seed", "precision",
+                "data", "text_column", "max_corpus_bytes")
+        d = self.to_dict()
+        return {k: d[k] for k in keys}
+
+    def replace(self, **overrides: Any) -> "Config":
+        return from_dict({**self.to_dict(), **overrides})
+
+
+# Named presets: `tiny` for tests (seconds on CPU), `small` the CPU demo (minutes),
+# `base` for a GPU.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(d_model=64, n_layers=2, n_heads=4, seq_len=128, markov_rank=32, batch_size=8,
+                 target_steps=150, draft_steps=150, eval_interval=50, eval_batches=2,
+                 drafter_layers=1, spec_prompts=4, spec_prompt_len=32, spec_new_tokens=48,
+                 max_corpus_bytes=4_000_000, precision="fp32"),
+    "small": dict(d_model=256, n_layers=4, n_heads=4, seq_len=256, markov_rank=64, batch_size=8,
+                  target_steps=1200, draft_steps=800, eval_interval=200, eval_batches=8,
+                  drafter_layers=1, context_layers=(1, 3), target_lr=2e-3, lr=2e-3, warmup_steps=50,
+                  spec_prompts=48, spec_prompt_len=64, spec_new_tokens=96, precision="bf16"),
+    "base": dict(d_model=512, n_layers=8, n_heads=8, seq_len=512, markov_rank=256, batch_size=32,
+                 target_steps=6000, draft_steps=4000, eval_interval=500, eval_batches=16,
+                 drafter_layers=3, context_layers=(1, 4, 7), target_lr=1e-3, lr=1e-3,
+                 warmup_steps=200, anchors_per_seq=16, spec_prompts=128, spec_prompt_len=128,
+                 spec_new_tokens=256, precision="bf16"),
+}
+
+FIELD_NAMES = tuple(f.name for f in fields(Config))
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    """Turn a string (CLI `--set`, MLflow param) into the field's type."""
+    if not isinstance(raw, str):
+        return raw
+    if name in ("context_layers", "data"):
+        text = raw.strip()
+        if text.startswith("["):
+            return tuple(json.loads(text))
+        parts = [p for p in text.strip("()").split(",") if p.strip()]
+        return tuple(int(p) for p in parts) if name == "context_layers" else tuple(p.strip() for p in parts)
+    default = next(f.default for f in fields(Config) if f.name == name)
+    if name == "decay_gamma":
+        return raw if raw == "block" else raw
+    if isinstance(default, bool):
+        if raw.lower() in ("true", "1", "yes"):
+            return True
+        if raw.lower() in ("false", "0", "no"):
+            return False
+        raise ValueError(f"{name}: expected true/false, got {raw!r}")
+    try:
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}: expected a {type(default).__name__}, got {raw!r}") from None
+    return raw
+
+
+def from_dict(values: dict[str, Any]) -> Config:
+    """Build a Config from a preset name plus overrides; unknown keys are refused."""
+    unknown = sorted(set(values) - set(FIELD_NAMES))
+    if unknown:
+        raise ValueError(f"unknown config field(s): {', '.join(unknown)}")
+    preset = values.get("preset", "tiny")
+    if preset not in PRESETS:
+        raise ValueError(f"preset: unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
+    merged = {**PRESETS[preset], **{k: _coerce(k, v) for k, v in values.items()}}
+    return Config(**merged)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["window=shifted", "decay_gamma=4"]` -> dict; each must be key=value with a known key."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"--set {pair!r}: expected key=value")
+        key, value = pair.split("=", 1)
+        key = key.strip()
+        if key not in FIELD_NAMES:
+            raise ValueError(f"--set {key}: unknown config field")
+        out[key] = _coerce(key, value)
+    return out

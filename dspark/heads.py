@@ -1,0 +1,143 @@
+"""DSpark's sequential stage and confidence head (paper section 3.1-3.2.1).
+
+- `MarkovHead`, Eq 5: B(x_{k-1}) = W1[x_{k-1}] W2, W1 an Embedding(V, R), W2 a
+  Linear(R, V, bias=False).
+- `RNNHead`, Eq 6: z_k = [s_{k-1}; W1[x_{k-1}]; h_k]; one Linear(2R+D, 3R) split in this
+  order into gate, candidate, output; s_k = sig(g)*s_{k-1} + (1-sig(g))*tanh(c);
+  B_k = W2(tanh(o)); s_0 = 0.
+- `ConfidenceHead`, Eq 7: c_k = sigmoid(w^T f_k), f_k = h_k (`hidden`, the seed's wiring)
+  or [h_k; W1[x_{k-1}]] (`hidden+markov`, the paper's), W1 shared with the sequential head.
+- `DraftHead`: the three together. Draft logits = U_k + B_k (Eq 4), teacher forced in
+  training, sampled left to right at inference by `sample_block_tokens`.
+
+Letters: K block slots, V vocab, D drafter width, R Markov rank; `...` any leading dims.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class MarkovHead(nn.Module):
+    def __init__(self, vocab: int, rank: int):
+        super().__init__()
+        self.W1 = nn.Embedding(vocab, rank)
+        self.W2 = nn.Linear(rank, vocab, bias=False)
+        nn.init.normal_(self.W1.weight, std=0.02)
+        nn.init.zeros_(self.W2.weight)  # starts as the bare parallel drafter
+
+    def init_state(self, shape, like: torch.Tensor):
+        return None  # memoryless beyond one step
+
+    def step(self, state, prev: torch.Tensor, h: torch.Tensor):
+        """prev (...,), h (..., D) -> (state, B (..., V))."""
+        return None, self.W2(self.W1(prev))
+
+    def forward(self, prev: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced biases for a block: prev (..., K) -> (..., K, V)."""
+        return self.W2(self.W1(prev))
+
+
+class RNNHead(nn.Module):
+    def __init__(self, vocab: int, rank: int, d_model: int):
+        super().__init__()
+        self.rank = rank
+        self.W1 = nn.Embedding(vocab, rank)
+        self.W2 = nn.Linear(rank, vocab, bias=False)
+        self.joint = nn.Linear(2 * rank + d_model, 3 * rank)  # W_g, W_c, W_o jointly
+        nn.init.normal_(self.W1.weight, std=0.02)
+        nn.init.zeros_(self.W2.weight)
+
+    def init_state(self, shape, like: torch.Tensor) -> torch.Tensor:
+        return like.new_zeros(*shape, self.rank)  # s_0 = 0
+
+    def step(self, state: torch.Tensor, prev: torch.Tensor, h: torch.Tensor):
+        """One Eq 6 step: state (..., R), prev (...,), h (..., D) -> (state', B (..., V))."""
+        z = torch.cat([state, self.W1(prev).to(h.dtype), h], dim=-1)  # (..., 2R+D)
+        g, c, o = self.joint(z).split(self.rank, dim=-1)
+        gate = torch.sigmoid(g)
+        state = gate * state + (1 - gate) * torch.tanh(c)
+        return state, self.W2(torch.tanh(o))
+
+    def forward(self, prev: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced biases: prev (..., K), h (..., K, D) -> (..., K, V)."""
+        state = self.init_state(prev.shape[:-1], h)
+        out = []
+        for k in range(prev.shape[-1]):
+            state, b = self.step(state, prev[..., k], h[..., k, :])
+            out.append(b)
+        return torch.stack(out, dim=-2)
+
+
+class ConfidenceHead(nn.Module):
+    def __init__(self, d_model: int, rank: int | None):
+        super().__init__()
+        self.with_markov = rank is not None
+        self.proj = nn.Linear(d_model + (rank or 0), 1)
+
+    @property
+    def in_features(self) -> int:
+        return self.proj.in_features
+
+    def forward(self, h: torch.Tensor, prev_emb: torch.Tensor | None) -> torch.Tensor:
+        """h (..., D), prev_emb (..., R) or None -> confidence logit (...)."""
+        f = torch.cat([h, prev_emb.to(h.dtype)], dim=-1) if self.with_markov else h
+        return self.proj(f).squeeze(-1)
+
+
+class DraftHead(nn.Module):
+    """Sequential stage + confidence head on top of a parallel stage's (h, U)."""
+
+    def __init__(self, head: str, confidence_input: str, vocab: int, d_model: int, rank: int):
+        super().__init__()
+        if head == "markov":
+            self.seq: MarkovHead | RNNHead | None = MarkovHead(vocab, rank)
+        elif head == "rnn":
+            self.seq = RNNHead(vocab, rank, d_model)
+        elif head == "none":
+            self.seq = None
+        else:
+            raise ValueError(f"head: unknown level {head!r}; allowed: markov, rnn, none")
+        with_markov = confidence_input == "hidden+markov"
+        if with_markov and self.seq is None:
+            raise ValueError("confidence_input: 'hidden+markov' needs a sequential head")
+        self.conf = ConfidenceHead(d_model, rank if with_markov else None)
+
+    def _prev_emb(self, prev: torch.Tensor):
+        return self.seq.W1(prev) if self.conf.with_markov else None
+
+    def forward(self, h: torch.Tensor, U: torch.Tensor, prev: torch.Tensor):
+        """Teacher forced. h (..., K, D), U (..., K, V), prev (..., K) -> draft logits
+        (..., K, V) and confidence logits (..., K)."""
+        draft = U if self.seq is None else U + self.seq(prev, h).to(U.dtype)
+        return draft, self.conf(h, self._prev_emb(prev))
+
+    def sample_block_tokens(self, h: torch.Tensor, U: torch.Tensor, first_prev: torch.Tensor,
+                            temperature: float = 1.0, generator: torch.Generator | None = None):
+        """Left-to-right sampling of one block per row (Eq 4 at inference).
+
+        h (B, K, D), U (B, K, V), first_prev (B,) the anchor. Temperature 0 is greedy.
+        Returns tokens (B, K), draft logits (B, K, V) and confidence logits (B, K), each
+        slot's logits and confidence conditioned on the token actually drawn before it.
+        """
+        B, K, V = U.shape
+        prev = first_prev
+        state = self.seq.init_state((B,), h) if self.seq is not None else None
+        tokens, logits, confs = [], [], []
+        for k in range(K):
+            if self.seq is None:
+                lk = U[:, k]
+            else:
+                state, b = self.seq.step(state, prev, h[:, k])
+                lk = U[:, k] + b.to(U.dtype)  # (B, V)
+            confs.append(self.conf(h[:, k], self._prev_emb(prev)))
+            if temperature == 0:
+                tok = lk.argmax(dim=-1)
+            else:
+                probs = torch.softmax(lk.float() / temperature, dim=-1)
+                tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            tokens.append(tok)
+            logits.append(lk)
+            prev = tok
+        return torch.stack(tokens, 1), torch.stack(logits, 1), torch.stack(confs, 1)

@@ -1,0 +1,372 @@
+"""The DSpark trainer: `train(config, report=...)`.
+
+Drafter stage (the paper): stage 1 trains the target LM on bytes (or loads it from
+`target_path`), stage 2 freezes it and trains the parallel drafter, the sequential head
+and the confidence head on the DSpark loss. Backbone stage (the seed's wiring): one stage
+in which the LM trains on CE_lm + aux_weight * L_dspark with its own hidden states and
+logits as the parallel stage.
+
+Every `eval_interval` steps the trainer evaluates, writes a checkpoint holding the whole
+state (models, optimizer, scheduler, RNG streams, data position) and calls
+`report(metrics, checkpoint_dir)`. A run resumed from a checkpoint ends with the same
+final metrics as one that never stopped (exactly, on CPU). Knows nothing of Ray or MLflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from .blocks import Models, draft_blocks, trainable_parameters
+from .config import VOCAB_SIZE, Config, from_dict
+from .data import Corpus, build_corpus, fixed_batches, sample_batch
+from .evaluate import lm_bpb, teacher_forced
+from .heads import DraftHead
+from .loss import dspark_loss
+from .model import Drafter, TargetLM
+from .windows import random_anchors, strided_anchors
+
+Report = Callable[[dict, "str | None"], None]
+Progress = Callable[[str, int, int, dict], None]
+
+TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "wall_s")  # metrics that vary run to run
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' asked for but CUDA is not available")
+    return torch.device(name)
+
+
+def autocast_for(cfg: Config, device: torch.device):
+    if cfg.precision == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def target_hash(cfg: Config, data_sha256: str) -> str:
+    """Content address of a target: its config fields and the corpus hash."""
+    blob = json.dumps({**cfg.target_dict(), "data_sha256": data_sha256}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def save_target(path: str | os.PathLike, target: TargetLM, meta: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({"arch": target.arch(), "state": target.state_dict(), "meta": json.dumps(meta)}, tmp)
+    os.replace(tmp, path)  # readers never see a half-written target
+
+
+def load_target(path: str | os.PathLike, device="cpu") -> tuple[TargetLM, dict]:
+    blob = torch.load(path, map_location=device, weights_only=True)
+    target = TargetLM(**blob["arch"])
+    target.load_state_dict(blob["state"])
+    return target.to(device), json.loads(blob["meta"])
+
+
+def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return f
+
+
+def make_optimizer(params, lr: float, weight_decay: float, warmup: int, total: int):
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(warmup, total))
+    return opt, sched
+
+
+class NonFiniteLoss(FloatingPointError):
+    pass
+
+
+def _check_finite(loss: torch.Tensor, stage: str, step: int) -> None:
+    if not torch.isfinite(loss):
+        raise NonFiniteLoss(f"{stage} loss is {loss.item()} at step {step}; stopping (lower lr or check data)")
+
+
+class Trainer:
+    """The state of one run, and the two stages that advance it."""
+
+    def __init__(self, cfg: Config, report: Report | None = None, progress: Progress | None = None,
+                 corpus: Corpus | None = None):
+        self.cfg = cfg
+        self.report = report
+        self.progress = progress
+        self.device = resolve_device(cfg.device)
+        self.autocast = autocast_for(cfg, self.device)
+        self.out_dir = Path(cfg.out_dir)
+        self.corpus = corpus or build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1,
+                                             max_bytes=cfg.max_corpus_bytes)
+        self.data_sha256 = self.corpus.sha256
+        self.target_hash = target_hash(cfg, self.data_sha256)
+        torch.manual_seed(cfg.seed)
+        self.data_gen = torch.Generator().manual_seed(cfg.seed)
+        self.anchor_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.val_batches = fixed_batches(self.corpus.val, cfg.eval_batches, cfg.batch_size, cfg.seq_len + 1)
+        self.stage = "target" if cfg.parallel_stage == "drafter" else "joint"
+        self.step = 0
+        self.resumed = False
+        self.history: list[dict] = []
+        self.target_loaded = False
+        self.target = TargetLM.from_config(cfg).to(self.device)
+        self.head = DraftHead(cfg.head, cfg.confidence_input, VOCAB_SIZE, cfg.d_model, cfg.markov_rank).to(self.device)
+        self.drafter = None
+        if cfg.parallel_stage == "drafter":
+            self.drafter = Drafter(cfg.d_model, cfg.n_heads, cfg.drafter_layers, cfg.context_layers,
+                                   cfg.block_size).to(self.device)
+        self.models = Models(self.target, self.head, self.drafter, cfg.block_size)
+        self.opt = self.sched = None
+        self._build_optimizer()
+
+    # ---- optimizer per stage ----
+    def _build_optimizer(self) -> None:
+        cfg = self.cfg
+        if self.stage == "target":
+            params = list(self.target.parameters())
+            self.opt, self.sched = make_optimizer(params, cfg.target_lr, cfg.weight_decay,
+                                                  cfg.warmup_steps, cfg.target_steps)
+        elif self.stage == "draft":
+            for p in self.target.parameters():
+                p.requires_grad_(False)
+            self.target.eval()
+            self.opt, self.sched = make_optimizer(trainable_parameters(self.models), cfg.lr,
+                                                  cfg.weight_decay, cfg.warmup_steps, cfg.draft_steps)
+        elif self.stage == "joint":
+            self.opt, self.sched = make_optimizer(trainable_parameters(self.models), cfg.target_lr,
+                                                  cfg.weight_decay, cfg.warmup_steps, cfg.target_steps)
+
+    # ---- checkpoints ----
+    def _rng_state(self) -> dict:
+        state = {"torch": torch.get_rng_state(), "data": self.data_gen.get_state(),
+                 "anchor": self.anchor_gen.get_state()}
+        if self.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def save_checkpoint(self) -> str:
+        ckpt = self.out_dir / "checkpoint"
+        tmp = self.out_dir / "checkpoint.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        state = {
+            "stage": self.stage, "step": self.step,
+            "config": json.dumps(self.cfg.to_dict()),
+            "data_sha256": self.data_sha256, "target_hash": self.target_hash,
+            "head": self.head.state_dict(),
+            "drafter": self.drafter.state_dict() if self.drafter is not None else {},
+            # a target loaded from a shared path is frozen and addressed by its hash
+            "target": {} if (self.target_loaded and self.stage == "draft") else self.target.state_dict(),
+            "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+            "rng": self._rng_state(),
+            "history": json.dumps(self.history),
+        }
+        torch.save(state, tmp / "state.pt")
+        (tmp / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
+        shutil.rmtree(ckpt, ignore_errors=True)
+        os.replace(tmp, ckpt)
+        return str(ckpt)
+
+    def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
+        state = torch.load(Path(ckpt_dir) / "state.pt", map_location=self.device, weights_only=True)
+        if state["data_sha256"] != self.data_sha256:
+            raise ValueError(f"resume: checkpoint corpus {state['data_sha256'][:12]} differs from "
+                             f"this run's {self.data_sha256[:12]}")
+        saved = json.loads(state["config"])
+        for key in ("parallel_stage", "head", "confidence_input", "window", "block_size", "d_model"):
+            if saved[key] != self.cfg.to_dict()[key]:
+                raise ValueError(f"resume: checkpoint has {key}={saved[key]!r}, config has {self.cfg.to_dict()[key]!r}")
+        self.stage = state["stage"]
+        if state["target"]:
+            self.target.load_state_dict(state["target"])
+        elif self.stage == "draft":
+            self._load_shared_target()
+        self.head.load_state_dict(state["head"])
+        if self.drafter is not None:
+            self.drafter.load_state_dict(state["drafter"])
+        self._build_optimizer()
+        self.opt.load_state_dict(state["opt"])
+        self.sched.load_state_dict(state["sched"])
+        self.step = state["step"]
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"].cpu())
+        self.data_gen.set_state(rng["data"].cpu())
+        self.anchor_gen.set_state(rng["anchor"].cpu())
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
+        self.history = json.loads(state["history"])
+        self.resumed = True
+
+    def _load_shared_target(self) -> None:
+        target, meta = load_target(self.cfg.target_path, self.device)
+        if target.arch() != self.target.arch():
+            raise ValueError(f"target_path: {self.cfg.target_path} holds a target of shape {target.arch()}, "
+                             f"the config asks for {self.target.arch()}")
+        self.target.load_state_dict(target.state_dict())
+        self.target_loaded = True
+        self.target_meta = meta
+
+    # ---- reporting ----
+    def _emit(self, metrics: dict, checkpoint: bool) -> None:
+        metrics = {k: float(v) for k, v in metrics.items()}
+        self.history.append(metrics)
+        ckpt = self.save_checkpoint() if checkpoint else None
+        if self.report is not None:
+            self.report(metrics, ckpt)
+
+    def _tick(self, total: int, info: dict) -> None:
+        if self.progress is not None:
+            self.progress(self.stage, self.step, total, info)
+
+    def global_step(self) -> int:
+        if self.stage == "draft":
+            return (0 if self.target_loaded else self.cfg.target_steps) + self.step
+        return self.step
+
+    # ---- stages ----
+    def run(self) -> dict:
+        if self.stage == "target":
+            if self.cfg.target_path:
+                self._load_shared_target()
+            else:
+                self._train_target()
+            self.stage, self.step = "draft", 0
+            self._build_optimizer()
+        if self.stage in ("draft", "joint"):
+            self._train_head()
+        return self.final_metrics()
+
+    def _train_target(self) -> None:
+        cfg = self.cfg
+        self.target.train()
+        tokens, t0 = 0, time.perf_counter()
+        while self.step < cfg.target_steps:
+            x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
+            with self.autocast():
+                logits = self.target(x[:, :-1]).logits
+            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
+            _check_finite(loss, "target", self.step)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.target.parameters(), cfg.grad_clip)
+            self.opt.step()
+            self.sched.step()
+            self.step += 1
+            tokens += x[:, :-1].numel()
+            self._tick(cfg.target_steps, {"loss": loss.item()})
+            if self.step % cfg.eval_interval == 0 or self.step == cfg.target_steps:
+                self.target.eval()
+                m = {"target/loss": loss.item(),
+                     "val/bpb": lm_bpb(self.target, self.val_batches, self.device, self.autocast),
+                     "target/tokens_per_s": tokens / (time.perf_counter() - t0), "step": self.step}
+                self.target.train()
+                self._emit(m, checkpoint=True)
+        self.target.eval()
+
+    def _anchors(self, batch: int) -> torch.Tensor:
+        cfg = self.cfg
+        if cfg.anchors == "strided":
+            return strided_anchors(cfg.seq_len, cfg.stride, cfg.block_size).expand(batch, -1)
+        return random_anchors(batch, cfg.anchors_per_seq, cfg.seq_len, cfg.block_size, self.anchor_gen)
+
+    def _train_head(self) -> None:
+        cfg = self.cfg
+        total = cfg.draft_steps if self.stage == "draft" else cfg.target_steps
+        alphas = (cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf)
+        if self.step == 0 and not self.resumed:
+            self._emit({**self.evaluate(), "step": self.global_step()}, checkpoint=False)
+        tokens, t0 = 0, time.perf_counter()
+        params = trainable_parameters(self.models)
+        while self.step < total:
+            if cfg.crash_at_step and self.step == cfg.crash_at_step and not self.resumed:
+                raise RuntimeError(f"injected crash at step {self.step} (crash_at_step, test only)")
+            self._train_mode(True)
+            x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
+            anchors = self._anchors(x.shape[0]).to(self.device)
+            with self.autocast():
+                if self.stage == "draft":
+                    with torch.no_grad():
+                        lm = self.target(x[:, :-1])
+                    out = draft_blocks(self.models, x, anchors, cfg.window, lm=lm)
+                else:
+                    out = draft_blocks(self.models, x, anchors, cfg.window)
+            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid,
+                              out.conf_logits, cfg.gamma, alphas)
+            loss = res["loss"]
+            if self.stage == "joint":
+                lm_ce = F.cross_entropy(out.lm.logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
+                loss = lm_ce + cfg.aux_weight * res["loss"]
+            _check_finite(loss, self.stage, self.step)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            self.opt.step()
+            self.sched.step()
+            self.step += 1
+            tokens += x[:, :-1].numel()
+            self._tick(total, {"loss": loss.item(), "tau_tf": res["tau_tf"].item()})
+            if self.step % cfg.eval_interval == 0 or self.step == total:
+                m = {"train/loss": loss.item(), "train/ce": res["ce"].item(), "train/tv": res["tv"].item(),
+                     "train/conf": res["conf"].item(), "train/tau_tf": res["tau_tf"].item(),
+                     "train/tokens_per_s": tokens / (time.perf_counter() - t0)}
+                if self.stage == "joint":
+                    m["train/lm_ce"] = lm_ce.item()
+                m.update(self.evaluate())
+                m["step"] = self.global_step()
+                self._emit(m, checkpoint=True)
+        self._train_mode(False)
+
+    def _train_mode(self, on: bool) -> None:
+        self.head.train(on)
+        if self.drafter is not None:
+            self.drafter.train(on)
+        if self.stage == "joint":
+            self.target.train(on)
+
+    def evaluate(self) -> dict:
+        was = self.head.training
+        self._train_mode(False)
+        m = teacher_forced(self.models, self.val_batches, self.cfg.stride, self.device, self.autocast)
+        self._train_mode(was)
+        return m
+
+    def final_metrics(self) -> dict:
+        """The last evaluation's metrics (the responses of the run)."""
+        last = next((h for h in reversed(self.history) if "tf/tau" in h), None)
+        if last is None:
+            last = {**self.evaluate(), "step": self.global_step()}
+        return dict(last)
+
+
+def train(config: Config | dict[str, Any], report: Report | None = None, resume_from: str | None = None,
+          progress: Progress | None = None) -> dict:
+    """Run both stages; call report(metrics, checkpoint_dir) every eval interval; return
+    the final metrics."""
+    cfg = config if isinstance(config, Config) else from_dict(config)
+    trainer = Trainer(cfg, report=report, progress=progress)
+    if resume_from:
+        trainer.load_checkpoint(resume_from)
+    return trainer.run()
+
+
+def is_timing_metric(name: str) -> bool:
+    return any(key in name for key in TIMING_KEYS)
