@@ -8,8 +8,8 @@ what it allows, before any work starts.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -26,6 +26,8 @@ DEVICES = ("auto", "cpu", "cuda")
 
 @dataclass
 class Config:
+    """Defaults are the `tiny` preset; build runs with `from_dict({'preset': ...})`."""
+
     preset: str = "tiny"
     # --- target LM ---
     d_model: int = 64
@@ -53,8 +55,8 @@ class Config:
     alpha_conf: float = 1.0
     # --- optimisation ---
     batch_size: int = 8
-    target_steps: int = 200
-    draft_steps: int = 200
+    target_steps: int = 150
+    draft_steps: int = 150
     target_lr: float = 3e-3
     lr: float = 3e-3
     weight_decay: float = 0.01
@@ -66,13 +68,13 @@ class Config:
     # --- data ---
     data: tuple[str, ...] = ()  # files, folders, globs or parquet; empty = Python stdlib
     text_column: str = "text"
-    max_corpus_bytes: int = 0  # 0 = no cap
+    max_corpus_bytes: int = 4_000_000  # 0 = no cap
     # --- evaluation ---
-    eval_interval: int = 100
-    eval_batches: int = 4
-    spec_prompts: int = 8  # speculative decoding prompts (0 = skip)
-    spec_prompt_len: int = 64
-    spec_new_tokens: int = 64
+    eval_interval: int = 50
+    eval_batches: int = 2
+    spec_prompts: int = 4  # speculative decoding prompts (0 = skip)
+    spec_prompt_len: int = 32
+    spec_new_tokens: int = 48
     spec_interval_prompts: int = 0  # prompts for speculative eval at eval intervals (0 = end only)
     # --- run plumbing ---
     target_path: str = ""  # load a trained target instead of training one
@@ -181,7 +183,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": dict(d_model=256, n_layers=4, n_heads=4, seq_len=256, markov_rank=64, batch_size=8,
                   target_steps=1200, draft_steps=800, eval_interval=200, eval_batches=8,
                   drafter_layers=1, context_layers=(1, 3), target_lr=2e-3, lr=2e-3, warmup_steps=50,
-                  spec_prompts=48, spec_prompt_len=64, spec_new_tokens=96, precision="bf16"),
+                  spec_prompts=48, spec_prompt_len=64, spec_new_tokens=96, precision="bf16",
+                  max_corpus_bytes=0),
     "base": dict(d_model=512, n_layers=8, n_heads=8, seq_len=512, markov_rank=256, batch_size=32,
                  target_steps=6000, draft_steps=4000, eval_interval=500, eval_batches=16,
                  drafter_layers=3, context_layers=(1, 4, 7), target_lr=1e-3, lr=1e-3,
@@ -198,8 +201,12 @@ def _coerce(name: str, raw: Any) -> Any:
         return raw
     if name in ("context_layers", "data"):
         text = raw.strip()
-        if text.startswith("["):
-            return tuple(json.loads(text))
+        if text[:1] in "[(":
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise ValueError(f"{name}: cannot parse {raw!r} as a list") from None
+            return tuple(value) if isinstance(value, (list, tuple)) else (value,)
         parts = [p for p in text.strip("()").split(",") if p.strip()]
         return tuple(int(p) for p in parts) if name == "context_layers" else tuple(p.strip() for p in parts)
     default = next(f.default for f in fields(Config) if f.name == name)

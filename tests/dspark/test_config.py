@@ -1,0 +1,58 @@
+import pytest
+
+from dspark.config import PRESETS, Config, from_dict, parse_overrides
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds(name):
+    cfg = from_dict({"preset": name})
+    assert cfg.preset == name and cfg.d_model == PRESETS[name]["d_model"]
+
+
+def test_defaults_are_the_papers():
+    cfg = Config()
+    assert (cfg.window, cfg.decay_gamma, cfg.confidence_input) == ("aligned", "block", "hidden+markov")
+    assert cfg.gamma == cfg.block_size
+    assert from_dict({"decay_gamma": "4"}).gamma == 4.0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"window": "diagonal"}, "window: unknown level 'diagonal'; allowed: aligned, shifted, ids_only"),
+    ({"head": "lstm"}, "head: unknown level 'lstm'; allowed: markov, rnn, none"),
+    ({"confidence_input": "markov"}, "confidence_input: unknown level 'markov'"),
+    ({"parallel_stage": "medusa"}, "parallel_stage: unknown level 'medusa'"),
+    ({"anchors": "every"}, "anchors: unknown level 'every'"),
+    ({"stride": 0}, "stride: must be >= 1, got 0"),
+    ({"block_size": 0}, "block_size: must be >= 1, got 0"),
+    ({"decay_gamma": 0.0}, "decay_gamma: must be a number > 0 or 'block'"),
+    ({"decay_gamma": -2}, "decay_gamma: must be a number > 0 or 'block'"),
+    ({"decay_gamma": "blocky"}, "decay_gamma: 'blocky' is neither a positive number nor 'block'"),
+    ({"head": "none", "confidence_input": "hidden+markov"}, "confidence_input: 'hidden+markov' needs a sequential head"),
+    ({"context_layers": (5,)}, "context_layers: layer 5 does not exist"),
+    ({"preset": "huge"}, "preset: unknown preset 'huge'"),
+    ({"lr": 0}, "lr: must be > 0"),
+    ({"block_size": 200}, "block_size: 200 leaves no room"),
+    ({"typo_field": 1}, "unknown config field(s): typo_field"),
+])
+def test_nonsense_is_refused_with_the_field_named(overrides, message):
+    with pytest.raises(ValueError) as e:
+        from_dict(overrides)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_parse_overrides_types_values():
+    got = parse_overrides(["window=shifted", "decay_gamma=4.0", "block_size=5", "context_layers=0,1"])
+    assert got == {"window": "shifted", "decay_gamma": "4.0", "block_size": 5, "context_layers": (0, 1)}
+    assert from_dict(got).decay_gamma == 4.0
+    with pytest.raises(ValueError, match="--set nope: unknown config field"):
+        parse_overrides(["nope=1"])
+    with pytest.raises(ValueError, match="block_size: expected a int"):
+        parse_overrides(["block_size=seven"])
+
+
+def test_config_round_trips_through_strings():
+    # MLflow params are strings: the load boundary must rebuild the same config
+    cfg = from_dict({"preset": "tiny", "decay_gamma": 4.0, "context_layers": (0, 1), "data": ("a.txt",)})
+    as_strings = {k: str(v) for k, v in cfg.to_dict().items()}
+    assert from_dict(parse_overrides([f"{k}={v}" for k, v in as_strings.items()])) == cfg

@@ -1,0 +1,56 @@
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dspark.data import build_corpus, load_documents
+
+
+def test_default_corpus_is_the_stdlib():
+    docs = load_documents(())
+    names = {n for n, _ in docs}
+    assert "json/decoder.py" in names and len(docs) > 100
+
+
+def test_splits_are_by_document_and_deterministic(corpus_dir):
+    a = build_corpus([str(corpus_dir)])
+    b = build_corpus([str(corpus_dir / "*.py")])
+    assert a.sha256 == b.sha256
+    assert a.n_docs["val"] >= 1 and a.n_docs["calib"] >= 1
+    assert sum(a.n_docs.values()) == 60
+    # every document lies wholly in one split
+    docs = load_documents([str(corpus_dir)])
+    for _, body in docs:
+        hits = [s for s in ("train", "val", "calib") if body in bytes(a.split(s).numpy())]
+        assert len(hits) == 1
+
+
+def test_content_hash_changes_with_content(corpus_dir, tmp_path):
+    for p in sorted(corpus_dir.glob("*.py"))[:5]:
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    h1 = build_corpus([str(tmp_path)]).sha256
+    first = sorted(tmp_path.glob("*.py"))[0]
+    first.write_bytes(first.read_bytes() + b"#")
+    assert build_corpus([str(tmp_path)]).sha256 != h1
+
+
+def test_parquet_text_column(tmp_path):
+    texts = [f"document number {i} " * 40 for i in range(30)]
+    pq.write_table(pa.table({"text": texts, "id": list(range(30))}), tmp_path / "d.parquet")
+    c = build_corpus([str(tmp_path / "d.parquet")])
+    assert sum(c.n_docs.values()) == 30
+    with pytest.raises(ValueError, match="has no column 'body'"):
+        build_corpus([str(tmp_path / "d.parquet")], text_column="body")
+
+
+def test_too_small_corpus_is_refused(tmp_path):
+    for i in range(3):
+        (tmp_path / f"{i}.txt").write_text("tiny")
+    with pytest.raises(ValueError, match=r"split holds \d+ bytes .* need at least 129"):
+        build_corpus([str(tmp_path)], min_len=129)
+
+
+def test_missing_source_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is not a file, folder or glob that exists"):
+        build_corpus([str(tmp_path / "nope.txt")])
+    with pytest.raises(ValueError, match="matches no file"):
+        build_corpus([str(tmp_path / "*.zzz")])

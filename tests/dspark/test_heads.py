@@ -1,0 +1,54 @@
+import torch
+
+from dspark.heads import DraftHead, RNNHead
+
+
+def test_rnn_head_matches_a_hand_rolled_three_step_loop():
+    torch.manual_seed(0)
+    V, r, d = 5, 3, 4
+    head = RNNHead(V, r, d)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn_like(p))
+    prev = torch.tensor([1, 4, 2])
+    h = torch.randn(3, d)
+    W1, W2 = head.W1.weight, head.W2.weight
+    Wj, bj = head.joint.weight, head.joint.bias
+    s = torch.zeros(r)  # s_0 = 0
+    expected = []
+    for k in range(3):
+        z = torch.cat([s, W1[prev[k]], h[k]])
+        pre = Wj @ z + bj
+        g, c, o = pre[:r], pre[r:2 * r], pre[2 * r:]  # gate, candidate, output, in this order
+        s = torch.sigmoid(g) * s + (1 - torch.sigmoid(g)) * torch.tanh(c)
+        expected.append(W2 @ torch.tanh(o))
+    got = head(prev, h)
+    torch.testing.assert_close(got, torch.stack(expected), atol=1e-6, rtol=0)
+
+
+def test_confidence_head_width_is_d_plus_r_with_markov_feature():
+    d, r = 24, 8
+    assert DraftHead("markov", "hidden+markov", 256, d, r).conf.in_features == d + r
+    assert DraftHead("rnn", "hidden+markov", 256, d, r).conf.in_features == d + r
+    assert DraftHead("markov", "hidden", 256, d, r).conf.in_features == d
+
+
+def test_confidence_with_markov_reads_the_previous_token():
+    torch.manual_seed(0)
+    head = DraftHead("markov", "hidden+markov", 16, 8, 4)
+    h = torch.randn(1, 3, 8)
+    U = torch.randn(1, 3, 16)
+    _, c1 = head(h, U, torch.tensor([[1, 2, 3]]))
+    _, c2 = head(h, U, torch.tensor([[1, 5, 3]]))
+    assert c1[0, 0] == c2[0, 0] and c1[0, 1] != c2[0, 1]
+    hidden_only = DraftHead("markov", "hidden", 16, 8, 4)
+    _, c3 = hidden_only(h, U, torch.tensor([[1, 2, 3]]))
+    _, c4 = hidden_only(h, U, torch.tensor([[1, 5, 3]]))
+    assert torch.equal(c3, c4)
+
+
+def test_no_sequential_head_is_the_bare_parallel_drafter():
+    head = DraftHead("none", "hidden", 16, 8, 4)
+    U = torch.randn(2, 3, 16)
+    draft, _ = head(torch.randn(2, 3, 8), U, torch.zeros(2, 3, dtype=torch.long))
+    assert torch.equal(draft, U)

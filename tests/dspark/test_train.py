@@ -1,0 +1,92 @@
+import math
+
+import pytest
+import torch
+
+from dspark.train import Trainer, is_timing_metric, load_target, save_target, train
+from tests.conftest import tiny
+
+
+def _strip(m):
+    return {k: v for k, v in m.items() if not is_timing_metric(k)}
+
+
+def test_tiny_run_learns(corpus_dir, tmp_path):
+    reports = []
+    cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), target_steps=60, draft_steps=60,
+               eval_interval=30)
+    final = train(cfg, report=lambda m, c: reports.append((m, c)))
+    draft = [m for m, _ in reports if "tf/tau" in m]
+    assert draft[0]["step"] == 60  # the draft stage's step-0 evaluation, before any update
+    assert draft[-1]["tf/tau"] > draft[0]["tf/tau"] + 0.2
+    losses = [m["train/loss"] for m in draft if "train/loss" in m]
+    assert losses[-1] < losses[0]
+    assert final["tf/tau"] == draft[-1]["tf/tau"]
+    for k in range(1, cfg.block_size + 1):
+        assert 0.0 <= final[f"tf/accept@{k}"] <= 1.0
+    assert all(math.isfinite(final[k]) for k in ("val/bpb", "tf/ce", "tf/tv", "tf/conf_ece",
+                                                "tf/conf_brier", "tf/conf_auroc", "train/tokens_per_s"))
+    # every report after a training step carries a checkpoint directory
+    assert all(c is not None for m, c in reports if "train/loss" in m or "target/loss" in m)
+
+
+@pytest.mark.parametrize("stop_at", [30, 90])  # inside the target stage, inside the draft stage
+def test_resume_ends_with_the_same_metrics(corpus_dir, tmp_path, stop_at):
+    kw = dict(data=(str(corpus_dir),), target_steps=60, draft_steps=60, eval_interval=30)
+    full = train(tiny(out_dir=str(tmp_path / "full"), **kw))
+    ckpts = {}
+
+    class Stop(Exception):
+        pass
+
+    def report(m, c):
+        if c is not None:
+            ckpts[int(m["step"])] = c
+            if int(m["step"]) == stop_at:
+                raise Stop
+
+    with pytest.raises(Stop):
+        train(tiny(out_dir=str(tmp_path / "part"), **kw), report=report)
+    resumed = train(tiny(out_dir=str(tmp_path / "part"), **kw), resume_from=ckpts[stop_at])
+    assert _strip(resumed) == _strip(full)
+
+
+def test_non_finite_loss_names_the_step(corpus_dir, tmp_path):
+    cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), target_lr=1e30, warmup_steps=0, grad_clip=1e30)
+    with pytest.raises(FloatingPointError, match=r"target loss is (nan|inf) at step \d+"):
+        train(cfg)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(head="rnn"),
+    dict(head="none", confidence_input="hidden"),
+    dict(window="shifted", decay_gamma=4.0, confidence_input="hidden", anchors="strided", stride=8),
+    dict(window="ids_only"),
+    dict(parallel_stage="backbone", aux_weight=0.5),
+])
+def test_every_arm_trains(corpus_dir, tmp_path, overrides):
+    final = train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), **overrides))
+    assert math.isfinite(final["tf/tau"]) and final["tf/tau"] >= 1.0
+
+
+def test_shared_target_is_loaded_not_retrained(corpus_dir, tmp_path):
+    cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "a"))
+    t = Trainer(cfg)
+    t.run()
+    path = tmp_path / "target.pt"
+    save_target(path, t.target, {"target_hash": t.target_hash})
+    loaded, meta = load_target(path)
+    assert meta["target_hash"] == t.target_hash
+    for a, b in zip(loaded.state_dict().values(), t.target.state_dict().values()):
+        assert torch.equal(a, b)
+    reports = []
+    train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "b"), target_path=str(path)),
+          report=lambda m, c: reports.append(m))
+    assert not any("target/loss" in m for m in reports)
+    with pytest.raises(ValueError, match="target_path: .* holds a target of shape"):
+        train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "c"), target_path=str(path), d_model=32))
+
+
+def test_injected_crash_only_without_resume(corpus_dir, tmp_path):
+    with pytest.raises(RuntimeError, match="injected crash at step 5"):
+        train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), crash_at_step=5))
