@@ -39,7 +39,8 @@ from .windows import random_anchors, strided_anchors
 Report = Callable[[dict, "str | None"], None]
 Progress = Callable[[str, int, int, dict], None]
 
-TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "wall_s")  # metrics that vary run to run
+# metrics that depend on wall-clock timings, so vary from run to run
+TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "throughput", "seq_frac", "sched/alg1")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -175,13 +176,15 @@ class Trainer:
             "head": self.head.state_dict(),
             "drafter": self.drafter.state_dict() if self.drafter is not None else {},
             # a target loaded from a shared path is frozen and addressed by its hash
-            "target": {} if (self.target_loaded and self.stage == "draft") else self.target.state_dict(),
+            "target": {} if (self.target_loaded and self.stage in ("draft", "done")) else self.target.state_dict(),
             "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
             "rng": self._rng_state(),
             "history": json.dumps(self.history),
         }
         torch.save(state, tmp / "state.pt")
         (tmp / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
+        if (self.out_dir / "artifacts").is_dir():
+            shutil.copytree(self.out_dir / "artifacts", tmp / "artifacts")
         shutil.rmtree(ckpt, ignore_errors=True)
         os.replace(tmp, ckpt)
         return str(ckpt)
@@ -198,14 +201,15 @@ class Trainer:
         self.stage = state["stage"]
         if state["target"]:
             self.target.load_state_dict(state["target"])
-        elif self.stage == "draft":
+        elif self.stage in ("draft", "done"):
             self._load_shared_target()
         self.head.load_state_dict(state["head"])
         if self.drafter is not None:
             self.drafter.load_state_dict(state["drafter"])
-        self._build_optimizer()
-        self.opt.load_state_dict(state["opt"])
-        self.sched.load_state_dict(state["sched"])
+        if self.stage != "done":  # a finished run has no optimizer left to resume
+            self._build_optimizer()
+            self.opt.load_state_dict(state["opt"])
+            self.sched.load_state_dict(state["sched"])
         self.step = state["step"]
         rng = state["rng"]
         torch.set_rng_state(rng["torch"].cpu())
@@ -238,7 +242,7 @@ class Trainer:
             self.progress(self.stage, self.step, total, info)
 
     def global_step(self) -> int:
-        if self.stage == "draft":
+        if self.cfg.parallel_stage == "drafter" and self.stage != "target":
             return (0 if self.target_loaded else self.cfg.target_steps) + self.step
         return self.step
 
@@ -253,6 +257,12 @@ class Trainer:
             self._build_optimizer()
         if self.stage in ("draft", "joint"):
             self._train_head()
+            final = self.final_metrics()
+            if self.stage == "draft" and self.cfg.spec_prompts:
+                final.update(self.speculative(self.cfg.spec_prompts, full=True))
+            self.stage = "done"
+            self.write_plots()
+            self._emit(final, checkpoint=True)
         return self.final_metrics()
 
     def _train_target(self) -> None:
@@ -331,6 +341,8 @@ class Trainer:
                 if self.stage == "joint":
                     m["train/lm_ce"] = lm_ce.item()
                 m.update(self.evaluate())
+                if self.stage == "draft" and cfg.spec_interval_prompts and self.step < total:
+                    m.update(self.speculative(cfg.spec_interval_prompts, full=False))
                 m["step"] = self.global_step()
                 self._emit(m, checkpoint=True)
         self._train_mode(False)
@@ -348,6 +360,32 @@ class Trainer:
         m = teacher_forced(self.models, self.val_batches, self.cfg.stride, self.device, self.autocast)
         self._train_mode(was)
         return m
+
+    def speculative(self, n_prompts: int, full: bool) -> dict:
+        from .spec_eval import evaluate_speculative
+
+        return evaluate_speculative(self.target, self.drafter, self.head, self.corpus, self.cfg, self.device,
+                                    self.out_dir if full else None, n_prompts=n_prompts, full=full)
+
+    def write_plots(self) -> None:
+        """Training curves, into out_dir/artifacts (carried inside the final checkpoint)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        art = self.out_dir / "artifacts"
+        art.mkdir(parents=True, exist_ok=True)
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+        for ax, key in zip(axes, ("val/bpb", "train/loss", "tf/tau")):
+            pts = [(h["step"], h[key]) for h in self.history if key in h and "step" in h]
+            if pts:
+                ax.plot(*zip(*pts), marker=".")
+            ax.set_title(key)
+            ax.set_xlabel("step")
+        fig.tight_layout()
+        fig.savefig(art / "training_curves.png", dpi=100)
+        plt.close(fig)
 
     def final_metrics(self) -> dict:
         """The last evaluation's metrics (the responses of the run)."""

@@ -1,0 +1,192 @@
+"""The speculative-decoding responses of a drafter-stage run (DESIGN section 4).
+
+On fixed held-out prompts and fixed decoding seeds (the same for every arm): accepted
+length per round at temperature 1 and greedy, conditional acceptance per slot, wall-clock
+speedup against autoregressive decoding of the same target measured in this process,
+calibration of prod c_k against the prefix actually accepted (raw, and after STS fitted on
+the calibration split), a static-threshold sweep and Algorithm 1 over concurrent requests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import calibration
+from .data import fixed_batches
+from .schedule import load_or_measure_sps, prefix_schedule, sps_lookup
+from .speculate import RoundStats, autoregressive, generate
+
+THRESHOLDS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
+CONCURRENT_REQUESTS = 4
+DECODE_SEED = 20260706  # the same decoding seeds for every arm and replicate
+
+
+def prompts_from(stream: torch.Tensor, n: int, length: int) -> list[torch.Tensor]:
+    return [p[None] for p in fixed_batches(stream, 1, n, length)[0]]
+
+
+def _generator(device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: float, device,
+               with_ar: bool = False):
+    """Speculative (and optionally autoregressive) decoding of every prompt, interleaved
+    so both see the same machine state. Returns (stats, per-prompt tau, spec_s, ar_s)."""
+    stats = RoundStats()
+    taus, spec_s, ar_s = [], 0.0, 0.0
+    for i, prompt in enumerate(prompts):
+        prompt = prompt.to(device)
+        if with_ar:
+            t0 = time.perf_counter()
+            autoregressive(target, prompt, new_tokens, temperature, _generator(device, DECODE_SEED + i))
+            ar_s += time.perf_counter() - t0
+        before = len(stats.accepted)
+        t0 = time.perf_counter()
+        generate(target, drafter, head, prompt, new_tokens, temperature, _generator(device, DECODE_SEED + i), stats)
+        spec_s += time.perf_counter() - t0
+        rounds = stats.accepted[before:]
+        taus.append(float(np.mean([n + 1 for n in rounds])))
+    return stats, taus, spec_s, ar_s
+
+
+def accept_at(accepted: list[int], K: int) -> list[float]:
+    """Conditional acceptance of slot k given slots 1..k-1 accepted (paper Fig 2)."""
+    acc = np.asarray(accepted)
+    out = []
+    for k in range(1, K + 1):
+        reached = (acc >= k - 1).sum()
+        out.append(float((acc >= k).sum() / reached) if reached else float("nan"))
+    return out
+
+
+def _survival(stats: RoundStats, K: int):
+    conf = torch.stack(stats.conf).numpy().astype(np.float64)  # (N, K)
+    acc = np.asarray(stats.accepted)
+    survived = (acc[:, None] >= np.arange(1, K + 1)[None, :]).astype(np.float64)
+    return conf, survived, acc
+
+
+def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Path | None,
+                         n_prompts: int | None = None, full: bool = True) -> dict:
+    """All speculative responses; artifacts (histogram, reliability diagram, SPS table)
+    go to out_dir/artifacts when `full`."""
+    K = cfg.block_size
+    n = n_prompts or cfg.spec_prompts
+    for m in (target, drafter, head):
+        m.eval()
+    val_prompts = prompts_from(corpus.val, n, cfg.spec_prompt_len)
+    stats, taus, spec_s, ar_s = decode_set(target, drafter, head, val_prompts, cfg.spec_new_tokens, 1.0,
+                                           device, with_ar=full)
+    rounds = len(stats.accepted)
+    m: dict[str, float] = {
+        "spec/tau": float(np.mean([a + 1 for a in stats.accepted])),
+        "spec/tau_se": float(np.std(taus, ddof=1) / math.sqrt(len(taus))) if len(taus) > 1 else float("nan"),
+    }
+    for k, v in enumerate(accept_at(stats.accepted, K), start=1):
+        m[f"spec/accept@{k}"] = v
+    if not full:
+        return m
+    m["spec/speedup"] = ar_s / spec_s
+    m["spec/tokens_per_s"] = n * cfg.spec_new_tokens / spec_s
+    m["spec/ar_tokens_per_s"] = n * cfg.spec_new_tokens / ar_s
+    m["spec/draft_ms"] = stats.draft_ms / rounds
+    m["spec/seq_ms"] = stats.seq_ms / rounds
+    m["spec/verify_ms"] = stats.verify_ms / rounds
+    m["spec/round_ms"] = stats.total_ms / rounds
+    m["spec/seq_frac"] = stats.seq_ms / stats.total_ms
+    g_stats, _, g_spec_s, g_ar_s = decode_set(target, drafter, head, val_prompts, cfg.spec_new_tokens, 0.0,
+                                              device, with_ar=True)
+    m["spec/tau_greedy"] = float(np.mean([a + 1 for a in g_stats.accepted]))
+    m["spec/speedup_greedy"] = g_ar_s / g_spec_s
+
+    # calibration: raw on the validation prompts; STS fitted on the calibration split
+    conf, survived, acc = _survival(stats, K)
+    valid = np.ones_like(survived, dtype=bool)
+    m.update(calibration.prefix_metrics(conf, survived, valid, "conf/"))
+    cal_stats, *_ = decode_set(target, drafter, head, prompts_from(corpus.calib, n, cfg.spec_prompt_len),
+                               cfg.spec_new_tokens, 1.0, device)
+    c_conf, c_surv, _ = _survival(cal_stats, K)
+    temps = calibration.fit_sts(c_conf, c_surv)
+    conf_sts = calibration.apply_sts(conf, temps)
+    sts = calibration.prefix_metrics(conf_sts, survived, valid, "conf/")
+    m.update({(k.replace("@", "_sts@") if "@" in k else k + "_sts"): v for k, v in sts.items()})
+
+    # static thresholds on the calibrated cumulative confidence (paper Fig 5)
+    cum = np.cumprod(conf_sts, axis=1)
+    for t in THRESHOLDS:
+        l = (cum >= t).sum(axis=1)  # cum is non-increasing, so this is the surviving prefix length
+        m[f"sched/verified@{t}"] = float(l.mean())
+        m[f"sched/accepted@{t}"] = float(np.minimum(acc, l).mean())
+
+    # Algorithm 1 over concurrent requests, driven by a measured SPS table
+    R = CONCURRENT_REQUESTS
+    art = Path(out_dir) / "artifacts" if out_dir is not None else None
+    sps_path = (Path(out_dir).parent if out_dir is not None else Path(".")) / "sps_table.json"
+    sizes = list(range(R, R * (K + 1) + 1))
+    sps = load_or_measure_sps(target, sps_path, sizes, cfg.spec_prompt_len)
+    n_batches = len(acc) // R
+    sched_tok, full_tok, sched_thr, full_thr, lens = [], [], [], [], []
+    for b in range(n_batches):
+        sl = slice(b * R, (b + 1) * R)
+        chosen = np.asarray(prefix_schedule(conf_sts[sl], sps))
+        lens.extend(chosen.tolist())
+        committed = np.minimum(acc[sl], chosen) + 1
+        sched_tok.append(committed.sum())
+        sched_thr.append(committed.sum() * sps_lookup(sps, int(R + chosen.sum())))
+        full_tok.append((acc[sl] + 1).sum())
+        full_thr.append((acc[sl] + 1).sum() * sps_lookup(sps, R * (K + 1)))
+    if n_batches:
+        m["sched/alg1_len"] = float(np.mean(lens))
+        m["sched/alg1_tokens_per_step"] = float(np.mean(sched_tok))
+        m["sched/full_tokens_per_step"] = float(np.mean(full_tok))
+        m["sched/alg1_throughput"] = float(np.mean(sched_thr))
+        m["sched/full_throughput"] = float(np.mean(full_thr))
+        m["sched/alg1_gain"] = m["sched/alg1_throughput"] / m["sched/full_throughput"]
+    if art is not None:
+        write_artifacts(art, acc, K, conf, conf_sts, survived, temps, sps)
+    return m
+
+
+def write_artifacts(art: Path, accepted: np.ndarray, K: int, conf, conf_sts, survived, temps, sps) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    art.mkdir(parents=True, exist_ok=True)
+    hist = np.bincount(accepted, minlength=K + 1).tolist()
+    (art / "accepted_length_hist.json").write_text(json.dumps({"accepted": list(range(K + 1)), "rounds": hist}))
+    (art / "sts_temperatures.json").write_text(json.dumps([float(t) for t in temps]))
+    (art / "sps_table.json").write_text(json.dumps({str(k): v for k, v in sps.items()}))
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.bar(range(K + 1), hist)
+    ax.set_xlabel("draft tokens accepted per round")
+    ax.set_ylabel("rounds")
+    ax.set_title("accepted length (temperature 1)")
+    fig.tight_layout()
+    fig.savefig(art / "accepted_length_hist.png", dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    bins = np.linspace(0, 1, 11)
+    for label, c in (("raw", conf), ("STS", conf_sts)):
+        cum = np.cumprod(c, axis=1).ravel()
+        y = survived.ravel()
+        idx = np.clip(np.digitize(cum, bins) - 1, 0, 9)
+        xs = [cum[idx == b].mean() for b in range(10) if (idx == b).any()]
+        ys = [y[idx == b].mean() for b in range(10) if (idx == b).any()]
+        ax.plot(xs, ys, marker="o", label=label)
+    ax.plot([0, 1], [0, 1], "k--", lw=0.8)
+    ax.set_xlabel("predicted prefix survival  prod c_k")
+    ax.set_ylabel("observed prefix survival")
+    ax.set_title("reliability")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(art / "reliability.png", dpi=110)
+    plt.close(fig)

@@ -1,0 +1,189 @@
+"""Speculative decoding: greedy exactness, lossless sampling, KV caches."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from dspark.heads import DraftHead
+from dspark.model import Drafter, TargetLM
+from dspark.speculate import autoregressive, generate, one_round, prefill, verify
+from dspark.train import Trainer
+from tests.conftest import tiny
+
+
+# ---------- verify() with stub distributions of fixed logits ----------
+
+def test_verify_always_accepts_an_agreeing_drafter():
+    p = torch.softmax(torch.randn(4, 6), -1)
+    n, tok = verify(p, p[:3], torch.tensor([0, 1, 2]), torch.Generator().manual_seed(0))
+    assert n == 3 and 0 <= tok < 6
+
+
+def test_verify_never_accepts_outside_the_targets_support():
+    p_target = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.8, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    p_draft = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    for seed in range(20):
+        n, tok = verify(p_target, p_draft, torch.tensor([2, 2]), torch.Generator().manual_seed(seed))
+        assert n == 0 and tok in (0, 1)  # the residual max(0, p_t - p_d) has no mass on 2
+
+
+def test_verify_greedy_one_hot_rows():
+    eye = torch.eye(5)
+    p_target = eye[[1, 2, 3, 4]]  # target's argmax chain 1, 2, 3 then bonus 4
+    n, tok = verify(p_target, eye[[1, 2, 0]], torch.tensor([1, 2, 0]))
+    assert (n, tok) == (2, 3)  # first mismatch at slot 3: the target's token replaces it
+    assert verify(p_target, eye[[1, 2, 3]], torch.tensor([1, 2, 3])) == (3, 4)
+
+
+def test_verify_checks_row_counts():
+    with pytest.raises(ValueError, match="p_target needs K\\+1=3 rows"):
+        verify(torch.ones(2, 4) / 4, torch.ones(2, 4) / 4, torch.tensor([0, 1]))
+
+
+V, K, N_TOK, SAMPLES = 4, 2, 3, 12000
+_rng = np.random.default_rng(0)
+T_CHAIN = _rng.dirichlet(np.ones(V), size=V)
+T_CHAIN[np.arange(V), (np.arange(V) + 3) % V] = 0.0  # a hole per row for the "never" drafter
+T_CHAIN /= T_CHAIN.sum(1, keepdims=True)
+DRAFTERS = {
+    "always": T_CHAIN.copy(),
+    "never": np.eye(V)[(np.arange(V) + 3) % V],
+    "between": _rng.dirichlet(np.ones(V), size=V),
+}
+
+
+def _spec_chain(q: np.ndarray, gen: torch.Generator, verify_fn=verify):
+    """First N_TOK tokens after anchor 0 under speculative sampling with Markov-chain stubs."""
+    T = torch.tensor(T_CHAIN, dtype=torch.float64)
+    Q = torch.tensor(q, dtype=torch.float64)
+    out, prev = [], 0
+    while len(out) < N_TOK:
+        toks, rows, p = [], [], prev
+        for _ in range(K):
+            t = int(torch.multinomial(Q[p], 1, generator=gen))
+            toks.append(t)
+            rows.append(Q[p])
+            p = t
+        p_target = torch.stack([T[c] for c in [prev] + toks])
+        n, tok = verify_fn(p_target, torch.stack(rows), torch.tensor(toks), gen)
+        out += toks[:n] + [tok]
+        prev = out[-1]
+    return out[:N_TOK]
+
+
+def _exact():
+    probs = np.zeros((V,) * N_TOK)
+    for idx in np.ndindex(*probs.shape):
+        p, prev = 1.0, 0
+        for t in idx:
+            p *= T_CHAIN[prev, t]
+            prev = t
+        probs[idx] = p
+    return probs.ravel()
+
+
+def _p_value(q, verify_fn=verify):
+    gen = torch.Generator().manual_seed(1234)
+    counts = np.zeros(V ** N_TOK)
+    for _ in range(SAMPLES):
+        counts[np.ravel_multi_index(_spec_chain(q, gen, verify_fn), (V,) * N_TOK)] += 1
+    exp = _exact() * SAMPLES
+    keep = exp > 0
+    assert counts[~keep].sum() == 0  # nothing outside the target's support
+    return chisquare(counts[keep], exp[keep]).pvalue
+
+
+@pytest.mark.parametrize("name", sorted(DRAFTERS))
+def test_speculative_sampling_is_lossless(name):
+    assert _p_value(DRAFTERS[name]) > 1e-3
+
+
+def test_the_test_catches_a_wrong_residual():
+    def wrong(p_target, p_draft, toks, gen=None):
+        # on rejection, resample from p_target instead of norm(max(0, p_target - p_draft))
+        for k in range(len(toks)):
+            if torch.rand(1, generator=gen) * p_draft[k, toks[k]] >= p_target[k, toks[k]]:
+                return k, int(torch.multinomial(p_target[k], 1, generator=gen))
+        return len(toks), int(torch.multinomial(p_target[-1], 1, generator=gen))
+
+    assert _p_value(DRAFTERS["between"], wrong) < 1e-3
+
+
+# ---------- real models: greedy exactness and KV caches ----------
+
+def _random_models(seed=0, K=4):
+    torch.manual_seed(seed)
+    target = TargetLM(32, 2, 4, 128)
+    drafter = Drafter(32, 4, 1, (0, 1), K)
+    head = DraftHead("markov", "hidden+markov", 256, 32, 8)
+    with torch.no_grad():
+        head.seq.W2.weight.normal_(std=0.5)
+    return [m.double().eval() for m in (target, drafter, head)]
+
+
+@pytest.fixture(scope="module")
+def trained(corpus_dir, tmp_path_factory):
+    cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path_factory.mktemp("spec")), target_steps=40,
+               draft_steps=40, block_size=5)
+    t = Trainer(cfg)
+    t.run()
+    return [m.double().eval() for m in (t.target, t.drafter, t.head)], t.corpus
+
+
+def _prompts(seed, n=3, P=12):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(32, 127, (1, P), generator=g) for _ in range(n)]
+
+
+def test_greedy_speculative_equals_greedy_random_drafter():
+    target, drafter, head = _random_models()
+    for prompt in _prompts(1):
+        assert generate(target, drafter, head, prompt, 40, temperature=0) == autoregressive(target, prompt, 40, 0)
+
+
+def test_greedy_speculative_equals_greedy_trained_drafter(trained):
+    (target, drafter, head), corpus = trained
+    for i in range(3):
+        prompt = corpus.val[i * 200:i * 200 + 24].long()[None]
+        assert generate(target, drafter, head, prompt, 48, temperature=0) == autoregressive(target, prompt, 48, 0)
+
+
+def test_target_cache_matches_full_forward_after_accepts_and_rollbacks():
+    target, _, _ = _random_models()
+    seq = torch.randint(0, 256, (1, 30), generator=torch.Generator().manual_seed(3))
+    cache = target.new_cache(1, 64)
+    target(seq[:, :10], cache)
+    target(seq[:, 10:18], cache)  # a verification pass of 8
+    cache.crop(13)  # reject after 3 accepted: positions 13.. are stale
+    wrong = torch.randint(0, 256, (1, 5))
+    target(wrong, cache)  # a second draft, then roll back again
+    cache.crop(13)
+    out = target(seq[:, 13:30], cache)
+    full = target(seq)
+    torch.testing.assert_close(out.logits, full.logits[:, 13:30], atol=1e-10, rtol=0)
+    assert cache.length == 30
+
+
+def test_drafter_context_cache_matches_the_training_pass():
+    target, drafter, _ = _random_models(K=4)
+    seq = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(4))
+    full = target(seq)
+    anchors = torch.tensor([[21]])
+    h_train = drafter(drafter.context(full.layer_hidden), target.wte(seq[:, 21:22]), anchors)[0, 0]  # (K, D)
+    cache = drafter.new_context_cache(64)
+    drafter.extend_context(cache, [h[:, :15] for h in full.layer_hidden])
+    drafter.extend_context(cache, [h[:, 15:30] for h in full.layer_hidden])  # extended past the anchor
+    cache.crop(21)  # ...and rolled back to it
+    h_inf = drafter.draft_hidden(cache, target.wte(seq[0, 21:22]), 21)[0]
+    torch.testing.assert_close(h_inf, h_train, atol=1e-10, rtol=0)
+
+
+def test_confidence_scheduled_truncation_keeps_greedy_exact():
+    target, drafter, head = _random_models()
+    prompt = _prompts(2, n=1)[0]
+    state = prefill(target, drafter, prompt, 128, 0)
+    while len(state.tokens) - prompt.shape[1] < 40:
+        one_round(target, drafter, head, state, 0, verify_len=lambda c: int((torch.sigmoid(c) > 0.5).sum()))
+    got = state.tokens[prompt.shape[1]:prompt.shape[1] + 40]
+    assert got == autoregressive(target, prompt, 40, 0)
