@@ -120,6 +120,10 @@ class Trainer:
                                              max_bytes=cfg.max_corpus_bytes)
         self.data_sha256 = self.corpus.sha256
         self.target_hash = target_hash(cfg, self.data_sha256)
+        # the target depends on target_seed alone, the draft head on seed
+        torch.manual_seed(cfg.target_seed)
+        self.target = TargetLM.from_config(cfg).to(self.device)
+        self.target_data_gen = torch.Generator().manual_seed(cfg.target_seed)
         torch.manual_seed(cfg.seed)
         self.data_gen = torch.Generator().manual_seed(cfg.seed)
         self.anchor_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -129,7 +133,6 @@ class Trainer:
         self.resumed = False
         self.history: list[dict] = []
         self.target_loaded = False
-        self.target = TargetLM.from_config(cfg).to(self.device)
         self.head = DraftHead(cfg.head, cfg.confidence_input, VOCAB_SIZE, cfg.d_model, cfg.markov_rank).to(self.device)
         self.drafter = None
         if cfg.parallel_stage == "drafter":
@@ -159,7 +162,7 @@ class Trainer:
     # ---- checkpoints ----
     def _rng_state(self) -> dict:
         state = {"torch": torch.get_rng_state(), "data": self.data_gen.get_state(),
-                 "anchor": self.anchor_gen.get_state()}
+                 "anchor": self.anchor_gen.get_state(), "target_data": self.target_data_gen.get_state()}
         if self.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(self.device)
         return state
@@ -215,6 +218,7 @@ class Trainer:
         torch.set_rng_state(rng["torch"].cpu())
         self.data_gen.set_state(rng["data"].cpu())
         self.anchor_gen.set_state(rng["anchor"].cpu())
+        self.target_data_gen.set_state(rng["target_data"].cpu())
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
         self.history = json.loads(state["history"])
@@ -270,7 +274,7 @@ class Trainer:
         self.target.train()
         tokens, t0 = 0, time.perf_counter()
         while self.step < cfg.target_steps:
-            x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
+            x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.target_data_gen).to(self.device)
             with self.autocast():
                 logits = self.target(x[:, :-1]).logits
             loss = F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
@@ -408,3 +412,19 @@ def train(config: Config | dict[str, Any], report: Report | None = None, resume_
 
 def is_timing_metric(name: str) -> bool:
     return any(key in name for key in TIMING_KEYS)
+
+
+def train_shared_target(config: Config | dict[str, Any], path: str | os.PathLike) -> dict:
+    """Train only the target stage of `config` and save it to `path` (atomically), for a
+    sweep whose trials share it. Returns its metadata (hashes and final val/bpb)."""
+    import tempfile
+
+    cfg = config if isinstance(config, Config) else from_dict(config)
+    with tempfile.TemporaryDirectory(prefix="dspark-target-") as tmp:
+        trainer = Trainer(cfg.replace(target_path="", parallel_stage="drafter", out_dir=tmp))
+        trainer._train_target()
+        bpb = next((h["val/bpb"] for h in reversed(trainer.history) if "val/bpb" in h), float("nan"))
+    meta = {"target_hash": trainer.target_hash, "data_sha256": trainer.data_sha256, "val/bpb": bpb,
+            "target_config": cfg.target_dict()}
+    save_target(path, trainer.target, meta)
+    return meta

@@ -1,0 +1,23 @@
+import pytest
+import ray
+import yaml
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def write_spec(path, corpus_dir, name, factors, **extra):
+    raw = {"name": name, "base": {"preset": "tiny", "data": [str(corpus_dir)], **extra.pop("base", {})},
+           "factors": factors, "replicates": extra.pop("replicates", 1), "max_concurrent": 2, **extra}
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+D1_D9 = {
+    "D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}},
+    "D9": {"hidden": {"confidence_input": "hidden"}, "markov": {"confidence_input": "hidden+markov"}},
+}

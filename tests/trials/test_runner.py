@@ -1,0 +1,173 @@
+"""Real Ray, real MLflow: smoke sweep, crash recovery, driver interruption, two nodes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from dspark.train import is_timing_metric
+from trials import runner, spec as specmod
+from tests.trials.conftest import D1_D9, write_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def children(uri, name):
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(name)
+    runs = c.search_runs([exp.experiment_id], "", max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweep_parent") == "true"]
+    kids = [r for r in runs if "trial_key" in r.data.tags]
+    return c, parents, kids
+
+
+def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = specmod.smoke(specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "smoke", D1_D9)))
+    out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
+    assert out == {**out, "finished": 4, "failed": 0}
+    c, parents, kids = children(uri, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(kids) == 4
+    for r in kids:
+        t = r.data.tags
+        assert r.info.status == "FINISHED"
+        assert t["mlflow.parentRunId"] == parents[0].info.run_id
+        assert t["sweep"] == "smoke" and t["replicate"] == "0" and t["cell"].startswith("D1=")
+        assert t["factor.D1"] in ("shifted", "aligned") and t["factor.D9"] in ("hidden", "markov")
+        assert f"D1={t['factor.D1']}|D9={t['factor.D9']}" == t["cell"]
+        assert len(t["target_hash"]) == 16 and len(t["data_sha256"]) == 64 and t["git_commit"] and t["seed"]
+        p = r.data.params
+        assert p["window"] == t["factor.D1"] and p["confidence_input"] == {"hidden": "hidden",
+                                                                          "markov": "hidden+markov"}[t["factor.D9"]]
+        assert p["seed"] == t["seed"] and p["target_path"].endswith(t["target_hash"] + ".pt")
+        assert "tf/tau" in r.data.metrics and "spec/tau" in r.data.metrics and "tf/accept:1" in r.data.metrics
+        assert len(c.get_metric_history(r.info.run_id, "tf/tau")) >= 2  # metrics carry their steps
+        arts = {a.path for a in c.list_artifacts(r.info.run_id)}
+        assert {"config.json", "final_metrics.json", "plots"} <= arts
+    # one shared target, trained once, and reused by a later sweep with the same hash
+    targets = list((tmp_path / "st" / "targets").glob("*.pt"))
+    assert len(targets) == 1
+    mtime = targets[0].stat().st_mtime_ns
+    spec2 = specmod.smoke(specmod.load(write_spec(tmp_path / "s2.yaml", corpus_dir, "smoke2",
+                                                  {"D1": D1_D9["D1"]})))
+    runner.run(spec2, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
+    assert targets[0].stat().st_mtime_ns == mtime
+
+
+def test_crashed_trial_resumes_from_its_checkpoint(ray_local, tmp_path, corpus_dir):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    factors = {"crash": {"no": {"crash_at_step": 0}, "once": {"crash_at_step": 7}}}
+    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "fault", factors, max_failures=1,
+                                   base={"target_steps": 10, "draft_steps": 12, "eval_interval": 5,
+                                         "eval_batches": 1, "spec_prompts": 2, "spec_new_tokens": 16,
+                                         "spec_prompt_len": 16}))
+    out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
+    assert out["finished"] == 2 and out["failed"] == 0
+    _, _, kids = children(uri, "fault")
+    assert len(kids) == 2 and all(r.info.status == "FINISHED" for r in kids)
+    by = {r.data.tags["factor.crash"]: r for r in kids}
+    assert by["once"].data.tags.get("restarts") == "1" and "restarts" not in by["no"].data.tags
+    a = {k: v for k, v in by["no"].data.metrics.items() if not is_timing_metric(k)}
+    b = {k: v for k, v in by["once"].data.metrics.items() if not is_timing_metric(k)}
+    assert a == b  # same seed, resumed from the step-5 checkpoint: identical final metrics
+
+
+def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec_path = write_spec(tmp_path / "s.yaml", corpus_dir, "interrupt", D1_D9, max_concurrent=1,
+                           base={"target_steps": 10, "draft_steps": 40, "eval_interval": 10, "eval_batches": 1,
+                                 "spec_prompts": 2, "spec_new_tokens": 16, "spec_prompt_len": 16})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "trials.cli", "run", str(spec_path), "--tracking-uri", uri,
+           "--storage", str(tmp_path / "st")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    finished_before = {}
+    while time.time() < deadline:
+        time.sleep(1)
+        try:
+            _, _, kids = children(uri, "interrupt")
+        except Exception:
+            continue
+        done = [r for r in kids if r.info.status == "FINISHED"]
+        if done and any(r.info.status == "RUNNING" for r in kids):
+            finished_before = {r.data.tags["trial_key"]: r.info.end_time for r in done}
+            break
+    assert finished_before, "the sweep never reached a finished and a running trial"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    _, parents, kids = children(uri, "interrupt")
+    assert not any(r.info.status == "RUNNING" for r in kids)
+    r = subprocess.run([sys.executable, "-m", "trials.cli", "resume", "interrupt", "--storage", str(tmp_path / "st")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    _, parents, kids = children(uri, "interrupt")
+    assert len(parents) == 1 and len(kids) == 4
+    assert len({k.data.tags["trial_key"] for k in kids}) == 4
+    assert all(k.info.status == "FINISHED" for k in kids)
+    for k in kids:  # a trial finished before the interruption was not run again
+        key = k.data.tags["trial_key"]
+        if key in finished_before:
+            assert k.info.end_time == finished_before[key] and "resumed" not in k.data.tags
+    assert "4 finished" in r.stdout
+    s = subprocess.run([sys.executable, "-m", "trials.cli", "status", "interrupt", "--storage", str(tmp_path / "st")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert s.returncode == 0 and s.stdout.count("finished") >= 4
+
+
+def test_two_nodes_spread_and_survive_losing_one(tmp_path, corpus_dir):
+    from ray.cluster_utils import Cluster
+    import threading
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    worker = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "nodes", D1_D9, max_failures=2,
+                                   base={"target_steps": 10, "draft_steps": 60, "eval_interval": 10,
+                                         "eval_batches": 1, "spec_prompts": 2, "spec_new_tokens": 16,
+                                         "spec_prompt_len": 16}))
+    result = {}
+
+    def go():
+        result["out"] = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"),
+                                   address=cluster.address, verbose=0)
+
+    try:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        worker_id = worker.node_id
+        th = threading.Thread(target=go)
+        th.start()
+        deadline = time.time() + 180
+        killed = False
+        while time.time() < deadline and th.is_alive():
+            time.sleep(0.5)
+            try:
+                _, _, kids = children(uri, "nodes")
+            except Exception:
+                continue
+            on_worker = [k for k in kids if worker_id in k.data.tags.get("ray_nodes", "")
+                         and k.info.status == "RUNNING"]
+            if on_worker and not killed:
+                cluster.remove_node(worker)
+                killed = True
+                break
+        th.join(timeout=600)
+        assert killed, "no trial ran on the second node"
+        assert result["out"]["finished"] == 4 and result["out"]["failed"] == 0
+        _, _, kids = children(uri, "nodes")
+        assert len(kids) == 4 and all(k.info.status == "FINISHED" for k in kids)
+        nodes = set()
+        for k in kids:
+            nodes.update(k.data.tags.get("ray_nodes", "").split(","))
+        assert worker_id in nodes and len(nodes - {""}) == 2  # trials ran on both nodes
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

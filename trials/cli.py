@@ -1,0 +1,118 @@
+"""`trials`: run, resume, inspect and validate factorial DSpark sweeps."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import spec as specmod
+from .tracking import DEFAULT_TRACKING_URI
+
+
+def _table(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return "(no trials)"
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    line = "  ".join(c.ljust(width[c]) for c in cols)
+    out = [line, "  ".join("-" * width[c] for c in cols)]
+    out += ["  ".join(r[c].ljust(width[c]) for c in cols) for r in rows]
+    return "\n".join(out)
+
+
+def summary_counts(rows) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def cmd_validate(args) -> int:
+    spec = specmod.load(args.spec)
+    n_cells = len({t.cell for t in spec.trials})
+    print(f"{spec.name}: valid. design {spec.design}, {len(spec.factors)} factors, {n_cells} cells x "
+          f"{spec.replicates} replicates = {len(spec.trials)} trials")
+    for f, levels in spec.factors.items():
+        print(f"  {f}: {', '.join(levels)}")
+    for line in specmod.alias_structure(spec):
+        print("  " + line)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from . import runner
+
+    spec = specmod.load(args.spec)  # the whole spec is validated before anything starts
+    if args.smoke_test:
+        spec = specmod.smoke(spec)
+    result = runner.run(spec, tracking_uri=args.tracking_uri, storage=args.storage, address=args.address,
+                        max_concurrent=args.max_concurrent)
+    rows = runner.status(spec, args.tracking_uri)
+    print(_table(rows))
+    print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {args.tracking_uri}")
+    return 0 if result["failed"] == 0 else 1
+
+
+def cmd_resume(args) -> int:
+    from . import runner
+
+    spec, meta = runner.load_saved(args.name, args.storage)
+    uri = args.tracking_uri or meta["tracking_uri"]
+    result = runner.run(spec, tracking_uri=uri, storage=args.storage, address=args.address,
+                        max_concurrent=meta.get("max_concurrent"), resume=True)
+    rows = runner.status(spec, uri)
+    print(_table(rows))
+    print(f"{spec.name}: {summary_counts(rows)}")
+    return 0 if result["failed"] == 0 else 1
+
+
+def cmd_status(args) -> int:
+    from . import runner
+
+    spec, meta = runner.load_saved(args.name, args.storage)
+    uri = args.tracking_uri or meta["tracking_uri"]
+    rows = runner.status(spec, uri)
+    print(_table(rows))
+    print(f"{spec.name}: {summary_counts(rows)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="trials", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a sweep spec")
+    r.add_argument("spec")
+    r.add_argument("--address", help="Ray cluster address (default: a local Ray started here)")
+    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
+    r.add_argument("--storage", help="Tune storage path (shared on a cluster); default ./ray_results")
+    r.add_argument("--max-concurrent", type=int)
+    r.add_argument("--smoke-test", action="store_true", help="every trial shrunk to a few steps")
+    r.set_defaults(fn=cmd_run)
+    s = sub.add_parser("resume", help="resume an interrupted sweep by name")
+    s.add_argument("name")
+    s.add_argument("--address")
+    s.add_argument("--tracking-uri")
+    s.add_argument("--storage")
+    s.set_defaults(fn=cmd_resume)
+    st = sub.add_parser("status", help="cells finished / running / failed / pending")
+    st.add_argument("name")
+    st.add_argument("--tracking-uri")
+    st.add_argument("--storage")
+    st.set_defaults(fn=cmd_status)
+    v = sub.add_parser("validate", help="validate a spec and print its alias structure")
+    v.add_argument("spec")
+    v.set_defaults(fn=cmd_validate)
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except specmod.SpecError as e:
+        for line in e.problems:
+            print(f"trials: error: {line}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"trials: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

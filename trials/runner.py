@@ -1,0 +1,323 @@
+"""Run a sweep on Ray Tune: the shared target first (a Ray task), then one trial per
+cell x replicate, each calling `dspark.train` and reporting through `ray.tune.report`.
+
+Layout under the storage path: `<storage>/<sweep>/` is Tune's experiment directory (with
+`spec.yaml` and `sweep.json` beside it for `resume` and `status`), `<storage>/targets/`
+holds the content-addressed shared targets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import ray
+import yaml
+from ray import tune
+
+from . import spec as specmod
+from .spec import SweepSpec
+from .tracking import DEFAULT_TRACKING_URI, Ledger, SweepTracker, git_commit
+
+DEFAULT_STORAGE = "ray_results"
+
+
+def trial_fn(config: dict[str, Any]) -> None:
+    """The Tune function trainable: one DSpark training run."""
+    import torch
+
+    from dspark.config import from_dict
+    from dspark.train import train
+
+    cpus = int(config.get("cpus", 1)) or 1
+    torch.set_num_threads(cpus)
+    cfg = from_dict(config["trainer"])
+    out_dir = tempfile.mkdtemp(prefix="dspark-trial-")
+    cfg = cfg.replace(out_dir=out_dir)
+
+    node = {"node_id": ray.get_runtime_context().get_node_id()}
+
+    def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        metrics = {**metrics, **node}  # where the trial ran, for the run's tags
+        if checkpoint_dir is None:
+            tune.report(metrics)
+        else:
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
+
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        train(cfg, report=report)
+    else:
+        with checkpoint.as_directory() as resume_dir:
+            train(cfg, report=report, resume_from=resume_dir)
+
+
+@ray.remote(max_retries=1)
+def _shared_target_task(config: dict, path: str) -> dict:
+    import torch
+
+    from dspark.train import train_shared_target
+
+    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    return train_shared_target(config, path)
+
+
+def storage_root(storage: str | None) -> Path:
+    return Path(storage or DEFAULT_STORAGE).expanduser().resolve()
+
+
+def ensure_targets(spec: SweepSpec, storage: Path) -> dict[str, dict]:
+    """Train (once, as Ray tasks) every distinct target the drafter-stage trials need;
+    returns target_hash -> metadata with its `path`. A target already in storage is reused."""
+    from dspark.data import build_corpus
+    from dspark.train import load_target, target_hash
+
+    needed: dict[str, Any] = {}
+    hashes: dict[str, str] = {}
+    for t in spec.trials:
+        cfg = t.config
+        if cfg.parallel_stage != "drafter" or cfg.target_path:
+            continue
+        dkey = json.dumps([cfg.data, cfg.text_column, cfg.max_corpus_bytes])
+        if dkey not in hashes:
+            hashes[dkey] = build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1,
+                                        max_bytes=cfg.max_corpus_bytes).sha256
+        needed.setdefault(target_hash(cfg, hashes[dkey]), cfg)
+    out: dict[str, dict] = {}
+    pending = {}
+    tdir = storage / "targets"
+    tdir.mkdir(parents=True, exist_ok=True)
+    for h, cfg in needed.items():
+        path = tdir / f"{h}.pt"
+        if path.is_file():
+            _, meta = load_target(path)
+            out[h] = {**meta, "path": str(path), "reused": True}
+            continue
+        opts = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
+        pending[h] = (path, _shared_target_task.options(**opts).remote(cfg.to_dict(), str(path)))
+    for h, (path, ref) in pending.items():
+        meta = ray.get(ref)
+        if meta["target_hash"] != h:
+            raise RuntimeError(f"shared target {h}: the task trained {meta['target_hash']}")
+        out[h] = {**meta, "path": str(path), "reused": False}
+    return out
+
+
+def bind_targets(spec: SweepSpec, targets: dict[str, dict]) -> tuple[SweepSpec, dict[str, dict[str, str]]]:
+    """Point every drafter-stage trial at its shared target; tags per trial key."""
+    from dspark.train import target_hash
+
+    tags: dict[str, dict[str, str]] = {}
+    new_trials = []
+    for t in spec.trials:
+        extra = {}
+        cfg = t.config
+        if cfg.parallel_stage == "drafter" and not cfg.target_path:
+            h = next(h for h, m in targets.items() if target_hash(cfg, m["data_sha256"]) == h)
+            cfg = cfg.replace(target_path=targets[h]["path"])
+            extra = {"target_hash": h, "data_sha256": targets[h]["data_sha256"]}
+        new_trials.append(specmod.Trial(t.key, t.cell, t.replicate, t.seed, t.levels, t.arm, cfg))
+        tags[t.key] = extra
+    spec.trials = new_trials
+    return spec, tags
+
+
+def data_hash_tags(spec: SweepSpec, tags: dict[str, dict[str, str]]) -> None:
+    """Backbone-stage trials train their own LM; record their corpus hash and the hash
+    their target would have."""
+    from dspark.data import build_corpus
+    from dspark.train import target_hash
+
+    cache: dict[str, str] = {}
+    for t in spec.trials:
+        if tags.get(t.key):
+            continue
+        cfg = t.config
+        dkey = json.dumps([cfg.data, cfg.text_column, cfg.max_corpus_bytes])
+        if dkey not in cache:
+            cache[dkey] = build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1,
+                                       max_bytes=cfg.max_corpus_bytes).sha256
+        tags[t.key] = {"data_sha256": cache[dkey], "target_hash": target_hash(cfg, cache[dkey])}
+
+
+def param_space(spec: SweepSpec) -> dict:
+    cpus = spec.resources.get("cpu", 1)
+    trials = [{"trial_key": t.key, "cpus": cpus, "trainer": t.config.to_dict()} for t in spec.trials]
+    return {"trial": tune.grid_search(trials)}
+
+
+def _flatten(config: dict) -> dict:
+    # grid_search nests each trial under "trial"; the trainable reads it flat
+    return config["trial"] if "trial" in config else config
+
+
+def _trainable(spec: SweepSpec):
+    def fn(config):
+        trial_fn(_flatten(config))
+
+    fn.__name__ = "dspark_trial"
+    res = {"cpu": spec.resources.get("cpu", 1), "gpu": spec.resources.get("gpu", 0)}
+    return tune.with_resources(fn, res)
+
+
+class _FlatTracker(SweepTracker):
+    """Tune hands callbacks the trial's nested config; flatten before use."""
+
+    def _trial(self, trial):
+        key = _flatten(trial.config)["trial_key"]
+        return next(t for t in self.spec.trials if t.key == key)
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """A `kill` of the driver stops Tune the way Ctrl-C does (state saved, runs closed)."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=num_cpus, **kwargs)
+    return True
+
+
+def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
+        address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
+        verbose: int = 1) -> dict:
+    """Run (or resume) a validated sweep. Returns a summary of trial states."""
+    root = storage_root(storage)
+    exp_dir = root / spec.name
+    started_ray = _init_ray(address)
+    ledger = None
+    try:
+        with _sigterm_as_interrupt():
+            targets = ensure_targets(spec, root)
+            spec, tags = bind_targets(spec, targets)
+            data_hash_tags(spec, tags)
+            commit = git_commit()
+            for v in tags.values():
+                v["git_commit"] = commit
+            ledger = Ledger(tracking_uri, spec)
+            for h, meta in targets.items():
+                ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
+            tracker = _TaggedTracker(tracking_uri, spec, tags)
+            exp_dir.mkdir(parents=True, exist_ok=True)
+            _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)
+            trainable = _trainable(spec)
+            if resume and tune.Tuner.can_restore(str(exp_dir)):
+                tuner = tune.Tuner.restore(str(exp_dir), trainable, resume_unfinished=True, resume_errored=True,
+                                           param_space=param_space(spec))
+            else:
+                limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+                tuner = tune.Tuner(
+                    trainable,
+                    param_space=param_space(spec),
+                    tune_config=tune.TuneConfig(max_concurrent_trials=limit or None,
+                                                trial_dirname_creator=_dirname),
+                    run_config=tune.RunConfig(
+                        name=spec.name, storage_path=str(root), callbacks=[tracker], verbose=verbose,
+                        failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+                        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                    ),
+                )
+            grid = tuner.fit()
+        states = {"finished": 0, "failed": 0}
+        for res in grid:
+            states["failed" if res.error else "finished"] += 1
+        ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
+        return {**states, "experiment": spec.name, "tracking_uri": tracking_uri, "storage": str(exp_dir)}
+    except BaseException:
+        if ledger is not None:
+            ledger.close_open_runs("KILLED")
+            ledger.finish(ledger.parent_id, "KILLED")
+        raise
+    finally:
+        if ledger is not None:
+            ledger.close_open_runs("KILLED")
+        if started_ray:
+            ray.shutdown()
+
+
+def _dirname(trial) -> str:
+    key = _flatten(trial.config)["trial_key"]
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
+    return f"{trial.trial_id}_{safe}"[:120]
+
+
+class _TaggedTracker(_FlatTracker):
+    """Adds each trial's own tags (target hash, corpus hash, commit) to its run."""
+
+    def __init__(self, tracking_uri, spec, tags_by_key):
+        super().__init__(tracking_uri, spec, {})
+        self.tags_by_key = tags_by_key
+
+    def _run_id(self, trial):
+        if trial.trial_id not in self._runs:
+            t = self._trial(trial)
+            self._runs[trial.trial_id] = self.ledger.open_child(t, self.tags_by_key.get(t.key, {}))
+        return self._runs[trial.trial_id]
+
+
+def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
+    raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
+           "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
+           "max_failures": spec.max_failures}
+    if spec.generators:
+        raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
+    (exp_dir / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (exp_dir / "sweep.json").write_text(json.dumps({"tracking_uri": tracking_uri,
+                                                    "max_concurrent": max_concurrent}))
+
+
+def load_saved(name: str, storage: str | None) -> tuple[SweepSpec, dict]:
+    exp_dir = storage_root(storage) / name
+    if not (exp_dir / "spec.yaml").is_file():
+        raise specmod.SpecError([f"resume: no sweep {name!r} under {storage_root(storage)}"])
+    spec = specmod.load(exp_dir / "spec.yaml")
+    meta = json.loads((exp_dir / "sweep.json").read_text())
+    return spec, meta
+
+
+def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
+    """One row per trial: cell, replicate, state (finished / running / failed / pending)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(spec.name)
+    runs = {}
+    if exp is not None:
+        for r in client.search_runs([exp.experiment_id], "", max_results=50000):
+            if "trial_key" in r.data.tags:
+                runs[r.data.tags["trial_key"]] = r
+    rows = []
+    names = {"FINISHED": "finished", "RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
+             "SCHEDULED": "pending"}
+    for t in spec.trials:
+        r = runs.get(t.key)
+        rows.append({"cell": t.cell, "replicate": str(t.replicate),
+                     "state": names.get(r.info.status, r.info.status.lower()) if r else "pending",
+                     "tf/tau": f"{r.data.metrics['tf/tau']:.3f}" if r and "tf/tau" in r.data.metrics else "",
+                     "spec/tau": f"{r.data.metrics['spec/tau']:.3f}" if r and "spec/tau" in r.data.metrics else ""})
+    return rows

@@ -1,0 +1,216 @@
+"""MLflow tracking of a sweep, written by the driver alone (a SQLite store takes one writer).
+
+One experiment per sweep; a parent run for the sweep; one child run per trial
+(`mlflow.parentRunId`), named by cell and replicate, found again by its `trial_key` tag
+when a trial or the sweep resumes, so no run is ever duplicated. `SweepTracker` is a Ray
+Tune callback: it runs in the driver and turns trial events into MLflow writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from ray.tune import Callback
+
+from .spec import SweepSpec, Trial
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def trial_params(trial: Trial) -> dict[str, str]:
+    """The full resolved trainer config, as MLflow's string params."""
+    return {k: str(v) for k, v in trial.config.to_dict().items()}
+
+
+def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
+    tags = {PARENT_TAG: parent_id, "sweep": spec.name, "cell": trial.cell, "replicate": str(trial.replicate),
+            "seed": str(trial.seed), "trial_key": trial.key, "arm": trial.arm, "mlflow.runName": trial.run_name}
+    for f, level in trial.levels.items():
+        tags[f"factor.{f}"] = level
+    tags.update(extra)
+    return tags
+
+
+class Ledger:
+    """Experiment, parent run and child runs of one sweep in one MLflow store."""
+
+    def __init__(self, tracking_uri: str, spec: SweepSpec):
+        self.uri = tracking_uri
+        self.spec = spec
+        self.client = MlflowClient(tracking_uri)
+        exp = self.client.get_experiment_by_name(spec.name)
+        self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(spec.name)
+        self.parent_id = self._parent()
+
+    def _parent(self) -> str:
+        runs = self.client.search_runs([self.experiment_id], "tags.sweep_parent = 'true'", max_results=1)
+        if runs:
+            return runs[0].info.run_id
+        run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
+                                     tags={"sweep_parent": "true", "sweep": self.spec.name,
+                                           "design": self.spec.design, "git_commit": git_commit(),
+                                           "factors": ",".join(self.spec.factors)})
+        self.client.log_batch(run.info.run_id, params=[
+            Param("design", self.spec.design), Param("replicates", str(self.spec.replicates)),
+            Param("factors", json.dumps(self.spec.factors, sort_keys=True, default=str)[:6000]),
+            Param("base", json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
+        return run.info.run_id
+
+    def child_runs(self) -> dict[str, Any]:
+        """trial_key -> run, for the children of this sweep's parent."""
+        out = {}
+        token = None
+        while True:
+            page = self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_id}'",
+                                           max_results=1000, page_token=token)
+            for r in page:
+                out[r.data.tags.get("trial_key")] = r
+            token = page.token
+            if not token:
+                return out
+
+    def open_child(self, trial: Trial, extra_tags: dict[str, str]) -> str:
+        """The run of a trial: reused when it exists (resume), else created."""
+        existing = self.child_runs().get(trial.key)
+        if existing is not None:
+            run_id = existing.info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            self.client.set_tag(run_id, "resumed", str(int(existing.data.tags.get("resumed", "0")) + 1))
+            return run_id
+        tags = trial_tags(self.spec, trial, self.parent_id, extra_tags)
+        run = self.client.create_run(self.experiment_id, run_name=trial.run_name, tags=tags)
+        params = [Param(k, v) for k, v in trial_params(trial).items()]
+        for i in range(0, len(params), 90):
+            self.client.log_batch(run.info.run_id, params=params[i:i + 90])
+        return run.info.run_id
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
+        ts = int(time.time() * 1000)
+        batch = [Metric(store_key(k), float(v), ts, step) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and math.isfinite(float(v))]
+        for i in range(0, len(batch), 900):
+            self.client.log_batch(run_id, metrics=batch[i:i + 900])
+
+    def finish(self, run_id: str, status: str, error: str | None = None) -> None:
+        if error:
+            self.client.set_tag(run_id, "error", error[-4900:])
+        self.client.set_terminated(run_id, status=status)
+
+    def close_open_runs(self, status: str = "KILLED") -> int:
+        """End every child still RUNNING (an interrupted sweep); returns how many."""
+        n = 0
+        for run in self.child_runs().values():
+            if run.info.status == "RUNNING":
+                self.client.set_terminated(run.info.run_id, status=status)
+                n += 1
+        return n
+
+
+def store_key(name: str) -> str:
+    """MLflow refuses '@' in metric names: `tf/accept@3` is stored as `tf/accept:3` (the
+    analysis loader maps it back, so its columns carry the trainer's names)."""
+    return name.replace("@", ":")
+
+
+def is_metric(key: str) -> bool:
+    return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
+
+
+class SweepTracker(Callback):
+    """Ray Tune callback (driver side) writing each trial's life into MLflow."""
+
+    def __init__(self, tracking_uri: str, spec: SweepSpec, extra_tags: dict[str, str]):
+        self.tracking_uri = tracking_uri
+        self.spec = spec
+        self.extra_tags = dict(extra_tags)
+        self._ledger: Ledger | None = None
+        self._runs: dict[str, str] = {}
+        self._nodes: dict[str, str] = {}
+
+    def __getstate__(self):  # Tune pickles callbacks with the experiment; the client is rebuilt
+        state = dict(self.__dict__)
+        state["_ledger"] = None
+        state["_runs"] = {}
+        state["_nodes"] = {}
+        return state
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger(self.tracking_uri, self.spec)
+        return self._ledger
+
+    def _trial(self, trial) -> Trial:
+        key = trial.config["trial_key"]
+        return next(t for t in self.spec.trials if t.key == key)
+
+    def _run_id(self, trial) -> str:
+        if trial.trial_id not in self._runs:
+            self._runs[trial.trial_id] = self.ledger.open_child(self._trial(trial), self.extra_tags)
+        return self._runs[trial.trial_id]
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._run_id(trial)
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        self._run_id(trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        run_id = self._run_id(trial)
+        metrics = {k: v for k, v in result.items() if is_metric(k)}
+        self.ledger.log_metrics(run_id, metrics, int(result.get("step", 0)))
+        node = result.get("node_id")
+        if node and self._nodes.get(run_id) != node:
+            self._nodes[run_id] = node
+            nodes = self.ledger.client.get_run(run_id).data.tags.get("ray_nodes", "")
+            if node not in nodes.split(","):
+                self.ledger.client.set_tag(run_id, "ray_nodes", ",".join(p for p in (nodes, node) if p))
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        run_id = self._run_id(trial)
+        client = self.ledger.client
+        restarts = int(client.get_run(run_id).data.tags.get("restarts", "0")) + 1
+        client.set_tag(run_id, "restarts", str(restarts))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        run_id = self._run_id(trial)
+        t = self._trial(trial)
+        client = self.ledger.client
+        last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k)}
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "config.json").write_text(json.dumps(t.config.to_dict(), indent=2))
+            Path(tmp, "final_metrics.json").write_text(json.dumps(last, indent=2, sort_keys=True))
+            client.log_artifacts(run_id, tmp)
+        ckpt = trial.checkpoint
+        if ckpt is not None and ckpt.path and os.path.isdir(os.path.join(ckpt.path, "artifacts")):
+            client.log_artifacts(run_id, os.path.join(ckpt.path, "artifacts"), artifact_path="plots")
+        self.ledger.finish(run_id, "FINISHED")
+        self._runs.pop(trial.trial_id, None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        run_id = self._run_id(trial)
+        error = getattr(trial, "error_msg", None) or ""
+        path = getattr(trial, "error_file", None)
+        if not error and path and os.path.isfile(path):
+            error = Path(path).read_text()
+        self.ledger.finish(run_id, "FAILED", error or "trial failed")
+        self._runs.pop(trial.trial_id, None)
