@@ -179,7 +179,9 @@ def _sigterm_as_interrupt():
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        # Tune's own SIGINT handler (once installed) stops gracefully and saves the
+        # experiment state; before that, SIGINT's default raises KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGINT)
 
     try:
         signal.signal(signal.SIGTERM, handler)
@@ -273,11 +275,8 @@ class _TaggedTracker(_FlatTracker):
         super().__init__(tracking_uri, spec, {})
         self.tags_by_key = tags_by_key
 
-    def _run_id(self, trial):
-        if trial.trial_id not in self._runs:
-            t = self._trial(trial)
-            self._runs[trial.trial_id] = self.ledger.open_child(t, self.tags_by_key.get(t.key, {}))
-        return self._runs[trial.trial_id]
+    def _tags_for(self, t):
+        return self.tags_by_key.get(t.key, {})
 
 
 def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:

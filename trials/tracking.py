@@ -88,20 +88,24 @@ class Ledger:
             if not token:
                 return out
 
-    def open_child(self, trial: Trial, extra_tags: dict[str, str]) -> str:
-        """The run of a trial: reused when it exists (resume), else created."""
+    def open_child(self, trial: Trial, extra_tags: dict[str, str]) -> tuple[str, bool]:
+        """The run of a trial: reused when it exists (resume), else created. The flag says
+        the run had already FINISHED (Tune may replay a trial whose end it had not yet
+        saved; its finished run is left as it is)."""
         existing = self.child_runs().get(trial.key)
+        if existing is not None and existing.info.status == "FINISHED":
+            return existing.info.run_id, True
         if existing is not None:
             run_id = existing.info.run_id
             self.client.update_run(run_id, status="RUNNING")
             self.client.set_tag(run_id, "resumed", str(int(existing.data.tags.get("resumed", "0")) + 1))
-            return run_id
+            return run_id, False
         tags = trial_tags(self.spec, trial, self.parent_id, extra_tags)
         run = self.client.create_run(self.experiment_id, run_name=trial.run_name, tags=tags)
         params = [Param(k, v) for k, v in trial_params(trial).items()]
         for i in range(0, len(params), 90):
             self.client.log_batch(run.info.run_id, params=params[i:i + 90])
-        return run.info.run_id
+        return run.info.run_id, False
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
         ts = int(time.time() * 1000)
@@ -145,12 +149,14 @@ class SweepTracker(Callback):
         self._ledger: Ledger | None = None
         self._runs: dict[str, str] = {}
         self._nodes: dict[str, str] = {}
+        self._done: set[str] = set()
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment; the client is rebuilt
         state = dict(self.__dict__)
         state["_ledger"] = None
         state["_runs"] = {}
         state["_nodes"] = {}
+        state["_done"] = set()
         return state
 
     @property
@@ -163,10 +169,21 @@ class SweepTracker(Callback):
         key = trial.config["trial_key"]
         return next(t for t in self.spec.trials if t.key == key)
 
+    def _tags_for(self, t: Trial) -> dict[str, str]:
+        return self.extra_tags
+
     def _run_id(self, trial) -> str:
         if trial.trial_id not in self._runs:
-            self._runs[trial.trial_id] = self.ledger.open_child(self._trial(trial), self.extra_tags)
+            t = self._trial(trial)
+            run_id, done = self.ledger.open_child(t, self._tags_for(t))
+            self._runs[trial.trial_id] = run_id
+            if done:
+                self._done.add(run_id)
         return self._runs[trial.trial_id]
+
+    def _writable(self, trial) -> str | None:
+        run_id = self._run_id(trial)
+        return None if run_id in self._done else run_id
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._run_id(trial)
@@ -175,7 +192,9 @@ class SweepTracker(Callback):
         self._run_id(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        run_id = self._run_id(trial)
+        run_id = self._writable(trial)
+        if run_id is None:
+            return
         metrics = {k: v for k, v in result.items() if is_metric(k)}
         self.ledger.log_metrics(run_id, metrics, int(result.get("step", 0)))
         node = result.get("node_id")
@@ -186,13 +205,17 @@ class SweepTracker(Callback):
                 self.ledger.client.set_tag(run_id, "ray_nodes", ",".join(p for p in (nodes, node) if p))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        run_id = self._run_id(trial)
+        run_id = self._writable(trial)
+        if run_id is None:
+            return
         client = self.ledger.client
         restarts = int(client.get_run(run_id).data.tags.get("restarts", "0")) + 1
         client.set_tag(run_id, "restarts", str(restarts))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        run_id = self._run_id(trial)
+        run_id = self._writable(trial)
+        if run_id is None:
+            return
         t = self._trial(trial)
         client = self.ledger.client
         last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k)}
@@ -207,7 +230,9 @@ class SweepTracker(Callback):
         self._runs.pop(trial.trial_id, None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        run_id = self._run_id(trial)
+        run_id = self._writable(trial)
+        if run_id is None:
+            return
         error = getattr(trial, "error_msg", None) or ""
         path = getattr(trial, "error_file", None)
         if not error and path and os.path.isfile(path):
