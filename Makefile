@@ -14,7 +14,9 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
-	$(BIN)/dspark train --preset small
+	$(BIN)/trials run sweeps/demo.yaml
+	$(BIN)/analysis report demo
+	@echo "MLflow UI on the same store: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db  (then open http://127.0.0.1:5000)"
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q tests

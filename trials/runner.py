@@ -211,6 +211,12 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     """Run (or resume) a validated sweep. Returns a summary of trial states."""
     root = storage_root(storage)
     exp_dir = root / spec.name
+    if not resume and (exp_dir / "spec.yaml").is_file():
+        saved = specmod.load(exp_dir / "spec.yaml")
+        if not specmod.same_design(saved, spec):
+            raise specmod.SpecError([f"sweep {spec.name!r} already exists in {root} with a different spec: "
+                                     f"rename the sweep, or delete {exp_dir}"])
+        resume = True  # the same sweep again: finish what is unfinished, rerun nothing
     started_ray = _init_ray(address)
     ledger = None
     try:

@@ -22,6 +22,7 @@ cell of one replicate shares its seed (a blocked design) and a rerun reproduces.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import re
@@ -87,6 +88,13 @@ class SweepSpec:
         base = {**self.base, **changes}
         return build(self.name, base, self.factors, self.replicates, self.generators, self.controls,
                      self.resources, self.max_concurrent, self.max_failures, self.description)
+
+
+def same_design(a: SweepSpec, b: SweepSpec) -> bool:
+    """Same trials with the same configs (what decides whether a sweep can be resumed)."""
+    def sig(s):
+        return sorted((t.key, repr(sorted(t.config.to_dict().items()))) for t in s.trials)
+    return a.name == b.name and sig(a) == sig(b)
 
 
 def replicate_seed(sweep: str, replicate: int) -> int:
@@ -295,7 +303,9 @@ def alias_structure(spec: SweepSpec, max_order: int = 2) -> list[str]:
 
 
 def smoke(spec: SweepSpec) -> SweepSpec:
-    """Every trial shrunk to a few steps, for a quick end-to-end check."""
+    """Every trial shrunk to a few steps, for a quick end-to-end check; named
+    `<name>-smoke` so it never mixes with the real sweep's runs."""
+    spec = dataclasses.replace(spec, name=f"{spec.name}-smoke")
     return spec.override(target_steps=8, draft_steps=6, eval_interval=3, eval_batches=1, spec_prompts=2,
                          spec_new_tokens=16, spec_prompt_len=16, max_corpus_bytes=300_000,
                          spec_interval_prompts=0)

@@ -1,0 +1,145 @@
+"""Factorial ANOVA with statsmodels.
+
+Factors enter with sum-to-zero (effect) coding, `C(x, Sum)`, so Type III sums of squares
+are right for unbalanced designs (with treatment coding they test simple effects at the
+reference level instead). Columns are renamed to safe identifiers before the formula is
+built, so a factor called `C` or `D1:x` cannot collide with formula syntax. Terms that the
+design cannot estimate (aliased in a fraction, or empty cells) are left out, lowest order
+first kept, and the model keeps at least one residual degree of freedom.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pandas as pd
+import statsmodels.formula.api as smf
+from statsmodels.stats.anova import anova_lm
+
+
+class AnalysisError(ValueError):
+    """The data cannot answer the question asked; the message says why."""
+
+
+def _safe(names: list[str]) -> dict[str, str]:
+    return {n: f"f{i}" for i, n in enumerate(names)}
+
+
+def check_design(df: pd.DataFrame, response: str, factors: list[str]) -> None:
+    """Refuse, with a reason, what no model can answer."""
+    if response not in df.columns:
+        raise AnalysisError(f"response {response!r} is not a column (have: {', '.join(map(str, df.columns))[:300]})")
+    missing = [f for f in factors if f not in df.columns]
+    if missing:
+        raise AnalysisError(f"factor(s) {', '.join(missing)} not in the data")
+    y = pd.to_numeric(df[response], errors="coerce")
+    if y.isna().any():
+        raise AnalysisError(f"response {response!r} has {int(y.isna().sum())} missing or non-numeric value(s)")
+    if np.ptp(y.to_numpy()) == 0:
+        raise AnalysisError(f"response {response!r} is constant ({y.iloc[0]!r}) across every run: nothing to attribute")
+    for f in factors:
+        levels = df[f].dropna().unique()
+        if len(levels) < 2:
+            raise AnalysisError(f"factor {f!r} has one level ({', '.join(map(str, levels))}): it has no effect to estimate")
+
+
+def _cells_empty(df: pd.DataFrame, factors: list[str], design_cells: set | None) -> list[tuple]:
+    present = set(map(tuple, df[factors].astype(str).to_numpy()))
+    if design_cells is not None:
+        return sorted(c for c in design_cells if c not in present)
+    return []
+
+
+def _terms(factors: list[str], max_order: int) -> list[tuple[str, ...]]:
+    out = []
+    for k in range(1, max_order + 1):
+        out.extend(itertools.combinations(factors, k))
+    return out
+
+
+def estimable_terms(df: pd.DataFrame, factors: list[str], max_order: int | None = None,
+                    block: str | None = None) -> list[tuple[str, ...]]:
+    """Main effects and interactions the data can estimate, lowest order first, keeping
+    at least one residual degree of freedom."""
+    import patsy
+
+    safe = _safe(factors + ([block] if block else []))
+    data = df.rename(columns=safe)
+    data = data[[safe[f] for f in factors] + ([safe[block]] if block else [])].astype(str)
+    n = len(data)
+    X = np.ones((n, 1))
+    if block:
+        B = patsy.dmatrix(f"C({safe[block]}, Sum) - 1", data, return_type="dataframe").to_numpy()
+        X = np.column_stack([X, B[:, 1:]]) if B.shape[1] > 1 else X
+    rank = np.linalg.matrix_rank(X)
+    kept = []
+    for term in _terms(factors, max_order or len(factors)):
+        spec = ":".join(f"C({safe[f]}, Sum)" for f in term)
+        M = patsy.dmatrix(f"{spec} - 1", data, return_type="dataframe").to_numpy()
+        # the columns a term adds beyond its lower-order parts
+        trial = np.column_stack([X, M])
+        new_rank = np.linalg.matrix_rank(trial)
+        if new_rank == rank:
+            continue  # aliased with what is already in the model
+        if new_rank >= n:
+            continue  # would leave no residual degree of freedom
+        X, rank = trial, new_rank
+        kept.append(term)
+    return kept
+
+
+def _formula(response_col: str, factors: list[str], terms, safe, block: str | None) -> str:
+    parts = [":".join(f"C({safe[f]}, Sum)" for f in t) for t in terms]
+    if block:
+        parts.append(f"C({safe[block]}, Sum)")
+    return f"{response_col} ~ " + " + ".join(parts)
+
+
+def is_balanced(df: pd.DataFrame, factors: list[str]) -> bool:
+    counts = df.groupby([df[f].astype(str) for f in factors], observed=True).size()
+    return counts.nunique() == 1
+
+
+def factorial_anova(df: pd.DataFrame, response: str, factors: list[str], typ: int = 2,
+                    block: str | None = None, max_order: int | None = None) -> pd.DataFrame:
+    """One row per estimable term (`D1`, `D1:D9`, ...), the block when given, and
+    `Residual`; columns sum_sq, df, F, p, partial_eta_sq."""
+    if typ not in (1, 2, 3):
+        raise AnalysisError(f"typ: 1, 2 or 3, got {typ!r}")
+    factors = list(factors)
+    check_design(df, response, factors)
+    data = df[[response] + factors + ([block] if block else [])].copy()
+    data = data.dropna(subset=factors)  # control arms sit outside the factorial
+    terms = estimable_terms(data, factors, max_order, block)
+    if not terms:
+        raise AnalysisError(f"too few runs ({len(data)}) to estimate any term of {', '.join(factors)}")
+    asked = _terms(factors, max_order or len(factors))
+    safe = _safe(factors + ([block] if block else []))
+    rdata = data.rename(columns=safe)
+    for f in factors + ([block] if block else []):
+        rdata[safe[f]] = rdata[safe[f]].astype(str)
+    rdata["y__"] = pd.to_numeric(data[response]).to_numpy()
+    model = smf.ols(_formula("y__", factors, terms, safe, block), data=rdata).fit()
+    if model.df_resid < 1:
+        raise AnalysisError(f"too few runs ({len(data)}) for the terms asked: no residual degrees of freedom")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = anova_lm(model, typ=typ)
+    if "Intercept" in table.index:
+        table = table.drop(index="Intercept")
+    back = {}
+    for t in terms:
+        back[":".join(f"C({safe[f]}, Sum)" for f in t)] = ":".join(t)
+    if block:
+        back[f"C({safe[block]}, Sum)"] = block
+    table = table.rename(index=back)
+    table = table.rename(columns={"PR(>F)": "p"})
+    ss_res = table.loc["Residual", "sum_sq"]
+    table["partial_eta_sq"] = table["sum_sq"] / (table["sum_sq"] + ss_res)
+    table.loc["Residual", ["F", "p", "partial_eta_sq"]] = np.nan
+    table = table[["sum_sq", "df", "F", "p", "partial_eta_sq"]]
+    table.attrs["dropped_terms"] = [":".join(t) for t in asked if t not in terms]
+    table.attrs["typ"] = typ
+    return table

@@ -1,0 +1,133 @@
+"""Attribution across several responses: ANOVA and effects per response, p-values
+adjusted across responses (Holm or Benjamini-Hochberg), and a many-to-one comparison of
+every arm against a control arm (Dunnett) where the sweep has one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from .anova import AnalysisError, check_design, factorial_anova, is_balanced
+from .effects import factorial_effects
+
+ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
+DEFAULT_RESPONSES = ("spec/tau", "spec/tau_greedy", "spec/speedup", "conf/ece", "tf/tau", "val/bpb")
+
+
+@dataclass
+class ResponseResult:
+    response: str
+    anova: pd.DataFrame
+    effects: pd.DataFrame | None
+    typ: int
+    balanced: bool
+    warnings: list[str] = field(default_factory=list)
+    block: str | None = None
+
+
+def factorial_rows(df: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
+    """The runs inside the factorial (control arms have no level for the factors)."""
+    return df.dropna(subset=factors)
+
+
+def empty_cells(df: pd.DataFrame, factors: list[str]) -> list[str]:
+    """Cells of the full crossing of the factors' levels that hold no run."""
+    levels = [list(df[f].cat.categories) if hasattr(df[f], "cat") else sorted(df[f].dropna().unique())
+              for f in factors]
+    present = set(map(tuple, df[factors].astype(str).to_numpy()))
+    return ["|".join(f"{f}={lv}" for f, lv in zip(factors, combo))
+            for combo in itertools.product(*[[str(v) for v in lvls] for lvls in levels]) if combo not in present]
+
+
+def analyse(df: pd.DataFrame, responses: list[str], factors: list[str], typ: int | None = None,
+            block: str | None = None, adjust: str = "holm", full_design: bool = True) -> dict[str, ResponseResult]:
+    """ANOVA (+ effects when every factor has two levels) per response, with the p-values
+    of every term adjusted across responses. Refuses what cannot be analysed."""
+    if adjust not in ADJUST:
+        raise AnalysisError(f"adjust: one of {', '.join(ADJUST)}, got {adjust!r}")
+    data = factorial_rows(df, factors)
+    if full_design:
+        empty = empty_cells(data, factors)
+        if empty:
+            raise AnalysisError(f"{len(empty)} empty cell(s), e.g. {empty[0]}: the design is incomplete "
+                                "(rerun the failed trials, or analyse fewer factors)")
+    balanced = is_balanced(data, factors)
+    out: dict[str, ResponseResult] = {}
+    for r in responses:
+        check_design(data, r, factors)
+        notes = []
+        use_typ = typ or (2 if balanced else 3)
+        if not balanced:
+            notes.append("unbalanced design (unequal runs per cell): Type III sums of squares with effect coding")
+            use_typ = 3 if typ is None else typ
+        table = factorial_anova(data, r, factors, typ=use_typ, block=block)
+        if table.attrs.get("dropped_terms"):
+            notes.append("not estimable here: " + ", ".join(table.attrs["dropped_terms"]))
+        two_level = all(data[f].dropna().nunique() == 2 for f in factors)
+        kept = [t for t in table.index if t not in ("Residual", block)]
+        eff = factorial_effects(data, r, factors, terms=kept, block=block) if two_level else None
+        out[r] = ResponseResult(r, table, eff, use_typ, balanced, notes)
+    _adjust(out, ADJUST[adjust], skip={"Residual", block})
+    return out
+
+
+def _adjust(results: dict[str, ResponseResult], method: str | None, skip: set) -> None:
+    """Adjust the p-values of every factorial term of every response as one family (the
+    block is a nuisance term, not a hypothesis, and stays out of it)."""
+    keys, ps = [], []
+    for r, res in results.items():
+        res.block = next((t for t in skip if t and t != "Residual" and t in res.anova.index), None)
+        for term, p in res.anova["p"].items():
+            if term not in skip and np.isfinite(p):
+                keys.append((r, term))
+                ps.append(p)
+    adj = multipletests(ps, method=method)[1] if (method and ps) else np.asarray(ps)
+    for (r, term), p in zip(keys, adj):
+        results[r].anova.loc[term, "p_adj"] = p
+        eff = results[r].effects
+        if eff is not None and term in eff.index:
+            eff.loc[term, "p_adj"] = p
+
+
+def dunnett_vs_control(df: pd.DataFrame, response: str, control: str, arm_column: str = "cell") -> pd.DataFrame:
+    """Every arm against the control arm (Dunnett's many-to-one test, scipy): difference
+    of means, its confidence interval and the adjusted p-value."""
+    if arm_column not in df.columns:
+        raise AnalysisError(f"no {arm_column!r} column to find arms in")
+    groups = {a: pd.to_numeric(g[response]).to_numpy() for a, g in df.groupby(arm_column, observed=True)}
+    if control not in groups:
+        raise AnalysisError(f"control arm {control!r} not found (arms: {', '.join(map(str, groups))})")
+    arms = [a for a in groups if a != control]
+    if not arms:
+        raise AnalysisError("no arm besides the control")
+    if any(len(groups[a]) < 2 for a in groups):
+        raise AnalysisError("Dunnett needs at least two runs per arm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = stats.dunnett(*[groups[a] for a in arms], control=groups[control])
+    ci = res.confidence_interval()
+    return pd.DataFrame({"arm": arms, "diff": [groups[a].mean() - groups[control].mean() for a in arms],
+                         "ci_low": ci.low, "ci_high": ci.high, "statistic": res.statistic,
+                         "p": res.pvalue}).set_index("arm")
+
+
+def significant_effects(res: ResponseResult, alpha: float = 0.05) -> pd.DataFrame:
+    """Terms whose adjusted p is below alpha, with their size and 95% CI when known."""
+    table = res.anova.drop(index=[t for t in ("Residual", res.block) if t], errors="ignore")
+    col = "p_adj" if "p_adj" in table.columns else "p"
+    sig = table[table[col] < alpha]
+    rows = []
+    for term in sig.index:
+        row = {"term": term, "p_adj": sig.loc[term, col], "partial_eta_sq": sig.loc[term, "partial_eta_sq"]}
+        if res.effects is not None and term in res.effects.index:
+            e = res.effects.loc[term]
+            row.update(effect=e["effect"], ci_low=e["ci_low"], ci_high=e["ci_high"])
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,135 @@
+"""Effects of two-level factors in the design-of-experiments convention.
+
+Each factor is coded -1 (low) / +1 (high); interactions are products of the codes. The
+effect of a term is the mean response where its code is +1 minus the mean where it is -1,
+which is twice its coefficient in the coded regression. Standard errors, t and p come from
+that regression's residual; an unreplicated design has none, and `lenth` (Lenth 1989)
+judges its effects from their own spread instead.
+
+Default low/high: the seed's level is low and the corrected level high, where the config
+field a factor varies is one of the audited ones (window, decay_gamma, confidence_input);
+otherwise the first and second level in the factor's order.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+from scipy import stats
+
+from .anova import AnalysisError, check_design
+
+CORRECTED = {"window": "aligned", "decay_gamma": "block", "confidence_input": "hidden+markov"}
+
+
+def default_levels(df: pd.DataFrame, factor: str) -> tuple[str, str]:
+    levels = [str(v) for v in (df[factor].cat.categories if hasattr(df[factor], "cat")
+                              else pd.unique(df[factor].dropna()))]
+    levels = [lv for lv in levels if lv in set(df[factor].dropna().astype(str))]
+    if len(levels) != 2:
+        raise AnalysisError(f"factor {factor!r} has {len(levels)} levels; effects need exactly two")
+    for field, corrected in CORRECTED.items():
+        if field not in df.columns:
+            continue
+        by_level = {lv: set(df.loc[df[factor].astype(str) == lv, field].astype(str)) for lv in levels}
+        if all(len(v) == 1 for v in by_level.values()) and len(set.union(*by_level.values())) == 2:
+            highs = [lv for lv, v in by_level.items() if corrected in v]
+            if len(highs) == 1:
+                low = next(lv for lv in levels if lv != highs[0])
+                return low, highs[0]
+    return levels[0], levels[1]
+
+
+def coded(df: pd.DataFrame, factors: list[str], levels: dict[str, tuple[str, str]] | None = None):
+    """(X coded -1/+1 with every interaction column, levels used)."""
+    levels = dict(levels or {})
+    used = {}
+    cols = {}
+    for f in factors:
+        low, high = levels.get(f) or default_levels(df, f)
+        vals = df[f].astype(str)
+        bad = set(vals) - {low, high}
+        if bad:
+            raise AnalysisError(f"factor {f!r}: level(s) {', '.join(sorted(bad))} are neither low {low!r} nor high {high!r}")
+        cols[f] = np.where(vals == high, 1.0, -1.0)
+        used[f] = (low, high)
+    X = {}
+    for k in range(1, len(factors) + 1):
+        for term in itertools.combinations(factors, k):
+            X[":".join(term)] = np.prod([cols[f] for f in term], axis=0)
+    return pd.DataFrame(X, index=df.index), used
+
+
+def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
+                      levels: dict[str, tuple[str, str]] | None = None, alpha: float = 0.05,
+                      terms: list[str] | None = None, block: str | None = None) -> pd.DataFrame:
+    """One row per main effect and interaction that the design can estimate: effect (high
+    mean minus low mean), se, ci_low, ci_high, t, p, and the low/high levels used.
+    `terms` restricts the model (the rest pooled into the residual), e.g. to the terms an
+    ANOVA kept so that both report from one model. `block` (e.g. replicate) enters as a
+    fixed nuisance effect, as in the blocked ANOVA."""
+    factors = list(factors)
+    check_design(df, response, factors)
+    data = df.dropna(subset=factors)
+    X, used = coded(data, factors, levels)
+    y = pd.to_numeric(data[response]).to_numpy(dtype=float)
+    # keep estimable columns, lowest order first (a fraction aliases higher-order terms)
+    M = np.ones((len(y), 1))
+    if block is not None:
+        dummies = pd.get_dummies(data[block].astype(str), drop_first=True, dtype=float).to_numpy()
+        M = np.column_stack([M, dummies]) if dummies.size else M
+    n_nuisance = M.shape[1]
+    keep = []
+    for name in X.columns:
+        if terms is not None and name not in terms:
+            continue
+        trial = np.column_stack([M, X[name].to_numpy()])
+        if np.linalg.matrix_rank(trial) > np.linalg.matrix_rank(M):
+            M = trial
+            keep.append(name)
+    fit = sm.OLS(y, M).fit()
+    coef = np.asarray(fit.params)[n_nuisance:]
+    bse = np.asarray(fit.bse)[n_nuisance:]
+    rows = []
+    saturated = fit.df_resid < 1
+    tcrit = np.nan if saturated else stats.t.ppf(1 - alpha / 2, fit.df_resid)
+    for i, name in enumerate(keep):
+        effect = 2.0 * coef[i]
+        se = np.nan if saturated else 2.0 * bse[i]
+        t = effect / se if se and np.isfinite(se) and se > 0 else np.nan
+        p = np.nan if not np.isfinite(t) else 2 * stats.t.sf(abs(t), fit.df_resid)
+        rows.append({"term": name, "effect": effect, "se": se, "ci_low": effect - tcrit * se,
+                     "ci_high": effect + tcrit * se, "t": t, "p": p, "df_resid": fit.df_resid,
+                     "order": name.count(":") + 1})
+    out = pd.DataFrame(rows).set_index("term")
+    out.attrs["levels"] = used
+    out.attrs["response"] = response
+    return out
+
+
+def lenth(effects, alpha: float = 0.05) -> dict:
+    """Lenth's pseudo standard error for unreplicated two-level designs.
+
+    s0 = 1.5 median|c|; PSE = 1.5 median{|c| : |c| < 2.5 s0}; with d = m/3 degrees of
+    freedom, ME = t_{1-alpha/2, d} PSE and SME = t_{gamma, d} PSE, gamma = (1 + (1-alpha)^(1/m))/2.
+    Returns pse, me, sme, df, and per effect `active` (|c| > ME) and `sme_active` (|c| > SME).
+    """
+    if isinstance(effects, pd.DataFrame):
+        effects = effects["effect"]
+    c = pd.Series(effects, dtype=float)
+    m = len(c)
+    if m < 2:
+        raise AnalysisError("lenth: needs at least two effects")
+    a = c.abs()
+    s0 = 1.5 * a.median()
+    pse = 1.5 * a[a < 2.5 * s0].median()
+    d = m / 3.0
+    me = stats.t.ppf(1 - alpha / 2, d) * pse
+    gamma = (1 + (1 - alpha) ** (1.0 / m)) / 2
+    sme = stats.t.ppf(gamma, d) * pse
+    return {"s0": float(s0), "pse": float(pse), "me": float(me), "sme": float(sme), "df": d,
+            "active": {k: bool(v > me) for k, v in a.items()},
+            "sme_active": {k: bool(v > sme) for k, v in a.items()}}

@@ -1,0 +1,177 @@
+"""MLflow runs of a sweep -> one pandas row per finished trial.
+
+Columns: `run_id`, `run_name`, `cell`, `replicate`, `seed`, `arm`, one ordered categorical
+per factor (from the `factor.<name>` tags, levels in the spec's order), every trainer
+config field under its own name (MLflow params are strings; they are typed here, once),
+and every final metric under the trainer's name (`tf/accept@3`: the store holds
+`tf/accept:3`, since MLflow refuses '@'). Runs that failed, were killed or never finished
+are not dropped silently: `incomplete_runs(df)` lists them, and reports name them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm")
+INCOMPLETE_KEY = "incomplete"
+
+
+def metric_name(stored: str) -> str:
+    """The trainer's name of a stored metric (MLflow has ':' where the trainer has '@')."""
+    return stored.replace(":", "@")
+
+
+def _typed(value: str):
+    """An MLflow param string back to a number / tuple / string."""
+    if value in ("True", "False"):
+        return value == "True"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    if value[:1] in "[(":
+        try:
+            return str(ast.literal_eval(value))
+        except (ValueError, SyntaxError):
+            return value
+    return value
+
+
+def _factor_levels(client, experiment_id: str) -> dict[str, list[str]]:
+    """Level order per factor, from the parent run's `factors` param (the spec order)."""
+    runs = client.search_runs([experiment_id], "tags.sweep_parent = 'true'", max_results=1)
+    if not runs or "factors" not in runs[0].data.params:
+        return {}
+    try:
+        factors = json.loads(runs[0].data.params["factors"])
+    except json.JSONDecodeError:
+        return {}
+    return {f: list(levels) for f, levels in factors.items()}
+
+
+def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
+    """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")
+    order = _factor_levels(client, exp.experiment_id)
+    rows, incomplete = [], []
+    token = None
+    while True:
+        page = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=5000, page_token=token)
+        for r in page:
+            rows.append(_row(r))
+        token = page.token
+        if not token:
+            break
+    df = pd.DataFrame(rows)
+    if df.empty:
+        out = pd.DataFrame(columns=list(META_COLUMNS))
+        out.attrs[INCOMPLETE_KEY] = []
+        out.attrs["factors"] = []
+        out.attrs["experiment"] = experiment
+        return out
+    done = df["status"] == "FINISHED"
+    inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].astype(str).to_dict(orient="records")
+    df = df.loc[done].reset_index(drop=True)
+    df = type_columns(df, order)
+    df.attrs[INCOMPLETE_KEY] = inc
+    df.attrs["experiment"] = experiment
+    return df
+
+
+def _row(r) -> dict:
+    tags, params = r.data.tags, r.data.params
+    row = {"run_id": r.info.run_id, "run_name": r.info.run_name, "status": r.info.status,
+           "cell": tags.get("cell", ""), "replicate": int(tags.get("replicate", 0)),
+           "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial")}
+    for k, v in tags.items():
+        if k.startswith("factor."):
+            row[k] = v
+    for k, v in params.items():
+        row[k] = _typed(v)
+    for k, v in r.data.metrics.items():
+        row[metric_name(k)] = v
+    return row
+
+
+def factor_names(df: pd.DataFrame) -> list[str]:
+    return list(df.attrs.get("factors", []))
+
+
+def type_columns(df: pd.DataFrame, order: dict[str, list[str]] | None = None) -> pd.DataFrame:
+    """`factor.X` tag columns -> ordered categorical column X (empty = not in the factorial)."""
+    order = order or {}
+    factors = []
+    for col in [c for c in df.columns if c.startswith("factor.")]:
+        name = col[len("factor."):]
+        values = df[col].replace("", pd.NA)
+        seen = [v for v in order.get(name, []) if v in set(values.dropna())]
+        seen += sorted(set(values.dropna()) - set(seen))
+        df[name] = pd.Categorical(values, categories=seen, ordered=True)
+        df = df.drop(columns=[col])
+        factors.append(name)
+    df.attrs["factors"] = factors
+    return df
+
+
+def incomplete_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The failed, killed and unfinished runs that `load_runs` kept out of the frame
+    (held in `df.attrs["incomplete"]` as records, since attrs must stay plain data)."""
+    return pd.DataFrame(df.attrs.get(INCOMPLETE_KEY, []), columns=list(META_COLUMNS))
+
+
+def report_incomplete(df: pd.DataFrame) -> str:
+    inc = incomplete_runs(df)
+    if len(inc) == 0:
+        return ""
+    counts = inc["status"].value_counts().to_dict()
+    return (f"{len(inc)} run(s) not analysed: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+            + " (" + "; ".join(f"{r.cell} r{r.replicate}: {r.status}" for r in inc.itertuples()) + ")")
+
+
+def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
+    """The frame and its incomplete runs, factor order kept (pyarrow)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[b"dspark.attrs"] = json.dumps({
+        "factors": df.attrs.get("factors", []), "experiment": df.attrs.get("experiment", ""),
+        "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
+    }).encode()
+    pq.write_table(table.replace_schema_metadata(meta), path)
+
+
+def read_parquet(path: str | Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    df = table.to_pandas()
+    attrs = json.loads((table.schema.metadata or {}).get(b"dspark.attrs", b"{}"))
+    df.attrs["factors"] = attrs.get("factors", [])
+    df.attrs["experiment"] = attrs.get("experiment", "")
+    df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
+    return df
+
+
+def responses(df: pd.DataFrame) -> list[str]:
+    """Metric columns (the trainer's `a/b` names) that hold finite numbers."""
+    out = []
+    for c in df.columns:
+        if "/" in c and pd.api.types.is_numeric_dtype(df[c]):
+            vals = df[c].dropna()
+            if len(vals) and all(math.isfinite(v) for v in vals):
+                out.append(c)
+    return out

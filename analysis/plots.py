@@ -1,0 +1,122 @@
+"""Plots of an attribution, saved as PNG (matplotlib, Agg): main effects, interactions,
+Pareto chart of standardised effects, half-normal plot, per-slot acceptance per cell."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from .effects import lenth  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _levels(df, f):
+    return list(df[f].cat.categories) if hasattr(df[f], "cat") else sorted(df[f].dropna().unique())
+
+
+def main_effects(df: pd.DataFrame, response: str, factors: list[str], path) -> Path:
+    fig, axes = plt.subplots(1, len(factors), figsize=(3.2 * len(factors), 3.2), sharey=True, squeeze=False)
+    grand = df[response].mean()
+    for ax, f in zip(axes[0], factors):
+        lv = _levels(df, f)
+        g = df.groupby(f, observed=True)[response]
+        means, ses = g.mean().reindex(lv), (g.std() / np.sqrt(g.count())).reindex(lv)
+        ax.errorbar(range(len(lv)), means, yerr=ses, marker="o", capsize=3)
+        ax.axhline(grand, color="grey", lw=0.8, ls="--")
+        ax.set_xticks(range(len(lv)), [str(v) for v in lv])
+        ax.set_title(f)
+    axes[0][0].set_ylabel(response)
+    fig.suptitle(f"main effects on {response}")
+    return _save(fig, path)
+
+
+def interactions(df: pd.DataFrame, response: str, factors: list[str], path) -> Path:
+    pairs = list(itertools.combinations(factors, 2)) or [(factors[0], factors[0])]
+    fig, axes = plt.subplots(1, len(pairs), figsize=(3.6 * len(pairs), 3.2), sharey=True, squeeze=False)
+    for ax, (a, b) in zip(axes[0], pairs):
+        la = _levels(df, a)
+        for lvb in _levels(df, b):
+            sub = df[df[b] == lvb]
+            means = sub.groupby(a, observed=True)[response].mean().reindex(la)
+            ax.plot(range(len(la)), means, marker="o", label=f"{b}={lvb}")
+        ax.set_xticks(range(len(la)), [str(v) for v in la])
+        ax.set_xlabel(a)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(response)
+    fig.suptitle(f"interactions on {response}")
+    return _save(fig, path)
+
+
+def pareto(effects: pd.DataFrame, path, alpha: float = 0.05) -> Path:
+    """|t| of every effect, largest first, with the two-sided critical t; an unreplicated
+    design uses |effect| / PSE with Lenth's margin of error."""
+    e = effects.copy()
+    if e["se"].notna().all():
+        std = (e["effect"] / e["se"]).abs()
+        line = stats.t.ppf(1 - alpha / 2, e["df_resid"].iloc[0])
+        label = f"t crit ({1 - alpha:.0%})"
+    else:
+        L = lenth(e, alpha)
+        std = e["effect"].abs() / L["pse"]
+        line = L["me"] / L["pse"]
+        label = "Lenth ME"
+    std = std.sort_values()
+    fig, ax = plt.subplots(figsize=(5.5, 0.35 * len(std) + 1.4))
+    ax.barh(range(len(std)), std.to_numpy(), color=["C3" if v > line else "C0" for v in std])
+    ax.set_yticks(range(len(std)), std.index)
+    ax.axvline(line, color="k", ls="--", label=label)
+    ax.set_xlabel("standardised effect")
+    ax.legend(loc="lower right")
+    ax.set_title(f"Pareto: {effects.attrs.get('response', '')}")
+    return _save(fig, path)
+
+
+def half_normal(effects: pd.DataFrame, path) -> Path:
+    a = effects["effect"].abs().sort_values()
+    m = len(a)
+    q = stats.norm.ppf(0.5 + 0.5 * (np.arange(1, m + 1) - 0.5) / m)
+    fig, ax = plt.subplots(figsize=(4.8, 4.2))
+    ax.scatter(q, a.to_numpy())
+    for x, (name, v) in zip(q, a.items()):
+        ax.annotate(name, (x, v), fontsize=7, xytext=(3, 2), textcoords="offset points")
+    small = a.to_numpy()[: max(1, m // 2)]
+    slope = np.median(small / q[: len(small)])
+    ax.plot([0, q[-1]], [0, slope * q[-1]], "k--", lw=0.8)
+    ax.set_xlabel("half-normal quantile")
+    ax.set_ylabel("|effect|")
+    ax.set_title(f"half-normal: {effects.attrs.get('response', '')}")
+    return _save(fig, path)
+
+
+def acceptance_curves(df: pd.DataFrame, path, prefix: str = "spec/accept@", by: str = "cell") -> Path:
+    """Per-slot conditional acceptance, mean over replicates, one line per cell."""
+    cols = sorted((c for c in df.columns if c.startswith(prefix)), key=lambda c: int(re.sub(r"\D", "", c[len(prefix):]) or 0))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    if cols:
+        k = [int(c[len(prefix):]) for c in cols]
+        for cell, g in df.groupby(by, observed=True):
+            ax.plot(k, g[cols].mean().to_numpy(), marker="o", label=str(cell))
+        ax.set_xticks(k)
+    ax.set_xlabel("slot k")
+    ax.set_ylabel(f"{prefix.rstrip('@')} (conditional)")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=6, loc="lower left")
+    ax.set_title("per-slot acceptance by cell")
+    return _save(fig, path)
