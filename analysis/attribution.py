@@ -53,6 +53,13 @@ def analyse(df: pd.DataFrame, responses: list[str], factors: list[str], typ: int
     if adjust not in ADJUST:
         raise AnalysisError(f"adjust: one of {', '.join(ADJUST)}, got {adjust!r}")
     data = factorial_rows(df, factors)
+    for f in factors:
+        if f not in data.columns:
+            raise AnalysisError(f"factor {f!r} not in the data")
+        levels = data[f].dropna().unique()
+        if len(levels) < 2:
+            raise AnalysisError(f"factor {f!r} has one level ({', '.join(map(str, levels))}): "
+                                "it has no effect to estimate")
     if full_design:
         empty = empty_cells(data, factors)
         if empty:

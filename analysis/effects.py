@@ -14,6 +14,7 @@ otherwise the first and second level in the factor's order.
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -90,9 +91,11 @@ def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
         if np.linalg.matrix_rank(trial) > np.linalg.matrix_rank(M):
             M = trial
             keep.append(name)
-    fit = sm.OLS(y, M).fit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a saturated fit divides by df_resid = 0
+        fit = sm.OLS(y, M).fit()
+        bse = np.asarray(fit.bse)[n_nuisance:]
     coef = np.asarray(fit.params)[n_nuisance:]
-    bse = np.asarray(fit.bse)[n_nuisance:]
     rows = []
     saturated = fit.df_resid < 1
     tcrit = np.nan if saturated else stats.t.ppf(1 - alpha / 2, fit.df_resid)

@@ -84,6 +84,9 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].astype(str).to_dict(orient="records")
     df = df.loc[done].reset_index(drop=True)
     df = type_columns(df, order)
+    for col in df.columns:  # a knob whose values mix types (decay_gamma: 4.0 | "block") stays text
+        if df[col].dtype == object and df[col].map(type).nunique() > 1:
+            df[col] = df[col].astype(str)
     df.attrs[INCOMPLETE_KEY] = inc
     df.attrs["experiment"] = experiment
     return df

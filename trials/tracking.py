@@ -71,7 +71,8 @@ class Ledger:
                                            "factors": ",".join(self.spec.factors)})
         self.client.log_batch(run.info.run_id, params=[
             Param("design", self.spec.design), Param("replicates", str(self.spec.replicates)),
-            Param("factors", json.dumps(self.spec.factors, sort_keys=True, default=str)[:6000]),
+            # level order matters: the analysis reads it back as each factor's order
+            Param("factors", json.dumps(self.spec.factors, default=str)[:6000]),
             Param("base", json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
         return run.info.run_id
 

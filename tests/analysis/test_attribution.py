@@ -1,0 +1,120 @@
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.anova import AnalysisError
+from analysis.attribution import analyse, dunnett_vs_control
+from analysis.effects import factorial_effects, lenth
+from analysis.load import incomplete_runs, load_runs, read_parquet, to_parquet
+from analysis.report import build_report
+from tests.analysis.conftest import TRUE, synthetic_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_synthetic_sweep_recovers_known_effects(store):
+    synthetic_sweep(store, failed=0)
+    df = load_runs("synthetic", store)
+    assert df.attrs["factors"] == ["D1", "D2", "D9"]
+    assert list(df["D1"].cat.categories) == ["shifted", "aligned"] and df["D1"].cat.ordered
+    assert set(df["decay_gamma"]) == {"4.0", "block"} and df["block_size"].dtype.kind == "i"
+    res = analyse(df, ["spec/tau"], ["D1", "D2", "D9"], block="replicate")["spec/tau"]
+    eff = res.effects
+    assert eff.attrs["levels"] == {"D1": ("shifted", "aligned"), "D2": ("const4", "block"),
+                                   "D9": ("hidden", "markov")}
+    for term, true in TRUE.items():
+        assert eff.loc[term, "ci_low"] <= true <= eff.loc[term, "ci_high"], term
+        assert eff.loc[term, "p_adj"] < 0.01
+    assert eff.loc["D2", "ci_low"] <= 0 <= eff.loc["D2", "ci_high"]
+    assert eff.loc["D2", "p_adj"] > 0.05
+    assert res.anova.loc["D1", "p"] < 1e-6 and res.anova.loc["D2", "p"] > 0.05
+
+
+def test_failed_runs_are_listed_not_dropped(store):
+    synthetic_sweep(store, failed=2)
+    df = load_runs("synthetic", store)
+    inc = incomplete_runs(df)
+    assert len(df) == 22 and len(inc) == 2 and set(inc["status"]) == {"FAILED"}
+    rep = build_report(df, None, ["spec/tau"], adjust="holm")
+    assert "2 run(s) not analysed: 2 FAILED" in rep.summary
+    assert "unbalanced design" in rep.summary and rep.results["spec/tau"].typ == 3
+
+
+def test_parquet_round_trip(store, tmp_path):
+    synthetic_sweep(store, failed=1)
+    df = load_runs("synthetic", store)
+    to_parquet(df, tmp_path / "runs.parquet")
+    back = read_parquet(tmp_path / "runs.parquet")
+    pd.testing.assert_frame_equal(back, df, check_categorical=True)
+    assert back.attrs["factors"] == df.attrs["factors"] and len(incomplete_runs(back)) == 1
+    assert back["D9"].cat.ordered and list(back["D9"].cat.categories) == ["hidden", "markov"]
+
+
+def test_report_refusals(store):
+    synthetic_sweep(store, failed=0)
+    df = load_runs("synthetic", store)
+    with pytest.raises(AnalysisError, match="response 'val/bpb' is constant"):
+        build_report(df, None, ["val/bpb"])
+    one_level = df[df["D2"] == "block"].copy()
+    with pytest.raises(AnalysisError, match="factor 'D2' has one level"):
+        build_report(one_level, None, ["spec/tau"])
+    empty = df[~((df["D1"] == "aligned") & (df["D2"] == "block") & (df["D9"] == "markov"))].copy()
+    with pytest.raises(AnalysisError, match="1 empty cell"):
+        build_report(empty, None, ["spec/tau"])
+    few = df.groupby("cell").head(1).iloc[:5].copy()
+    with pytest.raises(AnalysisError):
+        build_report(few, None, ["spec/tau"])
+
+
+def test_dunnett_against_the_control_arm(store):
+    synthetic_sweep(store, failed=0, controls={"aux0": {"aux_weight": 0.0}})
+    df = load_runs("synthetic", store)
+    d = dunnett_vs_control(df, "spec/tau", "control=aux0")
+    assert len(d) == 8 and (d["diff"] > 0.3).all() and (d["p"] < 0.01).all()
+    rep = build_report(df, None, ["spec/tau"])
+    assert "spec/tau" in rep.dunnett
+
+
+def test_holm_adjustment_is_not_smaller_than_raw(store):
+    synthetic_sweep(store, failed=0)
+    df = load_runs("synthetic", store)
+    res = analyse(df, ["spec/tau", "tf/tau"], ["D1", "D2", "D9"], adjust="holm")
+    for r in res.values():
+        a = r.anova.drop(index="Residual")
+        assert (a["p_adj"] >= a["p"] - 1e-15).all()
+
+
+def test_report_cli_writes_html_and_summary(store, tmp_path):
+    synthetic_sweep(store, failed=0)
+    r = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
+                        "--out", str(tmp_path / "rep"), "--responses", "spec/tau"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"spec/tau .*: D1 \+0\.9\d+ \[\+0\.9\d*, \+1\.0\d*\]", r.stdout), r.stdout
+    html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
+    assert "<h3>ANOVA (Type 2)</h3>" in html and 'src="img/r0_pareto.png"' in html
+    imgs = list((tmp_path / "rep" / "synthetic" / "img").glob("*.png"))
+    assert {p.name for p in imgs} >= {"r0_main.png", "r0_interactions.png", "r0_pareto.png", "r0_halfnormal.png",
+                                      "acceptance_curves.png"}
+    bad = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
+                          "--out", str(tmp_path / "rep"), "--responses", "val/bpb"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "analysis: cannot analyse: response 'val/bpb' is constant" in bad.stderr
+
+
+def test_lenth_flags_the_large_effects():
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(16):
+        lv = {f: ("lo", "hi")[(i >> k) & 1] for k, f in enumerate("ABCD")}
+        y = 5 * (lv["A"] == "hi") + rng.normal(0, 0.2)
+        rows.append({**lv, "y": y})
+    df = pd.DataFrame(rows)
+    eff = factorial_effects(df, "y", list("ABCD"), levels={f: ("lo", "hi") for f in "ABCD"})
+    L = lenth(eff)
+    assert L["active"]["A"] and sum(L["active"].values()) <= 2
