@@ -194,25 +194,10 @@ class DrafterLayer(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class DrafterContextCache:
-    """Each drafter layer's projected context keys/values, extended as the target runs.
-
-    At inference the drafter reads target context strictly before the anchor, so after
-    every verification pass the newly committed positions' features are appended here
-    (and a rejected suffix is cropped away) rather than recomputed.
-    """
-
-    def __init__(self, n_layers: int, n_heads: int, max_len: int, head_dim: int, device, dtype):
-        shape = (1, n_heads, max_len, head_dim)
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
-        self.length = 0
-        self.max_len = max_len
-
-    def crop(self, n: int) -> None:
-        if not 0 <= n <= self.length:
-            raise ValueError(f"crop: {n} outside 0..{self.length}")
-        self.length = n
+# At inference the drafter reads target context strictly before the anchor, so after
+# every verification pass the committed positions' projected context keys/values are
+# appended to a KVCache (one per drafter layer, batch 1) and a rejected suffix is cropped
+# away, rather than recomputed.
 
 
 class Drafter(nn.Module):
@@ -263,12 +248,12 @@ class Drafter(nn.Module):
         return self.norm(x).view(B, A, K, D)
 
     # ---- inference: one block at a time, batch 1, context extended incrementally ----
-    def new_context_cache(self, max_len: int) -> DrafterContextCache:
+    def new_context_cache(self, max_len: int) -> KVCache:
         p = self.ctx_proj.weight
         D = p.shape[0]
-        return DrafterContextCache(len(self.layers), self.n_heads, max_len, D // self.n_heads, p.device, p.dtype)
+        return KVCache(len(self.layers), 1, self.n_heads, max_len, D // self.n_heads, p.device, p.dtype)
 
-    def extend_context(self, cache: DrafterContextCache, layer_hidden: list[torch.Tensor]) -> None:
+    def extend_context(self, cache: KVCache, layer_hidden: list[torch.Tensor]) -> None:
         """Append the context features of the next target positions (batch 1)."""
         ctx = self.context(layer_hidden)  # (1, T, D)
         T = ctx.shape[1]
@@ -282,7 +267,7 @@ class Drafter(nn.Module):
             cache.v[i][:, :, L:L + T] = v.to(cache.v[i].dtype)
         cache.length = L + T
 
-    def draft_hidden(self, cache: DrafterContextCache, anchor_emb: torch.Tensor, anchor_pos: int) -> torch.Tensor:
+    def draft_hidden(self, cache: KVCache, anchor_emb: torch.Tensor, anchor_pos: int) -> torch.Tensor:
         """One block from cached context (positions < anchor_pos): h (1, K, D)."""
         if cache.length != anchor_pos:
             raise ValueError(f"drafter context holds {cache.length} positions; the anchor is at {anchor_pos}")

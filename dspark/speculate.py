@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .heads import DraftHead
-from .model import Drafter, DrafterContextCache, KVCache, TargetLM
+from .model import Drafter, KVCache, TargetLM
 
 
 def distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -70,7 +70,7 @@ class DecodeState:
     tokens: list[int]  # committed tokens, prompt included
     anchor: int  # the target's last token, not yet consumed by the target
     target_cache: KVCache
-    ctx_cache: DrafterContextCache | None
+    ctx_cache: KVCache | None
 
 
 @dataclass

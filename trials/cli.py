@@ -39,6 +39,14 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def _show(spec, uri: str) -> None:
+    from . import runner
+
+    rows = runner.status(spec, uri)
+    print(_table(rows))
+    print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
+
+
 def cmd_run(args) -> int:
     from . import runner
 
@@ -47,9 +55,7 @@ def cmd_run(args) -> int:
         spec = specmod.smoke(spec)
     result = runner.run(spec, tracking_uri=args.tracking_uri, storage=args.storage, address=args.address,
                         max_concurrent=args.max_concurrent)
-    rows = runner.status(spec, args.tracking_uri)
-    print(_table(rows))
-    print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {args.tracking_uri}")
+    _show(spec, args.tracking_uri)
     return 0 if result["failed"] == 0 else 1
 
 
@@ -60,9 +66,7 @@ def cmd_resume(args) -> int:
     uri = args.tracking_uri or meta["tracking_uri"]
     result = runner.run(spec, tracking_uri=uri, storage=args.storage, address=args.address,
                         max_concurrent=meta.get("max_concurrent"), resume=True)
-    rows = runner.status(spec, uri)
-    print(_table(rows))
-    print(f"{spec.name}: {summary_counts(rows)}")
+    _show(spec, uri)
     return 0 if result["failed"] == 0 else 1
 
 
@@ -70,10 +74,7 @@ def cmd_status(args) -> int:
     from . import runner
 
     spec, meta = runner.load_saved(args.name, args.storage)
-    uri = args.tracking_uri or meta["tracking_uri"]
-    rows = runner.status(spec, uri)
-    print(_table(rows))
-    print(f"{spec.name}: {summary_counts(rows)}")
+    _show(spec, args.tracking_uri or meta["tracking_uri"])
     return 0
 
 

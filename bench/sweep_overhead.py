@@ -1,0 +1,67 @@
+"""Ray Tune + MLflow overhead: a small sweep through the real stack against the same
+trials run one after another in a plain loop (dspark.train, no Ray, no tracking), the
+loop's time divided by the sweep's parallelism.
+
+    python bench/sweep_overhead.py [--draft-steps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from dspark.train import train, train_shared_target
+from trials import runner
+from trials.spec import parse
+
+PARALLEL = 2
+
+
+def spec(draft_steps: int):
+    return parse({
+        "name": "overhead", "max_concurrent": PARALLEL, "replicates": 1,
+        "base": {"preset": "tiny", "target_steps": 200, "draft_steps": draft_steps, "eval_interval": 50,
+                 "spec_prompts": 4},
+        "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}},
+                    "D9": {"hidden": {"confidence_input": "hidden"}, "markov": {"confidence_input": "hidden+markov"}}},
+    })
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--draft-steps", type=int, default=200)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        s = spec(args.draft_steps)
+        # the shared target is common to both paths: train it once, outside both timings
+        target = Path(tmp) / "target.pt"
+        train_shared_target(s.trials[0].config, target)
+        t0 = time.perf_counter()
+        for t in s.trials:
+            train(t.config.replace(target_path=str(target), out_dir=f"{tmp}/loop/{t.replicate}"))
+        loop = time.perf_counter() - t0
+        s = spec(args.draft_steps)
+        import shutil
+
+        tdir = Path(tmp) / "st" / "targets"
+        tdir.mkdir(parents=True)
+        from dspark.data import build_corpus
+        from dspark.train import target_hash
+
+        cfg = s.trials[0].config
+        h = target_hash(cfg, build_corpus(cfg.data, cfg.text_column, cfg.seq_len + 1, cfg.max_corpus_bytes).sha256)
+        shutil.copy(target, tdir / f"{h}.pt")
+        t0 = time.perf_counter()
+        runner.run(s, tracking_uri=f"sqlite:///{tmp}/m.db", storage=f"{tmp}/st", verbose=0)
+        sweep = time.perf_counter() - t0
+    ideal = loop / PARALLEL
+    print(f"{len(s.trials)} tiny trials ({args.draft_steps} draft steps each), parallelism {PARALLEL}")
+    print(f"plain loop       {loop:7.1f} s  -> ideal parallel {ideal:.1f} s")
+    print(f"Ray Tune+MLflow  {sweep:7.1f} s  (Ray start, trial actors, checkpoints, tracking)")
+    print(f"overhead         {100 * (sweep / ideal - 1):+7.1f} %   (goal < 15%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Drafter-stage training step with and without the sequential + confidence heads.
+
+The paper requires T_sequential << T_parallel (its Fig 4: the heads cost 0.2-1.3%). Both
+variants run interleaved and repeated in one process (timings here vary by up to 30%
+between processes); medians are reported, with tokens/s of both stages.
+
+    python bench/train_step.py [--preset small] [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from dspark.blocks import draft_blocks, trainable_parameters
+from dspark.config import VOCAB_SIZE, from_dict
+from dspark.data import sample_batch
+from dspark.loss import dspark_loss
+from dspark.train import Trainer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    cfg = from_dict({"preset": args.preset, "spec_prompts": 0, "out_dir": "bench/out/train_step"})
+    torch.set_num_threads(torch.get_num_threads())
+    t = Trainer(cfg)
+    t.stage = "draft"
+    t._build_optimizer()
+    models, K = t.models, cfg.block_size
+    params = trainable_parameters(models)
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    target_opt = torch.optim.AdamW(t.target.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(0)
+
+    def batch():
+        return sample_batch(t.corpus.train, cfg.batch_size, cfg.seq_len + 1, gen)
+
+    def draft_step(with_heads: bool) -> float:
+        x = batch()
+        anchors = t._anchors(x.shape[0])
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            lm = t.target(x[:, :-1])
+        if with_heads:
+            out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
+            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, out.conf_logits, cfg.gamma)
+        else:
+            # the bare parallel stage: U_k alone, no sequential bias, no confidence head
+            head = models.head
+            models.head = _Bare()
+            out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
+            models.head = head
+            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, None, cfg.gamma)
+        opt.zero_grad(set_to_none=True)
+        res["loss"].backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    def target_step() -> float:
+        x = batch()
+        t0 = time.perf_counter()
+        for p in t.target.parameters():
+            p.requires_grad_(True)
+        logits = t.target(x[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
+        target_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        target_opt.step()
+        for p in t.target.parameters():
+            p.requires_grad_(False)
+        return time.perf_counter() - t0
+
+    for _ in range(3):  # warm-up
+        draft_step(True), draft_step(False), target_step()
+    with_h, without_h, tgt = [], [], []
+    for _ in range(args.repeats):
+        with_h.append(draft_step(True))
+        without_h.append(draft_step(False))
+        tgt.append(target_step())
+    mw, mo, mt = (statistics.median(v) for v in (with_h, without_h, tgt))
+    tokens = cfg.batch_size * cfg.seq_len
+    print(f"preset {args.preset}: d={cfg.d_model} L={cfg.n_layers} drafter_layers={cfg.drafter_layers} "
+          f"K={K} head={cfg.head} rank={cfg.markov_rank} batch={cfg.batch_size}x{cfg.seq_len}, "
+          f"{torch.get_num_threads()} threads, {args.repeats} interleaved repeats (medians)")
+    print(f"drafter step with heads    {mw * 1e3:8.1f} ms")
+    print(f"drafter step without heads {mo * 1e3:8.1f} ms")
+    print(f"heads add                  {100 * (mw / mo - 1):+8.2f} %   (goal <= 5%)")
+    print(f"drafter stage tokens/s     {tokens / mw:8.0f}")
+    print(f"target stage tokens/s      {tokens / mt:8.0f}")
+
+
+class _Bare(torch.nn.Module):
+    def forward(self, h, U, prev):
+        return U, U.new_zeros(U.shape[:-1])
+
+
+if __name__ == "__main__":
+    main()
