@@ -67,6 +67,8 @@ def cmd_train(args) -> int:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "final_metrics.json").write_text(json.dumps(final, indent=2, sort_keys=True))
+    (out / "run.json").write_text(json.dumps({"config": cfg.to_dict(), "data_sha256": trainer.data_sha256,
+                                              "target_hash": trainer.target_hash}, indent=2))
     if args.save_target:
         from .train import save_target
 

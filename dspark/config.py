@@ -184,7 +184,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # bf16 autocast is ~10x slower than fp32 on CPUs without bf16 matmul units (this
     # project's 2-core AMD EPYC runners among them), so the CPU presets train in fp32
     "small": dict(d_model=256, n_layers=4, n_heads=4, seq_len=256, markov_rank=64, batch_size=8,
-                  target_steps=700, draft_steps=500, eval_interval=100, eval_batches=8,
+                  target_steps=600, draft_steps=400, eval_interval=100, eval_batches=8, anchors_per_seq=32,
                   drafter_layers=1, context_layers=(1, 3), target_lr=2e-3, lr=2e-3, warmup_steps=50,
                   spec_prompts=48, spec_prompt_len=64, spec_new_tokens=96, precision="fp32",
                   max_corpus_bytes=0),

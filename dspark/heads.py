@@ -121,6 +121,8 @@ class DraftHead(nn.Module):
         Returns tokens (B, K), draft logits (B, K, V) and confidence logits (B, K), each
         slot's logits and confidence conditioned on the token actually drawn before it.
         """
+        if isinstance(self.seq, MarkovHead) and not torch.is_grad_enabled():
+            return self._sample_markov(h, U, first_prev, temperature, generator)
         B, K, V = U.shape
         prev = first_prev
         state = self.seq.init_state((B,), h) if self.seq is not None else None
@@ -132,6 +134,39 @@ class DraftHead(nn.Module):
                 state, b = self.seq.step(state, prev, h[:, k])
                 lk = U[:, k] + b.to(U.dtype)  # (B, V)
             confs.append(self.conf(h[:, k], self._prev_emb(prev)))
+            if temperature == 0:
+                tok = lk.argmax(dim=-1)
+            else:
+                probs = torch.softmax(lk.float() / temperature, dim=-1)
+                tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            tokens.append(tok)
+            logits.append(lk)
+            prev = tok
+        return torch.stack(tokens, 1), torch.stack(logits, 1), torch.stack(confs, 1)
+
+    def _tables(self):
+        """B(p, .) for every previous token p (V, V) and the Markov part of the confidence
+        logit per p (V,): at inference the sequential loop is then two row lookups per
+        slot, T_sequential << T_parallel. Rebuilt only when the weights change."""
+        W1, W2 = self.seq.W1.weight, self.seq.W2.weight
+        key = (W1.data_ptr(), W1._version, W2.data_ptr(), W2._version, self.conf.proj.weight._version)
+        if getattr(self, "_table_key", None) != key:
+            bias = self.seq.W2(W1)  # (V, V): row p is W2(W1[p]), Eq 5 for every p
+            conf = W1 @ self.conf.proj.weight[0, -W1.shape[1]:] if self.conf.with_markov else None  # (V,)
+            self._table_key, self._table = key, (bias, conf)
+        return self._table
+
+    def _sample_markov(self, h, U, first_prev, temperature, generator):
+        B, K, V = U.shape
+        bias, conf_prev = self._tables()
+        D = h.shape[-1]
+        w = self.conf.proj.weight[0]
+        conf_h = h @ w[:D].to(h.dtype) + self.conf.proj.bias.to(h.dtype)  # (B, K): the w_h . h_k part of Eq 7
+        prev = first_prev
+        tokens, logits, confs = [], [], []
+        for k in range(K):
+            lk = U[:, k] + bias[prev].to(U.dtype)  # (B, V)
+            confs.append(conf_h[:, k] + conf_prev[prev].to(h.dtype) if conf_prev is not None else conf_h[:, k])
             if temperature == 0:
                 tok = lk.argmax(dim=-1)
             else:

@@ -25,17 +25,24 @@ import torch.nn.functional as F
 from .config import VOCAB_SIZE, Config
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding. x (B, H, T, E); pos (T,) or (B, T) absolute positions."""
-    E = x.shape[-1]
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, E, 2, device=x.device, dtype=torch.float32) / E))
+def rope_angles(pos: torch.Tensor, head_dim: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of the rotary angles at absolute positions pos (T,) or (B, T); shaped to
+    broadcast against (B, H, T, E/2)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=pos.device, dtype=torch.float32) / head_dim))
     angles = pos.to(torch.float32)[..., None] * inv_freq  # (T, E/2) or (B, T, E/2)
     if angles.dim() == 3:
         angles = angles[:, None]  # (B, 1, T, E/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     x1, x2 = x[..., 0::2], x[..., 1::2]
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return out.flatten(-2)
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding. x (B, H, T, E); pos (T,) or (B, T) absolute positions."""
+    return apply_rope(x, *rope_angles(pos, x.shape[-1], x.dtype))
 
 
 class MLP(nn.Module):
@@ -76,22 +83,20 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.proj = nn.Linear(d, d, bias=False)
 
-    def forward(self, x, pos, cache: KVCache | None = None, layer: int = 0):
+    def forward(self, x, rot, cache: KVCache | None = None, layer: int = 0, mask=None):
+        """rot: (cos, sin) of this call's positions; mask: which cached keys each query
+        sees (None: all of them, or causal without a cache)."""
         B, T, D = x.shape  # batch, sequence, width
         q, k, v = self.qkv(x).split(D, dim=-1)
         q, k, v = (t.view(B, T, self.H, D // self.H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, E)
-        q, k = rope(q, pos), rope(k, pos)
+        q, k = apply_rope(q, *rot), apply_rope(k, *rot)
         if cache is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             L = cache.length
-            if L + T > cache.max_len:
-                raise ValueError(f"KV cache full: {L} + {T} > {cache.max_len}")
             cache.k[layer][:, :, L:L + T] = k.to(cache.k[layer].dtype)
             cache.v[layer][:, :, L:L + T] = v.to(cache.v[layer].dtype)
             kk, vv = cache.k[layer][:, :, :L + T], cache.v[layer][:, :, :L + T]  # (B, H, L+T, E)
-            # query i sits at absolute position L+i and sees keys 0..L+i
-            mask = torch.arange(L + T, device=x.device)[None, :] <= (L + torch.arange(T, device=x.device))[:, None]
             y = F.scaled_dot_product_attention(q, kk.to(q.dtype), vv.to(q.dtype), attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, D))
 
@@ -103,8 +108,8 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(d, n_heads)
         self.mlp = MLP(d)
 
-    def forward(self, x, pos, cache=None, layer=0):
-        x = x + self.attn(self.norm1(x), pos, cache, layer)
+    def forward(self, x, rot, cache=None, layer=0, mask=None):
+        x = x + self.attn(self.norm1(x), rot, cache, layer, mask)
         return x + self.mlp(self.norm2(x))
 
 
@@ -142,9 +147,16 @@ class TargetLM(nn.Module):
         start = cache.length if cache is not None else 0
         pos = torch.arange(start, start + T, device=idx.device)
         x = self.wte(idx)  # (B, T, D)
+        rot = rope_angles(pos, self.d_model // self.n_heads, x.dtype)
+        mask = None  # one query sees every cached key: no mask needed
+        if cache is not None:
+            if start + T > cache.max_len:
+                raise ValueError(f"KV cache full: {start} + {T} > {cache.max_len}")
+            if T > 1:  # query i sits at absolute position start+i and sees keys 0..start+i
+                mask = torch.arange(start + T, device=idx.device)[None, :] <= pos[:, None]
         layer_hidden = []
         for i, block in enumerate(self.blocks):
-            x = block(x, pos, cache, i)
+            x = block(x, rot, cache, i, mask)
             layer_hidden.append(x)
         if cache is not None:
             cache.length += T

@@ -50,19 +50,19 @@ def verify(p_target: torch.Tensor, p_draft: torch.Tensor, draft_tokens: torch.Te
         raise ValueError(f"verify: p_target needs K+1={K + 1} rows and p_draft K={K}, "
                          f"got {p_target.shape[0]} and {p_draft.shape[0]}")
     device = p_target.device
-    u = torch.rand(K, generator=generator, device=p_target.device if generator is None else generator.device)
-    pt = p_target[torch.arange(K, device=device), draft_tokens].cpu()
-    pd = p_draft[torch.arange(K, device=device), draft_tokens].cpu()
-    for k in range(K):
-        if u[k] * pd[k] < pt[k]:  # accept with probability min(1, p_target / p_draft)
-            continue
-        residual = (p_target[k] - p_draft[k]).clamp_min(0)
+    u = torch.rand(K, generator=generator, device=device if generator is None else generator.device)
+    rows = torch.arange(K, device=device)
+    pt = p_target[rows, draft_tokens]
+    pd = p_draft[rows, draft_tokens]
+    # accept x_k with probability min(1, p_target / p_draft); n = the first rejection
+    accepted = (u.to(device) * pd < pt).long()
+    n = int(accepted.cumprod(0).sum())
+    if n < K:
+        residual = (p_target[n] - p_draft[n]).clamp_min(0)
         if residual.sum() <= 0:  # p_target == p_draft: a rejection cannot happen in exact arithmetic
-            residual = p_target[k]
-        token = torch.multinomial(residual / residual.sum(), 1, generator=generator).item()
-        return k, int(token)
-    token = torch.multinomial(p_target[K], 1, generator=generator).item()
-    return K, int(token)
+            residual = p_target[n]
+        return n, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+    return K, int(torch.multinomial(p_target[K], 1, generator=generator))
 
 
 @dataclass

@@ -52,3 +52,24 @@ def test_no_sequential_head_is_the_bare_parallel_drafter():
     U = torch.randn(2, 3, 16)
     draft, _ = head(torch.randn(2, 3, 8), U, torch.zeros(2, 3, dtype=torch.long))
     assert torch.equal(draft, U)
+
+
+def test_markov_inference_tables_match_the_general_path():
+    torch.manual_seed(0)
+    for conf_input in ("hidden+markov", "hidden"):
+        head = DraftHead("markov", conf_input, 32, 8, 4)
+        with torch.no_grad():
+            head.seq.W2.weight.normal_()
+        h, U = torch.randn(3, 5, 8), torch.randn(3, 5, 32)
+        first = torch.tensor([1, 7, 30])
+        with torch.no_grad():
+            fast = head.sample_block_tokens(h, U, first, temperature=0)
+        slow = head.sample_block_tokens(h, U, first, temperature=0)  # grad enabled: the general path
+        assert torch.equal(fast[0], slow[0])
+        torch.testing.assert_close(fast[1], slow[1].detach(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(fast[2], slow[2].detach(), atol=1e-5, rtol=0)
+        # teacher forced on the sampled tokens gives the same logits and confidences
+        prev = torch.cat([first[:, None], fast[0][:, :-1]], 1)
+        draft, conf = head(h, U, prev)
+        torch.testing.assert_close(fast[1], draft.detach(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(fast[2], conf.detach(), atol=1e-5, rtol=0)
