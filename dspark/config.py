@@ -186,7 +186,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": dict(d_model=256, n_layers=4, n_heads=4, seq_len=256, markov_rank=64, batch_size=8,
                   target_steps=600, draft_steps=400, eval_interval=100, eval_batches=8, anchors_per_seq=32,
                   drafter_layers=1, context_layers=(1, 3), target_lr=2e-3, lr=2e-3, warmup_steps=50,
-                  spec_prompts=48, spec_prompt_len=64, spec_new_tokens=96, precision="fp32",
+                  spec_prompts=64, spec_prompt_len=64, spec_new_tokens=160, precision="fp32",
                   max_corpus_bytes=0),
     "base": dict(d_model=512, n_layers=8, n_heads=8, seq_len=512, markov_rank=256, batch_size=32,
                  target_steps=6000, draft_steps=4000, eval_interval=500, eval_batches=16,

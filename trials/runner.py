@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 from contextlib import contextmanager
@@ -50,11 +51,15 @@ def trial_fn(config: dict[str, Any]) -> None:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
 
     checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        train(cfg, report=report)
-    else:
-        with checkpoint.as_directory() as resume_dir:
-            train(cfg, report=report, resume_from=resume_dir)
+    try:
+        if checkpoint is None:
+            train(cfg, report=report)
+        else:
+            with checkpoint.as_directory() as resume_dir:
+                train(cfg, report=report, resume_from=resume_dir)
+    finally:
+        # tune.report has already copied every checkpoint to the sweep's storage
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 @ray.remote(max_retries=1)

@@ -136,7 +136,7 @@ def test_two_nodes_spread_and_survive_losing_one(tmp_path, corpus_dir):
     cluster.wait_for_nodes()
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "nodes", D1_D9, max_failures=2,
-                                   base={"target_steps": 10, "draft_steps": 60, "eval_interval": 10,
+                                   base={"target_steps": 10, "draft_steps": 150, "eval_interval": 10,
                                          "eval_batches": 1, "spec_prompts": 2, "spec_new_tokens": 16,
                                          "spec_prompt_len": 16}))
     result = {}
