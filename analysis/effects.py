@@ -26,12 +26,24 @@ from .anova import AnalysisError, check_design
 CORRECTED = {"window": "aligned", "decay_gamma": "block", "confidence_input": "hidden+markov"}
 
 
+CONVENTIONAL = [("-", "+"), ("-1", "1"), ("-1", "+1"), ("low", "high"), ("lo", "hi"), ("0", "1"),
+                ("False", "True"), ("off", "on"), ("no", "yes")]
+
+
 def default_levels(df: pd.DataFrame, factor: str) -> tuple[str, str]:
-    levels = [str(v) for v in (df[factor].cat.categories if hasattr(df[factor], "cat")
-                              else pd.unique(df[factor].dropna()))]
-    levels = [lv for lv in levels if lv in set(df[factor].dropna().astype(str))]
+    col = df[factor]
+    if hasattr(col, "cat"):
+        levels = [str(v) for v in col.cat.categories]
+    elif pd.api.types.is_numeric_dtype(col):
+        levels = [str(v) for v in sorted(pd.unique(col.dropna()))]
+    else:
+        levels = [str(v) for v in pd.unique(col.dropna())]
+    levels = [lv for lv in levels if lv in set(col.dropna().astype(str))]
     if len(levels) != 2:
         raise AnalysisError(f"factor {factor!r} has {len(levels)} levels; effects need exactly two")
+    for low, high in CONVENTIONAL:  # a coding that names its own direction
+        if set(levels) == {low, high} or {lv.lower() for lv in levels} == {low.lower(), high.lower()}:
+            return tuple(sorted(levels, key=lambda lv: lv.lower() != low.lower()))
     for field, corrected in CORRECTED.items():
         if field not in df.columns:
             continue

@@ -64,7 +64,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     if exp is None:
         raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")
     order = _factor_levels(client, exp.experiment_id)
-    rows, incomplete = [], []
+    rows = []
     token = None
     while True:
         page = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=5000, page_token=token)

@@ -27,7 +27,6 @@ def ece(pred, label, n_bins: int = N_BINS) -> float:
     if p.size == 0:
         return float("nan")
     bins = np.clip((p * n_bins).astype(int), 0, n_bins - 1)
-    count = np.bincount(bins, minlength=n_bins)
     sum_p = np.bincount(bins, weights=p, minlength=n_bins)
     sum_y = np.bincount(bins, weights=y, minlength=n_bins)
     return float(np.abs(sum_p - sum_y).sum() / p.size)

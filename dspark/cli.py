@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import from_dict, parse_overrides
+from .config import Config, from_dict, parse_overrides
 
 
 def load_config_file(path: str) -> dict:
@@ -22,7 +22,7 @@ def load_config_file(path: str) -> dict:
     return data
 
 
-def build_config(args) -> "Config":  # noqa: F821
+def build_config(args) -> Config:
     values: dict = {}
     if args.config:
         values.update(load_config_file(args.config))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 VOCAB_SIZE = 256  # byte-level: V is a constant, not a knob

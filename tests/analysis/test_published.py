@@ -14,8 +14,6 @@ Sources:
   AD = 1105.56, error 179.52 on 8 df, F A = 83.36, C = 17.38, D = 38.13, AC = 58.56, AD = 49.27.
 """
 
-import itertools
-
 import pandas as pd
 import pytest
 
@@ -95,3 +93,13 @@ def test_projection_into_a_replicated_2_3():
     assert t.loc["Residual", "df"] == 8
     for term, F in {"A": 83.36, "C": 17.38, "D": 38.13, "A:C": 58.56, "A:D": 49.27}.items():
         assert t.loc[term, "F"] == pytest.approx(F, abs=0.02)
+
+
+def test_default_levels_follow_the_coding_not_the_row_order():
+    df = example_6_1().iloc[::-1].copy()  # rows start at the high level
+    df["A"] = df["A"].astype(str)  # plain strings: no category order to lean on
+    df["B"] = df["B"].map({"-": -1, "+": 1})  # numeric coding
+    eff = factorial_effects(df, "y", ["A", "B"])
+    assert eff.attrs["levels"] == {"A": ("-", "+"), "B": ("-1", "1")}
+    assert eff.loc["A", "effect"] == pytest.approx(8.33, abs=0.005)
+    assert eff.loc["B", "effect"] == pytest.approx(-5.00, abs=0.005)

@@ -24,5 +24,5 @@ def test_train_cli_prints_and_writes_final_metrics(tmp_path, corpus_dir):
     assert "final: val/bpb" in r.stdout and "tf/tau" in r.stdout
     final = json.loads((tmp_path / "o" / "final_metrics.json").read_text())
     assert final["tf/tau"] >= 1.0
-    run = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert len(run["data_sha256"]) == 64 and run["config"]["head"] == "rnn"
+    info = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert len(info["data_sha256"]) == 64 and info["config"]["head"] == "rnn"

@@ -1,7 +1,6 @@
 """Every shipped sweep spec and cluster.yaml loads and validates."""
 
 import json
-import os
 from pathlib import Path
 
 import jsonschema
