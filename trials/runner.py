@@ -247,12 +247,12 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
                 tuner = tune.Tuner(
                     trainable,
                     param_space=param_space(spec),
-                    tune_config=tune.TuneConfig(max_concurrent_trials=limit or None,
+                    tune_config=tune.TuneConfig(max_concurrent_trials=limit or None, reuse_actors=True,
                                                 trial_dirname_creator=_dirname),
                     run_config=tune.RunConfig(
                         name=spec.name, storage_path=str(root), callbacks=[tracker], verbose=verbose,
                         failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-                        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                        checkpoint_config=tune.CheckpointConfig(num_to_keep=4),
                     ),
                 )
             grid = tuner.fit()
