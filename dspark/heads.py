@@ -86,6 +86,14 @@ class ConfidenceHead(nn.Module):
         return self.proj(f).squeeze(-1)
 
 
+def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of logits (B, V): argmax at temperature 0, else a sample."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 class DraftHead(nn.Module):
     """Sequential stage + confidence head on top of a parallel stage's (h, U)."""
 
@@ -134,11 +142,7 @@ class DraftHead(nn.Module):
                 state, b = self.seq.step(state, prev, h[:, k])
                 lk = U[:, k] + b.to(U.dtype)  # (B, V)
             confs.append(self.conf(h[:, k], self._prev_emb(prev)))
-            if temperature == 0:
-                tok = lk.argmax(dim=-1)
-            else:
-                probs = torch.softmax(lk.float() / temperature, dim=-1)
-                tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            tok = draw(lk, temperature, generator)
             tokens.append(tok)
             logits.append(lk)
             prev = tok
@@ -167,11 +171,7 @@ class DraftHead(nn.Module):
         for k in range(K):
             lk = U[:, k] + bias[prev].to(U.dtype)  # (B, V)
             confs.append(conf_h[:, k] + conf_prev[prev].to(h.dtype) if conf_prev is not None else conf_h[:, k])
-            if temperature == 0:
-                tok = lk.argmax(dim=-1)
-            else:
-                probs = torch.softmax(lk.float() / temperature, dim=-1)
-                tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            tok = draw(lk, temperature, generator)
             tokens.append(tok)
             logits.append(lk)
             prev = tok

@@ -170,14 +170,6 @@ def _trainable(spec: SweepSpec):
     return tune.with_resources(fn, res)
 
 
-class _FlatTracker(SweepTracker):
-    """Tune hands callbacks the trial's nested config; flatten before use."""
-
-    def _trial(self, trial):
-        key = _flatten(trial.config)["trial_key"]
-        return next(t for t in self.spec.trials if t.key == key)
-
-
 @contextmanager
 def _sigterm_as_interrupt():
     """A `kill` of the driver stops Tune the way Ctrl-C does (state saved, runs closed)."""
@@ -235,7 +227,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             ledger = Ledger(tracking_uri, spec)
             for h, meta in targets.items():
                 ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
-            tracker = _TaggedTracker(tracking_uri, spec, tags)
+            tracker = SweepTracker(tracking_uri, spec, tags)
             exp_dir.mkdir(parents=True, exist_ok=True)
             _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)
             trainable = _trainable(spec)
@@ -277,17 +269,6 @@ def _dirname(trial) -> str:
     key = _flatten(trial.config)["trial_key"]
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
     return f"{trial.trial_id}_{safe}"[:120]
-
-
-class _TaggedTracker(_FlatTracker):
-    """Adds each trial's own tags (target hash, corpus hash, commit) to its run."""
-
-    def __init__(self, tracking_uri, spec, tags_by_key):
-        super().__init__(tracking_uri, spec, {})
-        self.tags_by_key = tags_by_key
-
-    def _tags_for(self, t):
-        return self.tags_by_key.get(t.key, {})
 
 
 def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:

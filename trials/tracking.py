@@ -143,10 +143,10 @@ def is_metric(key: str) -> bool:
 class SweepTracker(Callback):
     """Ray Tune callback (driver side) writing each trial's life into MLflow."""
 
-    def __init__(self, tracking_uri: str, spec: SweepSpec, extra_tags: dict[str, str]):
+    def __init__(self, tracking_uri: str, spec: SweepSpec, tags_by_key: dict[str, dict[str, str]]):
         self.tracking_uri = tracking_uri
         self.spec = spec
-        self.extra_tags = dict(extra_tags)
+        self.tags_by_key = dict(tags_by_key)  # trial_key -> its own tags (target hash, corpus hash, commit)
         self._ledger: Ledger | None = None
         self._runs: dict[str, str] = {}
         self._nodes: dict[str, str] = {}
@@ -167,16 +167,14 @@ class SweepTracker(Callback):
         return self._ledger
 
     def _trial(self, trial) -> Trial:
-        key = trial.config["trial_key"]
+        # the runner's param space nests each trial's config under "trial"
+        key = trial.config.get("trial", trial.config)["trial_key"]
         return next(t for t in self.spec.trials if t.key == key)
-
-    def _tags_for(self, t: Trial) -> dict[str, str]:
-        return self.extra_tags
 
     def _run_id(self, trial) -> str:
         if trial.trial_id not in self._runs:
             t = self._trial(trial)
-            run_id, done = self.ledger.open_child(t, self._tags_for(t))
+            run_id, done = self.ledger.open_child(t, self.tags_by_key.get(t.key, {}))
             self._runs[trial.trial_id] = run_id
             if done:
                 self._done.add(run_id)
