@@ -120,8 +120,9 @@ class Trainer:
                                              max_bytes=cfg.max_corpus_bytes)
         self.data_sha256 = self.corpus.sha256
         self.target_hash = target_hash(cfg, self.data_sha256)
-        # the target depends on target_seed alone, the draft head on seed
-        torch.manual_seed(cfg.target_seed)
+        # a drafter-stage target depends on target_seed alone (so replicates can share it),
+        # the draft head on seed; in the backbone stage the LM is trained with the head, on seed
+        torch.manual_seed(cfg.target_seed if cfg.parallel_stage == "drafter" else cfg.seed)
         self.target = TargetLM.from_config(cfg).to(self.device)
         self.target_data_gen = torch.Generator().manual_seed(cfg.target_seed)
         torch.manual_seed(cfg.seed)
