@@ -3,7 +3,13 @@
 `train(config, report=...)` is the entry point a Ray trial calls; see dspark.train.
 """
 
-from .config import PRESETS, Config, from_dict
+import os
+
+# bit-reproducible MKL (a resumed run ends exactly where an uninterrupted one does);
+# effective when dspark is imported before torch
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+from .config import PRESETS, Config, from_dict  # noqa: E402
 
 
 def train(config, report=None, resume_from=None, progress=None):

@@ -4,6 +4,9 @@ import pytest
 
 # Keep BLAS/torch from oversubscribing the 2-core CI machine.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# MKL's results may otherwise depend on memory alignment: resume-equality tests compare
+# two runs in one process bit for bit (must be set before torch loads MKL).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 
 @pytest.fixture(scope="session")

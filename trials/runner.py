@@ -30,10 +30,10 @@ DEFAULT_STORAGE = "ray_results"
 
 def trial_fn(config: dict[str, Any]) -> None:
     """The Tune function trainable: one DSpark training run."""
-    import torch
-
-    from dspark.config import from_dict
+    from dspark.config import from_dict  # before torch: dspark sets MKL's reproducible mode
     from dspark.train import train
+
+    import torch
 
     cpus = int(config.get("cpus", 1)) or 1
     torch.set_num_threads(cpus)
