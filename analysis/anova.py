@@ -45,13 +45,6 @@ def check_design(df: pd.DataFrame, response: str, factors: list[str]) -> None:
             raise AnalysisError(f"factor {f!r} has one level ({', '.join(map(str, levels))}): it has no effect to estimate")
 
 
-def _cells_empty(df: pd.DataFrame, factors: list[str], design_cells: set | None) -> list[tuple]:
-    present = set(map(tuple, df[factors].astype(str).to_numpy()))
-    if design_cells is not None:
-        return sorted(c for c in design_cells if c not in present)
-    return []
-
-
 def _terms(factors: list[str], max_order: int) -> list[tuple[str, ...]]:
     out = []
     for k in range(1, max_order + 1):

@@ -107,10 +107,6 @@ def _row(r) -> dict:
     return row
 
 
-def factor_names(df: pd.DataFrame) -> list[str]:
-    return list(df.attrs.get("factors", []))
-
-
 def type_columns(df: pd.DataFrame, order: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """`factor.X` tag columns -> ordered categorical column X (empty = not in the factorial)."""
     order = order or {}

@@ -14,7 +14,6 @@ each slot's scores is kept.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 N_BINS = 20
 TEMPERATURE_GRID = np.exp(np.linspace(np.log(0.05), np.log(20.0), 161))
@@ -116,7 +115,3 @@ def prefix_metrics(conf: np.ndarray, survived: np.ndarray, valid: np.ndarray, pr
     out[f"{prefix}auroc"] = auroc(cum[valid], survived[valid])
     out[f"{prefix}brier"] = brier(cum[valid], survived[valid])
     return out
-
-
-def as_numpy(x) -> np.ndarray:
-    return x.detach().float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)

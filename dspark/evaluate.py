@@ -49,7 +49,7 @@ def teacher_forced(models: Models, batches: list[torch.Tensor], stride: int, dev
     for x in batches:
         x = x.to(device)
         T = x.shape[1] - 1
-        anchors = strided_anchors(T, stride, K).to(device).expand(x.shape[0], -1)  # (B, A)
+        anchors = strided_anchors(T, stride).to(device).expand(x.shape[0], -1)  # (B, A)
         with autocast():
             out = draft_blocks(models, x, anchors, "aligned")
         lm_ce += F.cross_entropy(out.lm.logits.float().reshape(-1, out.lm.logits.shape[-1]),

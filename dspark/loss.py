@@ -12,8 +12,6 @@ Shapes: (..., K, V) logits, (..., K) labels / valid / confidence logits.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -90,11 +88,3 @@ def dspark_loss(draft_logits, target_logits, labels, valid, confidence_logits, d
         out["accept_rate"] = (c_star * validf).sum(dim=lead) / (validf.sum(dim=lead) + EPS)
         out["tau_tf"] = tau_from_accept(c_star, valid)
     return out
-
-
-def gamma_of(decay_gamma, block_size: int) -> float:
-    """Resolve the D2 field: 'block' means decay_gamma = K."""
-    return float(block_size) if decay_gamma == "block" else float(decay_gamma)
-
-
-LN2 = math.log(2.0)

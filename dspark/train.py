@@ -300,7 +300,7 @@ class Trainer:
     def _anchors(self, batch: int) -> torch.Tensor:
         cfg = self.cfg
         if cfg.anchors == "strided":
-            return strided_anchors(cfg.seq_len, cfg.stride, cfg.block_size).expand(batch, -1)
+            return strided_anchors(cfg.seq_len, cfg.stride).expand(batch, -1)
         return random_anchors(batch, cfg.anchors_per_seq, cfg.seq_len, cfg.block_size, self.anchor_gen)
 
     def _train_head(self) -> None:

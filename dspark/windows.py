@@ -43,7 +43,7 @@ def window_valid(prev: torch.Tensor, label: torch.Tensor, target: torch.Tensor, 
     return ok.long().cumprod(dim=-1).bool()
 
 
-def strided_anchors(seq_len: int, stride: int, block_size: int) -> torch.Tensor:
+def strided_anchors(seq_len: int, stride: int) -> torch.Tensor:
     """Anchors 1, 1+stride, ... while slot 0's label lies in the sequence: (A,)."""
     if stride < 1:
         raise ValueError(f"stride: must be >= 1, got {stride}")
