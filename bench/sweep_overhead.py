@@ -62,11 +62,10 @@ def main() -> None:
 
         tdir = Path(tmp) / "st" / "targets"
         tdir.mkdir(parents=True)
-        from dspark.data import build_corpus
         from dspark.train import target_hash
 
         cfg = s.trials[0].config
-        h = target_hash(cfg, build_corpus(cfg.data, cfg.text_column, cfg.seq_len + 1, cfg.max_corpus_bytes).sha256)
+        h = target_hash(cfg, runner.corpus_sha256(cfg, {}))
         shutil.copy(target, tdir / f"{h}.pt")
         t0 = time.perf_counter()
         runner.run(s, tracking_uri=f"sqlite:///{tmp}/m.db", storage=f"{tmp}/st", verbose=0)

@@ -76,23 +76,28 @@ def storage_root(storage: str | None) -> Path:
     return Path(storage or DEFAULT_STORAGE).expanduser().resolve()
 
 
-def ensure_targets(spec: SweepSpec, storage: Path) -> dict[str, dict]:
+def corpus_sha256(cfg, cache: dict[str, str]) -> str:
+    """The content hash of a trial's corpus, built once per distinct data source."""
+    from dspark.data import build_corpus
+
+    key = json.dumps([cfg.data, cfg.text_column, cfg.max_corpus_bytes])
+    if key not in cache:
+        cache[key] = build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1,
+                                  max_bytes=cfg.max_corpus_bytes).sha256
+    return cache[key]
+
+
+def ensure_targets(spec: SweepSpec, storage: Path, hashes: dict[str, str]) -> dict[str, dict]:
     """Train (once, as Ray tasks) every distinct target the drafter-stage trials need;
     returns target_hash -> metadata with its `path`. A target already in storage is reused."""
-    from dspark.data import build_corpus
     from dspark.train import load_target, target_hash
 
     needed: dict[str, Any] = {}
-    hashes: dict[str, str] = {}
     for t in spec.trials:
         cfg = t.config
         if cfg.parallel_stage != "drafter" or cfg.target_path:
             continue
-        dkey = json.dumps([cfg.data, cfg.text_column, cfg.max_corpus_bytes])
-        if dkey not in hashes:
-            hashes[dkey] = build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1,
-                                        max_bytes=cfg.max_corpus_bytes).sha256
-        needed.setdefault(target_hash(cfg, hashes[dkey]), cfg)
+        needed.setdefault(target_hash(cfg, corpus_sha256(cfg, hashes)), cfg)
     out: dict[str, dict] = {}
     pending = {}
     tdir = storage / "targets"
@@ -132,22 +137,16 @@ def bind_targets(spec: SweepSpec, targets: dict[str, dict]) -> tuple[SweepSpec, 
     return spec, tags
 
 
-def data_hash_tags(spec: SweepSpec, tags: dict[str, dict[str, str]]) -> None:
+def data_hash_tags(spec: SweepSpec, tags: dict[str, dict[str, str]], hashes: dict[str, str]) -> None:
     """Backbone-stage trials train their own LM; record their corpus hash and the hash
     their target would have."""
-    from dspark.data import build_corpus
     from dspark.train import target_hash
 
-    cache: dict[str, str] = {}
     for t in spec.trials:
         if tags.get(t.key):
             continue
-        cfg = t.config
-        dkey = json.dumps([cfg.data, cfg.text_column, cfg.max_corpus_bytes])
-        if dkey not in cache:
-            cache[dkey] = build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1,
-                                       max_bytes=cfg.max_corpus_bytes).sha256
-        tags[t.key] = {"data_sha256": cache[dkey], "target_hash": target_hash(cfg, cache[dkey])}
+        sha = corpus_sha256(t.config, hashes)
+        tags[t.key] = {"data_sha256": sha, "target_hash": target_hash(t.config, sha)}
 
 
 def param_space(spec: SweepSpec) -> dict:
@@ -218,9 +217,10 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     ledger = None
     try:
         with _sigterm_as_interrupt():
-            targets = ensure_targets(spec, root)
+            hashes: dict[str, str] = {}  # corpus hashes, shared so each corpus is read once
+            targets = ensure_targets(spec, root, hashes)
             spec, tags = bind_targets(spec, targets)
-            data_hash_tags(spec, tags)
+            data_hash_tags(spec, tags, hashes)
             commit = git_commit()
             for v in tags.values():
                 v["git_commit"] = commit
