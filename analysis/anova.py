@@ -134,5 +134,9 @@ def factorial_anova(df: pd.DataFrame, response: str, factors: list[str], typ: in
     table.loc["Residual", ["F", "p", "partial_eta_sq"]] = np.nan
     table = table[["sum_sq", "df", "F", "p", "partial_eta_sq"]]
     table.attrs["dropped_terms"] = [":".join(t) for t in asked if t not in terms]
+    # residual sigma and the residuals by row label (plain lists: attrs must stay plain data)
+    table.attrs["sigma"] = float(np.sqrt(model.mse_resid))
+    table.attrs["resid_index"] = list(data.index)
+    table.attrs["resid"] = [float(v) for v in model.resid]
     table.attrs["typ"] = typ
     return table

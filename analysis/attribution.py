@@ -18,7 +18,57 @@ from .anova import AnalysisError, check_design, factorial_anova, is_balanced
 from .effects import factorial_effects
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
-DEFAULT_RESPONSES = ("spec/tau", "spec/tau_greedy", "spec/speedup", "conf/ece", "tf/tau", "val/bpb")
+
+# Which question a sweep answers follows from its parallel stage (README "Two questions").
+QUESTIONS = {
+    "backbone": ("the seed's system",
+                 "backbone stage, the audited port's own wiring: the LM is the parallel stage and trains "
+                 "jointly on CE_lm + aux_weight * L_dspark; the pure-CE control (aux_weight 0) asks whether "
+                 "the aux head earns its share of the step"),
+    "drafter": ("the paper's architecture",
+                "drafter stage: a frozen target and a separate parallel drafter; D1 here is the seed's "
+                "window bug transplanted into the paper's drafter (the whole parallel stage trains one "
+                "slot off)"),
+}
+# Default responses per stage, primary first. The calibration responses are DeepSpec's
+# per-position means; the pooled conf/ece|auroc|brier stay available as secondary ones.
+DEFAULT_RESPONSES_BY_STAGE = {
+    "backbone": ("val/bpb", "train/step_ms"),
+    "drafter": ("spec/tau", "spec/tau_greedy", "spec/speedup", "conf/ece_mean", "conf/auroc_mean",
+                "conf/brier_mean", "tf/tau"),
+}
+DEFAULT_RESPONSES = tuple(dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
+SECONDARY_RESPONSES = ("conf/ece", "conf/auroc", "conf/brier")
+# Responses that are degenerate by construction in a stage: the report does not rank
+# effects on them. In the backbone stage the teacher-forced evaluator compares the draft
+# (the LM's own logits plus the head's bias) with the LM's own logits, so tf/* measure only
+# how small the bias is (an aligned head drives it to zero: tf/tau -> K+1).
+DEGENERATE = {
+    "backbone": (("tf/", "train/tau_tf", "train/tv", "train/conf"),
+                 "degenerate in the backbone stage: the draft is the LM's own logits plus a bias and is "
+                 "scored against those same logits, so it measures only the size of the bias "
+                 "(aligned: tf/tau = K+1 by construction)"),
+}
+LOWER_IS_BETTER = ("val/bpb", "_ms", "conf/ece", "conf/brier", "tf/ce", "tf/tv", "tf/conf_ece", "tf/conf_brier",
+                   "loss", "train/ce", "train/lm_ce")
+
+
+def stage_of(df: pd.DataFrame) -> str | None:
+    """The parallel stage of the sweep's runs, or None when mixed or unknown."""
+    if "parallel_stage" not in df.columns:
+        return None
+    stages = set(df["parallel_stage"].dropna().astype(str))
+    return stages.pop() if len(stages) == 1 else None
+
+
+def degenerate_reason(stage: str | None, response: str) -> str | None:
+    prefixes, reason = DEGENERATE.get(stage or "", ((), ""))
+    return reason if any(response.startswith(p) for p in prefixes) else None
+
+
+def better_direction(response: str) -> str:
+    """'lower' or 'higher' is better."""
+    return "lower" if any(k in response for k in LOWER_IS_BETTER) else "higher"
 
 
 @dataclass

@@ -18,6 +18,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--responses", nargs="+", help="metrics to analyse (default: the usual ones that vary)")
     r.add_argument("--adjust", default="holm", choices=["holm", "bh", "none"])
     r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow")
+    pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma")
+    pl.add_argument("experiment")
+    pl.add_argument("--effect", type=float, required=True, help="the effect (high minus low) to detect")
+    pl.add_argument("--response", action="append", help="response(s) to plan for (default: the stage's primary ones)")
+    pl.add_argument("--power", type=float, default=0.8, help="the power wanted (default 0.8)")
+    pl.add_argument("--alpha", type=float, default=0.05, help="two-sided test level (default 0.05)")
+    pl.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    pl.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow")
     e = sub.add_parser("export", help="write the runs of an experiment to parquet")
     e.add_argument("experiment")
     e.add_argument("path")
@@ -37,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         from .report import build_report
 
         df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
+        if args.command == "plan":
+            from .plan import plan_text
+
+            print(plan_text(df, args.effect, args.response, args.alpha, args.power))
+            return 0
         rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust)
         print(rep.summary)
         print(f"report: {rep.html_path}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm")
+META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
 
 
@@ -43,13 +43,17 @@ def _typed(value: str):
     return value
 
 
-def _factor_levels(client, experiment_id: str) -> dict[str, list[str]]:
-    """Level order per factor, from the parent run's `factors` param (the spec order)."""
+def _parent(client, experiment_id: str):
     runs = client.search_runs([experiment_id], "tags.sweep_parent = 'true'", max_results=1)
-    if not runs or "factors" not in runs[0].data.params:
+    return runs[0] if runs else None
+
+
+def _factor_levels(parent) -> dict[str, list[str]]:
+    """Level order per factor, from the parent run's `factors` param (the spec order)."""
+    if parent is None or "factors" not in parent.data.params:
         return {}
     try:
-        factors = json.loads(runs[0].data.params["factors"])
+        factors = json.loads(parent.data.params["factors"])
     except json.JSONDecodeError:
         return {}
     return {f: list(levels) for f, levels in factors.items()}
@@ -63,7 +67,8 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")
-    order = _factor_levels(client, exp.experiment_id)
+    parent = _parent(client, exp.experiment_id)
+    order = _factor_levels(parent)
     rows = []
     token = None
     while True:
@@ -89,6 +94,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
             df[col] = df[col].astype(str)
     df.attrs[INCOMPLETE_KEY] = inc
     df.attrs["experiment"] = experiment
+    df.attrs["description"] = parent.data.tags.get("description", "") if parent is not None else ""
     return df
 
 
@@ -96,7 +102,8 @@ def _row(r) -> dict:
     tags, params = r.data.tags, r.data.params
     row = {"run_id": r.info.run_id, "run_name": r.info.run_name, "status": r.info.status,
            "cell": tags.get("cell", ""), "replicate": int(tags.get("replicate", 0)),
-           "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial")}
+           "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial"),
+           "run_order": int(tags.get("run_order", -1))}
     for k, v in tags.items():
         if k.startswith("factor."):
             row[k] = v
@@ -148,6 +155,7 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
     meta = dict(table.schema.metadata or {})
     meta[b"dspark.attrs"] = json.dumps({
         "factors": df.attrs.get("factors", []), "experiment": df.attrs.get("experiment", ""),
+        "description": df.attrs.get("description", ""),
         "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
     }).encode()
     pq.write_table(table.replace_schema_metadata(meta), path)
@@ -161,6 +169,7 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     attrs = json.loads((table.schema.metadata or {}).get(b"dspark.attrs", b"{}"))
     df.attrs["factors"] = attrs.get("factors", [])
     df.attrs["experiment"] = attrs.get("experiment", "")
+    df.attrs["description"] = attrs.get("description", "")
     df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
     return df
 

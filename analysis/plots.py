@@ -42,7 +42,7 @@ def main_effects(df: pd.DataFrame, response: str, factors: list[str], path) -> P
         ax.axhline(grand, color="grey", lw=0.8, ls="--")
         ax.set_xticks(range(len(lv)), [str(v) for v in lv])
         ax.set_title(f)
-    axes[0][0].set_ylabel(response)
+    axes[0][0].set_ylabel(f"{response}\n(level mean ± 1 s.e.)")
     fig.suptitle(f"main effects on {response}")
     return _save(fig, path)
 
@@ -78,8 +78,15 @@ def pareto(effects: pd.DataFrame, path, alpha: float = 0.05) -> Path:
         line = L["me"] / L["pse"]
         label = "Lenth ME"
     std = std.sort_values()
+    # one criterion everywhere: where adjusted p-values exist, red means p_adj < alpha (as
+    # in the summary); the dashed line is then only the unadjusted reference
+    if "p_adj" in e.columns and e["p_adj"].notna().all():
+        red = [bool(e.loc[t, "p_adj"] < alpha) for t in std.index]
+        label += ", unadjusted; red: p_adj < %g" % alpha
+    else:
+        red = [bool(v > line) for v in std]
     fig, ax = plt.subplots(figsize=(5.5, 0.35 * len(std) + 1.4))
-    ax.barh(range(len(std)), std.to_numpy(), color=["C3" if v > line else "C0" for v in std])
+    ax.barh(range(len(std)), std.to_numpy(), color=["C3" if r else "C0" for r in red])
     ax.set_yticks(range(len(std)), std.index)
     ax.axvline(line, color="k", ls="--", label=label)
     ax.set_xlabel("standardised effect")
@@ -119,4 +126,22 @@ def acceptance_curves(df: pd.DataFrame, path, prefix: str = "spec/accept@", by: 
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=6, loc="lower left")
     ax.set_title("per-slot acceptance by cell")
+    return _save(fig, path)
+
+
+def residuals_vs_order(order: np.ndarray, resid: np.ndarray, response: str, path) -> Path:
+    """Residuals of the factorial model against launch order, with the least-squares
+    line: a drift check (a slope means the machine or the data drifted over the sweep)."""
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.scatter(order, resid, s=14)
+    ax.axhline(0, color="grey", lw=0.8)
+    if len(order) > 2 and np.ptp(order) > 0:
+        fit = stats.linregress(order, resid)
+        xs = np.array([order.min(), order.max()])
+        ax.plot(xs, fit.intercept + fit.slope * xs, "C3--", lw=1,
+                label=f"slope {fit.slope:+.3g}/run, p={fit.pvalue:.2g}")
+        ax.legend(fontsize=7)
+    ax.set_xlabel("run order (launch position)")
+    ax.set_ylabel("residual")
+    ax.set_title(f"drift check: {response}")
     return _save(fig, path)

@@ -1,19 +1,42 @@
-"""The attribution report: HTML (tables and plots) and a terminal summary that says, per
-response, which of the factors moved it, by how much, with what confidence."""
+"""The attribution report: one self-contained HTML file (images embedded), a Markdown
+summary with the same tables, and a terminal summary. Per response it says which of the
+factors moved it, by how much, with what confidence, and, for every term not detected,
+how large an effect the sweep could have detected (its power).
+
+The header says which question the sweep answers (the seed's system or the paper's
+architecture, from the runs' parallel stage). A response that is degenerate by
+construction in that stage is named and not ranked.
+"""
 
 from __future__ import annotations
 
+import base64
 import html
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from . import plots
+from . import plots, power
 from .anova import AnalysisError
-from .attribution import DEFAULT_RESPONSES, ResponseResult, analyse, dunnett_vs_control, significant_effects
+from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult, analyse,
+                          better_direction, degenerate_reason, dunnett_vs_control, significant_effects, stage_of)
 from .load import load_runs, report_incomplete, responses as metric_columns
+
+POWER = 0.8
+
+
+@dataclass
+class Sensitivity:
+    """What a response's sweep could detect: residual sigma and detectable effects."""
+    sigma: float
+    n_cells: int
+    replicates: int
+    detectable: float  # a two-level main effect (high minus low) at 80% power
+    by_term: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -23,17 +46,33 @@ class Report:
     html_path: Path | None
     skipped: list[str]
     dunnett: dict[str, pd.DataFrame]
+    stage: str | None = None
+    sensitivity: dict[str, Sensitivity] = field(default_factory=dict)
+    drift: dict[str, tuple[float, float]] = field(default_factory=dict)  # response -> (slope per run, p)
+    markdown_path: Path | None = None
 
 
 def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[str]) -> tuple[list[str], list[str]]:
-    """Asked responses are checked strictly (errors surface later); by default, the usual
-    responses that exist and vary, the others listed as skipped with the reason."""
-    if asked:
-        return list(asked), []
-    have = set(metric_columns(df))
+    """Asked responses are checked strictly (errors surface later); by default, the
+    stage's primary responses that exist and vary, the others listed as skipped with the
+    reason. Degenerate responses are never analysed: they are listed as skipped."""
+    stage = stage_of(df)
     chosen, skipped = [], []
+    if asked:
+        for r in asked:
+            reason = degenerate_reason(stage, r)
+            if reason:
+                skipped.append(f"{r} (not ranked: {reason})")
+            else:
+                chosen.append(r)
+        if not chosen:
+            raise AnalysisError(f"every response asked is degenerate in the {stage} stage: {'; '.join(skipped)}")
+        return chosen, skipped
+    have = set(metric_columns(df))
     data = df.dropna(subset=factors)
-    for r in DEFAULT_RESPONSES:
+    defaults = DEFAULT_RESPONSES_BY_STAGE.get(stage or "") or tuple(
+        dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
+    for r in defaults:
         if r not in have:
             continue
         if data[r].nunique() <= 1:
@@ -51,28 +90,93 @@ def _fmt(x, digits=4):
     return f"{x:.{digits}g}" if isinstance(x, (float, np.floating)) else str(x)
 
 
-def summarise(results: dict[str, ResponseResult], alpha: float = 0.05) -> str:
+def _n_levels(data: pd.DataFrame, f: str) -> int:
+    return int(data[f].dropna().nunique())
+
+
+def sensitivity(data: pd.DataFrame, res: ResponseResult, factors: list[str], alpha: float) -> Sensitivity | None:
+    """Residual sigma of the fitted model and, from `analysis.power`, the smallest effect
+    each term could be detected at with 80% power (None for an unreplicated sweep)."""
+    sigma = res.anova.attrs.get("sigma", float("nan"))
+    n_cells = int(data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups)
+    reps = int(data["replicate"].nunique()) if "replicate" in data.columns else 1
+    if reps < 2 or not (np.isfinite(sigma) and sigma > 0) or n_cells < 2:
+        return None
+    base = power.detectable_effect(sigma, n_cells, reps, alpha, POWER)
+    by_term = {}
+    for term in res.anova.index:
+        if term in ("Residual", res.block):
+            continue
+        L = max(_n_levels(data, f) for f in term.split(":"))
+        by_term[term] = base if L == 2 else power.detectable_effect(sigma, n_cells, reps, alpha, POWER, levels=L)
+    return Sensitivity(float(sigma), n_cells, reps, float(base), by_term)
+
+
+def _term_words(term: str, data: pd.DataFrame) -> str:
+    L = max(_n_levels(data, f) for f in term.split(":"))
+    return "" if L == 2 else f" (a difference between two of its {L} levels)"
+
+
+def summarise(results: dict[str, ResponseResult], alpha: float = 0.05,
+              sens: dict[str, Sensitivity] | None = None, data: pd.DataFrame | None = None,
+              drift: dict[str, tuple[float, float]] | None = None) -> str:
+    sens, drift = sens or {}, drift or {}
     lines = []
     for r, res in results.items():
+        s = sens.get(r)
+        head = f"{r} ({better_direction(r)} is better; Type {res.typ}{'' if res.balanced else ', unbalanced'}"
+        if s is not None:
+            head += f"; residual sigma {s.sigma:.3g}, {s.n_cells} cells x {s.replicates} replicates"
+        lines.append(head + ")")
         sig = significant_effects(res, alpha)
-        head = f"{r}  (Type {res.typ}{'' if res.balanced else ', unbalanced'})"
-        if sig.empty:
-            lines.append(f"{head}: no term significant at {alpha} (adjusted)")
-        else:
-            parts = []
-            for row in sig.itertuples():
-                if hasattr(row, "effect") and np.isfinite(getattr(row, "effect", np.nan)):
-                    parts.append(f"{row.term} {row.effect:+.4g} [{row.ci_low:+.4g}, {row.ci_high:+.4g}] p={row.p_adj:.2g}")
-                else:
-                    parts.append(f"{row.term} (eta_p^2 {row.partial_eta_sq:.2f}) p={row.p_adj:.2g}")
-            lines.append(f"{head}: " + "; ".join(parts))
+        sig_terms = set(sig["term"]) if not sig.empty else set()
+        for row in sig.itertuples():
+            if hasattr(row, "effect") and np.isfinite(getattr(row, "effect", np.nan)):
+                lines.append(f"    {row.term}: {row.effect:+.4g} [{row.ci_low:+.4g}, {row.ci_high:+.4g}] "
+                             f"p_adj={row.p_adj:.2g}")
+            else:
+                lines.append(f"    {row.term}: moved it (eta_p^2 {row.partial_eta_sq:.2f}) p_adj={row.p_adj:.2g}")
+        for term in res.anova.index:
+            if term in ("Residual", res.block) or term in sig_terms:
+                continue
+            if s is not None and term in s.by_term:
+                words = _term_words(term, data) if data is not None else ""
+                lines.append(f"    {term}: not detected; this sweep detects {s.by_term[term]:.3g} or more"
+                             f"{words} with {POWER:.0%} power")
+            else:
+                lines.append(f"    {term}: not detected (unreplicated: no power estimate)")
+        if r in drift:
+            slope, p = drift[r]
+            flag = "  <- drift" if p < alpha else ""
+            lines.append(f"    drift check: residual slope {slope:+.3g} per run over the run order, p={p:.2g}{flag}")
         for note in res.warnings:
             lines.append(f"    note: {note}")
     return "\n".join(lines)
 
 
-def _table_html(df: pd.DataFrame) -> str:
-    return df.to_html(float_format=lambda v: _fmt(v), na_rep="", border=0, classes="t")
+def residuals(data: pd.DataFrame, res: ResponseResult) -> pd.Series:
+    idx = res.anova.attrs.get("resid_index", [])
+    return pd.Series(res.anova.attrs.get("resid", []), index=idx, dtype=float)
+
+
+def drift_check(data: pd.DataFrame, res: ResponseResult) -> tuple[float, float] | None:
+    """Least-squares slope of the model's residuals on the run order, and its p-value."""
+    if "run_order" not in data.columns:
+        return None
+    resid = residuals(data, res)
+    order = pd.to_numeric(data.loc[resid.index, "run_order"], errors="coerce")
+    ok = order.notna() & (order >= 0)
+    if ok.sum() < 3 or order[ok].nunique() < 3:
+        return None
+    fit = stats.linregress(order[ok].to_numpy(float), resid[ok].to_numpy(float))
+    return float(fit.slope), float(fit.pvalue)
+
+
+def _control_table(df: pd.DataFrame, response: str, control: str) -> pd.DataFrame:
+    d = dunnett_vs_control(df, response, control)
+    base = pd.to_numeric(df.loc[df["cell"] == control, response]).mean()
+    d["diff_pct"] = 100.0 * d["diff"] / base if base else np.nan
+    return d
 
 
 def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] | None = None,
@@ -82,65 +186,181 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
     if len(df) == 0:
         raise AnalysisError("no finished runs to analyse")
+    stage = stage_of(df)
     chosen, skipped = choose_responses(df, responses, factors)
-    block = "replicate" if df.dropna(subset=factors)["replicate"].nunique() > 1 else None
+    data = df.dropna(subset=factors)
+    block = "replicate" if data["replicate"].nunique() > 1 else None
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust=adjust)
+    sens, drift = {}, {}
+    for r, res in results.items():
+        s = sensitivity(data, res, factors, alpha)
+        if s is not None:
+            sens[r] = s
+        d = drift_check(data, res)
+        if d is not None:
+            drift[r] = d
     dunnett = {}
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     if controls:
         for r in chosen:
             try:
-                dunnett[r] = dunnett_vs_control(df, r, controls[0])
+                dunnett[r] = _control_table(df, r, controls[0])
             except AnalysisError:
                 pass
-    summary = summarise(results, alpha)
+    summary = header_text(df, stage, factors) + "\n" + summarise(results, alpha, sens, data, drift)
+    for r, d in dunnett.items():
+        summary += f"\n{r} against {controls[0]} (Dunnett, adjusted):"
+        for arm, row in d.iterrows():
+            summary += (f"\n    {arm}: {row['diff']:+.4g} ({row['diff_pct']:+.1f}%) "
+                        f"[{row['ci_low']:+.4g}, {row['ci_high']:+.4g}] p_adj={row['p']:.2g}")
     inc = report_incomplete(df)
     if inc:
         summary += "\n" + inc
     if skipped:
-        summary += "\nskipped: " + ", ".join(skipped)
-    html_path = None
+        summary += "\nskipped: " + "; ".join(skipped)
+    rep = Report(results, summary, None, skipped, dunnett, stage, sens, drift)
     if out is not None:
-        html_path = write_html(df, results, dunnett, factors, Path(out), summary)
-    return Report(results, summary, html_path, skipped, dunnett)
+        out = Path(out)
+        rep.html_path = write_html(df, rep, factors, out, alpha)
+        rep.markdown_path = write_markdown(df, rep, factors, out / "report.md", alpha)
+    return rep
 
 
-def write_html(df, results, dunnett, factors, out: Path, summary: str) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    img = out / "img"
+def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:
     data = df.dropna(subset=factors)
-    parts = [f"<h1>Attribution: {html.escape(str(df.attrs.get('experiment', '')))}</h1>",
-             f"<p>{len(data)} finished factorial runs, factors {', '.join(factors)}; "
-             f"replicate as block where replicated; p-values adjusted across responses.</p>",
-             f"<pre>{html.escape(summary)}</pre>"]
-    for i, (r, res) in enumerate(results.items()):
-        slug = f"r{i}"
-        parts.append(f"<h2>{html.escape(r)}</h2>")
-        parts.append(f"<h3>ANOVA (Type {res.typ})</h3>" + _table_html(res.anova))
-        for note in res.warnings:
-            parts.append(f"<p><em>{html.escape(note)}</em></p>")
-        figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
-        if len(factors) > 1:
-            figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
-        if res.effects is not None:
-            parts.append("<h3>Effects (high minus low, 95% CI)</h3>" + _table_html(res.effects.drop(columns=["order"])))
-            lv = res.effects.attrs.get("levels", {})
-            parts.append("<p>low -> high: " + html.escape(", ".join(f"{f}: {a} -> {b}" for f, (a, b) in lv.items()))
-                         + "</p>")
-            figs.append(plots.pareto(res.effects, img / f"{slug}_pareto.png"))
-            figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png"))
-        if r in dunnett:
-            parts.append("<h3>Against the control arm (Dunnett)</h3>" + _table_html(dunnett[r]))
-        parts += [f'<img src="img/{p.name}" alt="{p.stem}">' for p in figs]
-    if any(c.startswith("spec/accept@") for c in df.columns):
-        p = plots.acceptance_curves(df, img / "acceptance_curves.png")
-        parts.append(f'<h2>Per-slot acceptance</h2><img src="img/{p.name}" alt="acceptance">')
+    q = QUESTIONS.get(stage or "")
+    lines = [f"experiment {df.attrs.get('experiment', '')}: "
+             + (f"the question is {q[0]} ({q[1]})" if q else "parallel stage mixed or unknown")]
+    if df.attrs.get("description"):
+        lines.append(f"sweep: {df.attrs['description']}")
+    reps = data["replicate"].nunique() if len(data) else 0
+    lines.append(f"{len(data)} finished factorial runs ({len(df) - len(data)} control), factors "
+                 f"{', '.join(factors)}, {reps} replicate(s) as blocks, run order randomised within each block; "
+                 "p-values adjusted across responses (p_adj); CIs are 95% and unadjusted")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- HTML and Markdown
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(Path(path).stem)}">'
+
+
+def _table_html(df: pd.DataFrame) -> str:
+    return df.to_html(float_format=lambda v: _fmt(v), na_rep="", border=0, classes="t")
+
+
+def cell_means(data: pd.DataFrame, response: str, factors: list[str]) -> pd.DataFrame:
+    g = data.groupby(factors, observed=True)[response]
+    return pd.DataFrame({"n": g.count(), "mean": g.mean(), "sd": g.std()})
+
+
+def design_matrix(data: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
+    """The coded design: one row per cell, -1/+1 for two-level factors (low = first level),
+    the level index otherwise."""
+    rows = []
+    for cell, g in data.groupby("cell", observed=True):
+        row = {"cell": cell}
+        for f in factors:
+            lv = list(data[f].cat.categories) if hasattr(data[f], "cat") else sorted(data[f].dropna().unique())
+            i = lv.index(g[f].iloc[0])
+            row[f] = (-1 if i == 0 else 1) if len(lv) == 2 else i
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("cell")
+
+
+def run_table(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in ("run_order", "run_name", "cell", "replicate", "seed", "run_id") if c in df.columns]
+    return df[cols].sort_values("run_order" if "run_order" in cols else cols[0]).reset_index(drop=True)
+
+
+def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alpha: float) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    data = df.dropna(subset=factors)
+    esc = html.escape
+    parts = [f"<h1>Attribution: {esc(str(df.attrs.get('experiment', '')))}</h1>",
+             "".join(f"<p>{esc(line)}</p>" for line in header_text(df, rep.stage, factors).splitlines()),
+             "<h2>Summary</h2>", f"<pre>{esc(rep.summary)}</pre>"]
+    with tempfile.TemporaryDirectory() as tmp:
+        img = Path(tmp)
+        for i, (r, res) in enumerate(rep.results.items()):
+            slug = f"r{i}"
+            s = rep.sensitivity.get(r)
+            parts.append(f"<h2>{esc(r)} <small>({better_direction(r)} is better)</small></h2>")
+            if s is not None:
+                parts.append(f"<p>Residual sigma {s.sigma:.4g} ({s.n_cells} cells x {s.replicates} replicates); "
+                             f"a two-level main effect of {s.detectable:.4g} or more is detected with "
+                             f"{POWER:.0%} power at alpha {alpha}.</p>")
+            parts.append(f"<h3>ANOVA (Type {res.typ}; p_adj adjusted across responses)</h3>" + _table_html(res.anova))
+            for note in res.warnings:
+                parts.append(f"<p><em>{esc(note)}</em></p>")
+            parts.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
+            figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
+            if len(factors) > 1:
+                figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
+            if res.effects is not None:
+                eff = res.effects.drop(columns=["order"])
+                parts.append("<h3>Effects (high mean minus low mean; 95% CI unadjusted, p_adj adjusted)</h3>"
+                             + _table_html(eff))
+                lv = res.effects.attrs.get("levels", {})
+                parts.append("<p>low -> high: " + esc(", ".join(f"{f}: {a} -> {b}" for f, (a, b) in lv.items()))
+                             + "</p>")
+                figs.append(plots.pareto(res.effects, img / f"{slug}_pareto.png", alpha))
+                figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png"))
+            if r in rep.dunnett:
+                parts.append("<h3>Against the control arm (Dunnett; diff_pct relative to the control mean)</h3>"
+                             + _table_html(rep.dunnett[r]))
+            resid = residuals(data, res)
+            if "run_order" in data.columns and len(resid):
+                order = pd.to_numeric(data.loc[resid.index, "run_order"]).to_numpy(float)
+                figs.append(plots.residuals_vs_order(order, resid.to_numpy(float), r, img / f"{slug}_drift.png"))
+            parts += [_img(p) for p in figs]
+        if any(c.startswith("spec/accept@") for c in df.columns):
+            p = plots.acceptance_curves(df, img / "acceptance_curves.png")
+            parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
+        parts.append("<h2>Design</h2>" + _table_html(design_matrix(data, factors)))
+        parts.append("<h2>Runs in launch order</h2>" + _table_html(run_table(df)))
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
-             "img{max-width:100%;display:block;margin:8px 0}</style>")
+             "img{max-width:100%;display:block;margin:8px 0}pre{white-space:pre-wrap}</style>")
     path = out / "report.html"
-    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}</head>"
-                    f"<body>{''.join(parts)}</body></html>")
+    tmp_path = path.with_suffix(".html.tmp")
+    tmp_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}"
+                        f"</head><body>{''.join(parts)}</body></html>")
+    tmp_path.replace(path)
+    return path
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    df = df.reset_index()
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, (float, np.floating)) else str(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path, alpha: float) -> Path:
+    data = df.dropna(subset=factors)
+    parts = [f"# Attribution: {df.attrs.get('experiment', '')}", "", header_text(df, rep.stage, factors), "",
+             "## Summary", "", "```", rep.summary, "```"]
+    for r, res in rep.results.items():
+        parts += ["", f"## {r} ({better_direction(r)} is better)", ""]
+        s = rep.sensitivity.get(r)
+        if s is not None:
+            parts += [f"Residual sigma {s.sigma:.4g}; detectable effect (two-level main effect, "
+                      f"{POWER:.0%} power, alpha {alpha}): {s.detectable:.4g}.", ""]
+            parts += ["Detectable effect per term: " + ", ".join(f"{t} {v:.3g}" for t, v in s.by_term.items()), ""]
+        parts += [f"ANOVA (Type {res.typ}):", "", _md_table(res.anova), ""]
+        if res.effects is not None:
+            parts += ["Effects (high minus low, 95% CI):", "",
+                      _md_table(res.effects[["effect", "se", "ci_low", "ci_high", "p", "p_adj"]]), ""]
+        parts += ["Cell means:", "", _md_table(cell_means(data, r, factors)), ""]
+        if r in rep.dunnett:
+            parts += ["Against the control (Dunnett):", "", _md_table(rep.dunnett[r]), ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(parts) + "\n")
     return path
 
 
@@ -148,3 +368,4 @@ def report(experiment: str, tracking_uri: str | None = None, out: str | Path | N
            responses: list[str] | None = None, adjust: str = "holm") -> Report:
     df = load_runs(experiment, tracking_uri)
     return build_report(df, Path(out) / experiment if out is not None else None, responses, adjust)
+

@@ -50,14 +50,14 @@ def main() -> None:
             lm = t.target(x[:, :-1])
         if with_heads:
             out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
-            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, out.conf_logits, cfg.gamma)
+            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, out.conf_logits, cfg.decay_denominator)
         else:
             # the bare parallel stage: U_k alone, no sequential bias, no confidence head
             head = models.head
             models.head = _Bare()
             out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
             models.head = head
-            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, None, cfg.gamma)
+            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, None, cfg.decay_denominator)
         opt.zero_grad(set_to_none=True)
         res["loss"].backward()
         opt.step()

@@ -152,9 +152,23 @@ class Config:
 
     # ---- derived ----
     @property
-    def gamma(self) -> float:
-        """The position-decay denominator actually used (D2)."""
+    def decay_denominator(self) -> float:
+        """The position-decay denominator actually used (D2): w_k = exp(-(k-1)/this).
+        Not the paper's gamma, which is the block size."""
         return float(self.block_size) if self.decay_gamma == "block" else float(self.decay_gamma)
+
+    def objective_dict(self) -> dict[str, Any]:
+        """What training actually depends on: the config with each knob replaced by the
+        value it resolves to. Two configs with equal objective dicts train the same model,
+        so a sweep factor whose levels give equal ones is dead (e.g. `decay_gamma: 4.0`
+        against `block` at block_size 4)."""
+        d = self.to_dict()
+        d["decay_gamma"] = self.decay_denominator
+        if self.parallel_stage == "drafter":
+            d.pop("aux_weight")  # backbone stage only
+        if self.anchors == "strided":
+            d.pop("anchors_per_seq")
+        return d
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -213,8 +227,6 @@ def _coerce(name: str, raw: Any) -> Any:
         parts = [p for p in text.strip("()").split(",") if p.strip()]
         return tuple(int(p) for p in parts) if name == "context_layers" else tuple(p.strip() for p in parts)
     default = next(f.default for f in fields(Config) if f.name == name)
-    if name == "decay_gamma":
-        return raw if raw == "block" else raw
     if isinstance(default, bool):
         if raw.lower() in ("true", "1", "yes"):
             return True

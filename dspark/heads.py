@@ -10,6 +10,13 @@
 - `DraftHead`: the three together. Draft logits = U_k + B_k (Eq 4), teacher forced in
   training, sampled left to right at inference by `sample_block_tokens`.
 
+Initialisation: every weight of the heads is drawn from N(0, 0.02^2) and every bias is
+zero, as DeepSpec initialises them (its heads live inside a Hugging Face model, whose
+`_init_weights` gives Linear and Embedding weights the normal init with
+`initializer_range` 0.02). In particular W2 does not start at zero: with W2 = 0 the CE/TV
+gradient into W1 is zero at step 0, and only the confidence loss of the `hidden+markov`
+arm reaches W1, which makes D9 change how the sequential head starts training.
+
 Letters: K block slots, V vocab, D drafter width, R Markov rank; `...` any leading dims.
 """
 
@@ -18,14 +25,24 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+INIT_STD = 0.02  # DeepSpec's initializer_range
+
+
+def init_normal(module: nn.Module) -> None:
+    """N(0, INIT_STD^2) weights and zero biases for every Linear and Embedding inside."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=INIT_STD)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+
 
 class MarkovHead(nn.Module):
     def __init__(self, vocab: int, rank: int):
         super().__init__()
         self.W1 = nn.Embedding(vocab, rank)
         self.W2 = nn.Linear(rank, vocab, bias=False)
-        nn.init.normal_(self.W1.weight, std=0.02)
-        nn.init.zeros_(self.W2.weight)  # starts as the bare parallel drafter
+        init_normal(self)
 
     def init_state(self, shape, like: torch.Tensor):
         return None  # memoryless beyond one step
@@ -46,8 +63,7 @@ class RNNHead(nn.Module):
         self.W1 = nn.Embedding(vocab, rank)
         self.W2 = nn.Linear(rank, vocab, bias=False)
         self.joint = nn.Linear(2 * rank + d_model, 3 * rank)  # W_g, W_c, W_o jointly
-        nn.init.normal_(self.W1.weight, std=0.02)
-        nn.init.zeros_(self.W2.weight)
+        init_normal(self)
 
     def init_state(self, shape, like: torch.Tensor) -> torch.Tensor:
         return like.new_zeros(*shape, self.rank)  # s_0 = 0
@@ -75,6 +91,7 @@ class ConfidenceHead(nn.Module):
         super().__init__()
         self.with_markov = rank is not None
         self.proj = nn.Linear(d_model + (rank or 0), 1)
+        init_normal(self)
 
     @property
     def in_features(self) -> int:

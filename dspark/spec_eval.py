@@ -84,6 +84,20 @@ def accept_at(accepted: list[int], K: int) -> list[float]:
     return out
 
 
+def accept_rate_at(accepted: list[int], K: int) -> list[float]:
+    """Unconditional acceptance of slot k: the fraction of all rounds in which slots 1..k
+    were all accepted (DeepSpec's per-position accept rate)."""
+    acc = np.asarray(accepted)
+    return [float((acc >= k).mean()) if acc.size else float("nan") for k in range(1, K + 1)]
+
+
+def static_threshold_lengths(conf: np.ndarray, t: float) -> np.ndarray:
+    """DeepSpec's static rule: verify up to (not including) the first slot whose raw c_k
+    falls below t. conf (N, K) -> lengths (N,)."""
+    below = conf < t
+    return np.where(below.any(axis=1), below.argmax(axis=1), conf.shape[1])
+
+
 def _survival(stats: RoundStats, K: int):
     conf = torch.stack(stats.conf).numpy().astype(np.float64)  # (N, K)
     acc = np.asarray(stats.accepted)
@@ -110,6 +124,8 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
     }
     for k, v in enumerate(accept_at(stats.accepted, K), start=1):
         m[f"spec/accept@{k}"] = v
+    for k, v in enumerate(accept_rate_at(stats.accepted, K), start=1):
+        m[f"spec/accept_rate@{k}"] = v
     if not full:
         return m
     m["spec/speedup"] = ar_s / spec_s
@@ -137,12 +153,16 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
     sts = calibration.prefix_metrics(conf_sts, survived, valid, "conf/")
     m.update({(k.replace("@", "_sts@") if "@" in k else k + "_sts"): v for k, v in sts.items()})
 
-    # static thresholds on the calibrated cumulative confidence (paper Fig 5)
+    # thresholds: the paper's rule on the calibrated cumulative product (Fig 5), and
+    # DeepSpec's static rule on the raw per-slot confidences
     cum = np.cumprod(conf_sts, axis=1)
     for t in THRESHOLDS:
         l = (cum >= t).sum(axis=1)  # cum is non-increasing, so this is the surviving prefix length
         m[f"sched/verified@{t}"] = float(l.mean())
         m[f"sched/accepted@{t}"] = float(np.minimum(acc, l).mean())
+        ls = static_threshold_lengths(conf, t)
+        m[f"sched/static_verified@{t}"] = float(ls.mean())
+        m[f"sched/static_accepted@{t}"] = float(np.minimum(acc, ls).mean())
 
     # Algorithm 1 over concurrent requests, driven by a measured SPS table
     R = CONCURRENT_REQUESTS

@@ -309,40 +309,57 @@ class Trainer:
         alphas = (cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf)
         if self.step == 0 and not self.resumed:
             self._emit({**self.evaluate(), "step": self.global_step()}, checkpoint=False)
-        tokens, t0 = 0, time.perf_counter()
+        tokens, t0, step_s, steps = 0, time.perf_counter(), 0.0, 0
         params = trainable_parameters(self.models)
+        # the backbone stage's pure-CE control (aux_weight 0) runs no head at all, so its
+        # step time is what the LM costs alone ("does the aux head earn its share")
+        pure_ce = self.stage == "joint" and cfg.aux_weight == 0
         while self.step < total:
             if cfg.crash_at_step and self.step == cfg.crash_at_step and not self.resumed:
                 raise RuntimeError(f"injected crash at step {self.step} (crash_at_step, test only)")
             self._train_mode(True)
             x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
             anchors = self._anchors(x.shape[0]).to(self.device)
+            ts = time.perf_counter()
+            res = None
             with self.autocast():
                 if self.stage == "draft":
                     with torch.no_grad():
                         lm = self.target(x[:, :-1])
                     out = draft_blocks(self.models, x, anchors, cfg.window, lm=lm)
+                elif pure_ce:
+                    lm = self.target(x[:, :-1])
                 else:
                     out = draft_blocks(self.models, x, anchors, cfg.window)
-            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid,
-                              out.conf_logits, cfg.gamma, alphas)
-            loss = res["loss"]
+                    lm = out.lm
+            if not pure_ce:
+                res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid,
+                                  out.conf_logits, cfg.decay_denominator, alphas)
             if self.stage == "joint":
-                lm_ce = F.cross_entropy(out.lm.logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-                loss = lm_ce + cfg.aux_weight * res["loss"]
+                lm_ce = F.cross_entropy(lm.logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
+                loss = lm_ce if pure_ce else lm_ce + cfg.aux_weight * res["loss"]
+            else:
+                loss = res["loss"]
             _check_finite(loss, self.stage, self.step)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             self.opt.step()
             self.sched.step()
+            self._sync()
+            step_s += time.perf_counter() - ts
+            steps += 1
             self.step += 1
             tokens += x[:, :-1].numel()
-            self._tick(total, {"loss": loss.item(), "tau_tf": res["tau_tf"].item()})
+            info = {"loss": loss.item()} if res is None else {"loss": loss.item(), "tau_tf": res["tau_tf"].item()}
+            self._tick(total, info)
             if self.step % cfg.eval_interval == 0 or self.step == total:
-                m = {"train/loss": loss.item(), "train/ce": res["ce"].item(), "train/tv": res["tv"].item(),
-                     "train/conf": res["conf"].item(), "train/tau_tf": res["tau_tf"].item(),
-                     "train/tokens_per_s": tokens / (time.perf_counter() - t0)}
+                m = {"train/loss": loss.item(), "train/tokens_per_s": tokens / (time.perf_counter() - t0),
+                     # forward + backward + optimizer step alone, mean over this stage so far
+                     "train/step_ms": 1000.0 * step_s / steps}
+                if res is not None:
+                    m.update({"train/ce": res["ce"].item(), "train/tv": res["tv"].item(),
+                              "train/conf": res["conf"].item(), "train/tau_tf": res["tau_tf"].item()})
                 if self.stage == "joint":
                     m["train/lm_ce"] = lm_ce.item()
                 m.update(self.evaluate())
@@ -351,6 +368,10 @@ class Trainer:
                 m["step"] = self.global_step()
                 self._emit(m, checkpoint=True)
         self._train_mode(False)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _train_mode(self, on: bool) -> None:
         self.head.train(on)

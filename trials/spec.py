@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ class Trial:
     levels: dict[str, str]  # factor -> level ("" for a control arm)
     arm: str  # "factorial" or "control:<name>"
     config: Config
+    run_order: int = 0  # launch position in the sweep (0-based), randomised inside each replicate block
 
     @property
     def run_name(self) -> str:
@@ -166,12 +168,7 @@ def parse(raw: Any) -> SweepSpec:
             for key in sorted(set(over) - set(FIELD_NAMES)):
                 problems.append(f"factors.{fname}.{lname}: unknown trainer config field {key!r}")
             clean_factors[fname][lname] = over
-        resolved = {}
-        for lname, over in clean_factors[fname].items():
-            key = repr(sorted(_resolve(base, over).items(), key=lambda kv: kv[0]))
-            if key in resolved:
-                problems.append(f"factors.{fname}: levels {resolved[key]!r} and {lname!r} resolve to the same config")
-            resolved[key] = lname
+    problems += clashing_factors(clean_factors)
     replicates = raw.get("replicates", 1)
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
         problems.append(f"replicates: must be an integer >= 1, got {replicates!r}")
@@ -228,6 +225,51 @@ def parse(raw: Any) -> SweepSpec:
                  {"cpu": 1, "gpu": 0, **resources}, max_concurrent, max_failures, str(raw.get("description", "")))
 
 
+def clashing_factors(factors: dict[str, dict[str, dict]]) -> list[str]:
+    """Two factors that write the same config key: in every cell the later one would
+    silently override the earlier, so one of them would not be varied at all."""
+    writes = {f: {k for over in levels.values() for k in over} for f, levels in factors.items()}
+    names = list(factors)
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            common = sorted(writes[a] & writes[b])
+            if common:
+                out.append(f"factors.{a} and factors.{b}: both set {', '.join(common)}; "
+                           "a config key may be varied by one factor only")
+    return out
+
+
+def dead_factors(factors: dict[str, dict], cells: list[tuple[dict[str, str], Config]]) -> list[str]:
+    """A factor two of whose levels give the same training objective (compared on the
+    resolved values, e.g. the effective decay denominator) in some cell of the others."""
+    out = []
+    for f in factors:
+        seen: dict[tuple, dict[str, str]] = {}
+        for levels, cfg in cells:
+            rest = tuple((g, lv) for g, lv in levels.items() if g != f)
+            seen.setdefault(rest, {})[levels[f]] = repr(sorted(cfg.objective_dict().items()))
+        for rest, by_level in seen.items():
+            names = list(by_level)
+            dup = next(((a, b) for i, a in enumerate(names) for b in names[i + 1:]
+                        if by_level[a] == by_level[b]), None)
+            if dup:
+                where = f" where {', '.join(f'{g}={lv}' for g, lv in rest)}" if rest else ""
+                out.append(f"factors.{f}: levels {dup[0]!r} and {dup[1]!r} train the same objective{where} "
+                           f"(their resolved configs are equal); the factor is dead")
+                break
+    return out
+
+
+def run_order(name: str, replicate: int, n: int) -> list[int]:
+    """A seeded random permutation of one replicate block's n arms (the order they launch)."""
+    digest = hashlib.sha256(f"{name}:order:{replicate}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "little"))
+    order = list(range(n))
+    rng.shuffle(order)
+    return order
+
+
 def _cells(factors: dict[str, dict], generators: dict[str, list[str]]) -> list[dict[str, str]]:
     names = list(factors)
     basic = [f for f in names if f not in generators]
@@ -255,22 +297,30 @@ def build(name, base, factors, replicates, generators, controls, resources, max_
     for cname, over in controls.items():
         arms.append((f"control={cname}", {f: "" for f in factors}, f"control:{cname}", _resolve(base, over)))
     seen: dict[str, str] = {}
+    resolved: list[tuple[str, dict[str, str], str, Config]] = []
     for cell, levels, arm, over in arms:
         try:
             cfg = from_dict(over)
         except ValueError as e:
             problems.append(f"cell {cell}: {e}")
             continue
-        sig = repr(sorted(cfg.to_dict().items()))
-        if sig in seen:
-            problems.append(f"cell {cell}: resolves to the same config as cell {seen[sig]}")
-        seen[sig] = cell
-        for r in range(replicates):
-            seed = replicate_seed(name, r)
-            trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels),
-                                arm=arm, config=cfg.replace(seed=seed)))
+        sig = repr(sorted(cfg.objective_dict().items()))
+        if sig in seen and arm != "factorial":
+            problems.append(f"cell {cell}: trains the same objective as cell {seen[sig]}")
+        seen.setdefault(sig, cell)
+        resolved.append((cell, levels, arm, cfg))
+    if not problems:
+        problems += dead_factors(factors, [(lv, cfg) for _, lv, arm, cfg in resolved if arm == "factorial"])
     if problems:
         raise SpecError(problems)
+    # randomised run order: one block per replicate, the arms shuffled inside it (seeded),
+    # so that drift over a sweep is not confounded with any factor
+    for r in range(replicates):
+        seed = replicate_seed(name, r)
+        for i in run_order(name, r, len(resolved)):
+            cell, levels, arm, cfg = resolved[i]
+            trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels),
+                                arm=arm, config=cfg.replace(seed=seed), run_order=len(trials)))
     return SweepSpec(name=name, base=dict(base), factors=factors, replicates=replicates, generators=generators,
                      controls=dict(controls), resources=dict(resources), max_concurrent=max_concurrent,
                      max_failures=max_failures, description=description, trials=trials)

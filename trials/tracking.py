@@ -43,7 +43,8 @@ def trial_params(trial: Trial) -> dict[str, str]:
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
     tags = {PARENT_TAG: parent_id, "sweep": spec.name, "cell": trial.cell, "replicate": str(trial.replicate),
-            "seed": str(trial.seed), "trial_key": trial.key, "arm": trial.arm, "mlflow.runName": trial.run_name}
+            "seed": str(trial.seed), "trial_key": trial.key, "arm": trial.arm, "mlflow.runName": trial.run_name,
+            "run_order": str(trial.run_order)}
     for f, level in trial.levels.items():
         tags[f"factor.{f}"] = level
     tags.update(extra)
@@ -68,7 +69,10 @@ class Ledger:
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
                                      tags={"sweep_parent": "true", "sweep": self.spec.name,
                                            "design": self.spec.design, "git_commit": git_commit(),
-                                           "factors": ",".join(self.spec.factors)})
+                                           "factors": ",".join(self.spec.factors),
+                                           "description": self.spec.description[:4000],
+                                           # MLflow shows this tag as the run's description
+                                           "mlflow.note.content": self.spec.description[:4000]})
         self.client.log_batch(run.info.run_id, params=[
             Param("design", self.spec.design), Param("replicates", str(self.spec.replicates)),
             # level order matters: the analysis reads it back as each factor's order

@@ -12,8 +12,8 @@ def test_every_preset_builds(name):
 def test_defaults_are_the_papers():
     cfg = Config()
     assert (cfg.window, cfg.decay_gamma, cfg.confidence_input) == ("aligned", "block", "hidden+markov")
-    assert cfg.gamma == cfg.block_size
-    assert from_dict({"decay_gamma": "4"}).gamma == 4.0
+    assert cfg.decay_denominator == cfg.block_size
+    assert from_dict({"decay_gamma": "4"}).decay_denominator == 4.0
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from dspark.heads import DraftHead, RNNHead
@@ -73,3 +74,32 @@ def test_markov_inference_tables_match_the_general_path():
         draft, conf = head(h, U, prev)
         torch.testing.assert_close(fast[1], draft.detach(), atol=1e-5, rtol=0)
         torch.testing.assert_close(fast[2], conf.detach(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("head", ["markov", "rnn"])
+@pytest.mark.parametrize("confidence_input", ["hidden", "hidden+markov"])
+def test_ce_tv_gradient_reaches_w1_at_step_0_in_both_d9_arms(head, confidence_input):
+    """W2 starts from DeepSpec's normal init, not zero: with W2 = 0 the CE/TV gradient
+    into W1 is zero at step 0 and only the hidden+markov arm's confidence loss reaches
+    W1, so D9 would change how the sequential head starts training."""
+    from dspark.loss import dspark_loss
+
+    torch.manual_seed(0)
+    B, A, K, V, D, R = 2, 3, 4, 256, 16, 8
+    dh = DraftHead(head, confidence_input, V, D, R)
+    assert dh.seq.W2.weight.abs().sum() > 0 and dh.seq.W2.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    h, U = torch.randn(B, A, K, D), torch.randn(B, A, K, V)
+    target, prev = torch.randn(B, A, K, V), torch.randint(0, V, (B, A, K))
+    labels, valid = torch.randint(0, V, (B, A, K)), torch.ones(B, A, K, dtype=torch.bool)
+
+    def w1_grad():
+        dh.zero_grad()
+        draft, conf = dh(h, U, prev)
+        # CE and TV only: the confidence loss's own path into W1 is switched off
+        dspark_loss(draft, target, labels, valid, conf, 7.0, (0.1, 0.9, 0.0))["loss"].backward()
+        return dh.seq.W1.weight.grad.norm().item()
+
+    assert w1_grad() > 0
+    with torch.no_grad():  # the old init: W2 = 0 starves W1 of the CE/TV gradient
+        dh.seq.W2.weight.zero_()
+    assert w1_grad() == 0

@@ -90,3 +90,23 @@ def test_shared_target_is_loaded_not_retrained(corpus_dir, tmp_path):
 def test_injected_crash_only_without_resume(corpus_dir, tmp_path):
     with pytest.raises(RuntimeError, match="injected crash at step 5"):
         train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), crash_at_step=5))
+
+
+def test_pure_ce_control_runs_no_head_and_logs_step_cost(corpus_dir, tmp_path):
+    """Backbone stage, aux_weight 0: the LM trains on CE alone and no head runs, so its
+    train/step_ms is the LM's own cost (the seed's "does the aux head earn its share")."""
+    base = dict(data=(str(corpus_dir),), parallel_stage="backbone", head="rnn", block_size=4,
+                anchors="strided", target_steps=10, eval_interval=5)
+    trainer = Trainer(tiny(out_dir=str(tmp_path / "ce"), aux_weight=0.0, **base))
+    before = {k: v.clone() for k, v in trainer.head.state_dict().items()}
+    trainer.run()
+    rows = [h for h in trainer.history if "train/loss" in h]
+    assert rows and all(h["train/step_ms"] > 0 for h in rows)
+    assert all("train/tv" not in h and h["train/loss"] == h["train/lm_ce"] for h in rows)
+    assert all(torch.equal(before[k], v) for k, v in trainer.head.state_dict().items())  # untouched
+
+    aux = Trainer(tiny(out_dir=str(tmp_path / "aux"), aux_weight=0.1, **base))
+    aux.run()
+    rows = [h for h in aux.history if "train/loss" in h]
+    assert all(h["train/step_ms"] > 0 and "train/tv" in h for h in rows)
+    assert all(h["train/loss"] > h["train/lm_ce"] for h in rows)  # CE_lm + 0.1 * L_dspark

@@ -26,6 +26,12 @@ def test_shipped_spec_validates(path):
 
 
 def test_demo_is_the_seed_factorial_on_cpu():
+    """`make demo` answers both questions: the paper's architecture (demo) and the seed's
+    system (demo-seed), each on CPU."""
+    seed = specmod.load(ROOT / "sweeps" / "demo-seed.yaml")
+    assert all(t.config.parallel_stage == "backbone" and t.config.head == "rnn" and t.config.block_size == 4
+               for t in seed.trials)
+    assert any(t.arm.startswith("control") and t.config.aux_weight == 0 for t in seed.trials)
     s = specmod.load(ROOT / "sweeps" / "demo.yaml")
     assert set(s.factors) == {"D1", "D2", "D9"} and s.replicates == 2 and s.design == "full"
     assert all(t.config.preset in ("tiny", "small") and t.config.parallel_stage == "drafter" for t in s.trials)
@@ -37,6 +43,13 @@ def test_seed_backbone_has_the_pure_ce_control():
     controls = [t for t in s.trials if t.arm.startswith("control")]
     assert controls and all(t.config.aux_weight == 0 for t in controls)
     assert set(s.factors["D1"]) == {"shifted", "ids_only", "aligned"}
+    # the seed's settings: RNN head, K = 4, strided anchors every 16, aux weight 0.1
+    factorial = [t for t in s.trials if t.arm == "factorial"]
+    assert all(t.config.head == "rnn" and t.config.block_size == 4 and t.config.anchors == "strided"
+               and t.config.stride == 16 and t.config.aux_weight == 0.1 for t in factorial)
+    # D2 is alive: the two levels resolve to different decay denominators
+    assert {t.config.decay_denominator for t in factorial} == {4.0, 7.0}
+    assert "seed's system" in s.description
 
 
 def test_cluster_yaml_matches_rays_schema_and_stays_private():

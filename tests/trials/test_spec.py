@@ -51,7 +51,7 @@ BAD = [
     ({**GOOD, "factors": {"D1": {"a": {"window": "shifted"}, "b": {"windw": "aligned"}}}},
      "factors.D1.b: unknown trainer config field 'windw'"),
     ({**GOOD, "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "shifted"}}}},
-     "factors.D1: levels 'a' and 'b' resolve to the same config"),
+     "factors.D1: levels 'a' and 'b' train the same objective"),
     ({**GOOD, "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "diagonal"}}}},
      "cell D1=b: window: unknown level 'diagonal'"),
     ({**GOOD, "factors": {"D1": {"only": {"window": "shifted"}}}}, "factors.D1: needs at least two levels"),
@@ -91,3 +91,47 @@ def test_smoke_shrinks_every_trial():
     s = specmod.smoke(parse(GOOD))
     assert all(t.config.draft_steps <= 10 and t.config.target_steps <= 10 for t in s.trials)
     assert len(s.trials) == 8
+
+
+def test_a_dead_factor_is_refused_on_its_resolved_values():
+    """At K = 4 the paper's coupling `block` gives the seed's decay 4.0: one objective."""
+    raw = {"name": "dead", "base": {"preset": "tiny", "block_size": 4},
+           "factors": {"D2": {"const4": {"decay_gamma": 4.0}, "block": {"decay_gamma": "block"}},
+                       "D9": {"hidden": {"confidence_input": "hidden"},
+                              "markov": {"confidence_input": "hidden+markov"}}}}
+    with pytest.raises(SpecError) as e:
+        parse(raw)
+    assert e.value.problems == ["factors.D2: levels 'const4' and 'block' train the same objective where "
+                                "D9=hidden (their resolved configs are equal); the factor is dead"]
+    # at K = 7 the same levels differ, and the spec is valid
+    parse({**raw, "base": {"preset": "tiny", "block_size": 7}})
+    # a knob that the stage ignores makes no difference either: aux_weight in the drafter stage
+    with pytest.raises(SpecError, match="factors.aux: levels 'a' and 'b' train the same objective"):
+        parse({"name": "aux", "base": {"preset": "tiny", "parallel_stage": "drafter"},
+               "factors": {"aux": {"a": {"aux_weight": 0.1}, "b": {"aux_weight": 0.3}}}})
+
+
+def test_factors_that_write_the_same_key_are_refused():
+    raw = {**GOOD, "factors": {"D2": {"const4": {"decay_gamma": 4.0}, "block": {"decay_gamma": "block"}},
+                               "K": {"k4": {"block_size": 4, "decay_gamma": 4.0}, "k7": {"block_size": 7}}}}
+    with pytest.raises(SpecError) as e:
+        parse(raw)
+    assert e.value.problems == ["factors.D2 and factors.K: both set decay_gamma; a config key may be varied "
+                                "by one factor only"]
+
+
+def test_run_order_is_a_seeded_permutation_inside_each_replicate_block():
+    s = parse({**GOOD, "replicates": 3})
+    orders = [t.run_order for t in s.trials]
+    assert orders == list(range(12))  # trials are listed in launch order, 0-based
+    for r in range(3):  # one block per replicate, each launched whole before the next
+        block = [t for t in s.trials if t.replicate == r]
+        assert {t.run_order for t in block} == set(range(4 * r, 4 * r + 4))
+    standard = [f"D1={a}|D2={b}" for a in ("shifted", "aligned") for b in ("const4", "block")]
+    launched = [[t.cell for t in s.trials if t.replicate == r] for r in range(3)]
+    assert any(cells != standard for cells in launched)  # randomised, not the standard order
+    assert len({tuple(c) for c in launched}) > 1  # each block has its own permutation
+    again = parse({**GOOD, "replicates": 3})
+    assert [t.key for t in again.trials] == [t.key for t in s.trials]  # seeded: reproducible
+    other = parse({**GOOD, "name": "u", "replicates": 3})
+    assert [t.cell for t in other.trials] != [t.cell for t in s.trials]  # the seed is the sweep's

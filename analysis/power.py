@@ -1,0 +1,105 @@
+"""Power of a replicated full factorial: can this sweep tell "no effect" from "too few runs"?
+
+The model is the full factorial with the replicate as a block: n_cells cells, each run
+once per replicate, N = n_cells * replicates runs. Fitting every cell mean plus a block
+effect per replicate leaves
+
+    df = (n_cells - 1) * (replicates - 1)
+
+residual degrees of freedom. A main effect of a two-level factor (mean at the high level
+minus mean at the low level) compares two halves of N/2 runs each, so its standard error
+is
+
+    se = 2 * sigma / sqrt(n_cells * replicates)
+
+and the two-sided t-test at level alpha rejects when |effect_hat / se| > t_{1-alpha/2, df}.
+Under a true effect the statistic follows a noncentral t with df degrees of freedom and
+noncentrality effect / se, which gives the power. With `levels` L > 2 the same functions
+answer for the difference between two levels of an L-level factor (N/L runs each:
+se = sigma * sqrt(2 L / N)); L = 2 is the formula above.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy import optimize, stats
+
+MAX_REPLICATES = 100_000
+
+
+def _check(sigma: float, n_cells: int, alpha: float, levels: int) -> None:
+    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma: must be a finite number > 0, got {sigma!r}")
+    if not (isinstance(n_cells, int) and n_cells >= 2):
+        raise ValueError(f"n_cells: must be an integer >= 2, got {n_cells!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: must lie in (0, 1), got {alpha!r}")
+    if not (isinstance(levels, int) and 2 <= levels <= n_cells):
+        raise ValueError(f"levels: must be an integer in 2..n_cells, got {levels!r}")
+
+
+def residual_df(n_cells: int, replicates: int) -> int:
+    return (n_cells - 1) * (replicates - 1)
+
+
+def effect_se(sigma: float, n_cells: int, replicates: int, levels: int = 2) -> float:
+    """Standard error of a difference between two levels (the main effect when levels = 2)."""
+    return sigma * math.sqrt(2.0 * levels / (n_cells * replicates))
+
+
+def power(effect: float, sigma: float, n_cells: int, replicates: int, alpha: float = 0.05,
+          levels: int = 2) -> float:
+    """The probability that the two-sided t-test at `alpha` rejects "no effect" when the
+    true effect is `effect`."""
+    _check(sigma, n_cells, alpha, levels)
+    if not (isinstance(replicates, int) and replicates >= 2):
+        raise ValueError(f"replicates: must be an integer >= 2 (one leaves no residual), got {replicates!r}")
+    if not math.isfinite(effect):
+        raise ValueError(f"effect: must be finite, got {effect!r}")
+    df = residual_df(n_cells, replicates)
+    nc = abs(effect) / effect_se(sigma, n_cells, replicates, levels)
+    tcrit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(tcrit, df, nc) + stats.nct.cdf(-tcrit, df, nc))
+
+
+def detectable_effect(sigma: float, n_cells: int, replicates: int, alpha: float = 0.05,
+                      power: float = 0.8, levels: int = 2) -> float:
+    """The smallest effect (absolute) that the test rejects with at least `power`."""
+    target = power
+    if not 0 < target < 1:
+        raise ValueError(f"power: must lie in (0, 1), got {target!r}")
+    if target <= alpha:
+        return 0.0  # even no effect is rejected with probability alpha
+    se = effect_se(sigma, n_cells, replicates, levels)
+    hi = se
+    while _power(hi, sigma, n_cells, replicates, alpha, levels) < target:
+        hi *= 2.0
+    return float(optimize.brentq(lambda e: _power(e, sigma, n_cells, replicates, alpha, levels) - target,
+                                 0.0, hi, xtol=1e-12 * max(1.0, hi), rtol=1e-12))
+
+
+def replicates_needed(effect: float, sigma: float, n_cells: int, alpha: float = 0.05,
+                      power: float = 0.8, levels: int = 2) -> int:
+    """The smallest number of replicates (at least 2) whose power reaches `power`."""
+    target = power
+    if not 0 < target < 1:
+        raise ValueError(f"power: must lie in (0, 1), got {target!r}")
+    if not (math.isfinite(effect) and effect != 0):
+        raise ValueError(f"effect: must be a finite non-zero number, got {effect!r}")
+    _check(sigma, n_cells, alpha, levels)
+    lo, hi = 2, 2
+    while _power(effect, sigma, n_cells, hi, alpha, levels) < target:
+        lo, hi = hi, hi * 2
+        if hi > MAX_REPLICATES:
+            raise ValueError(f"effect: {effect!r} needs more than {MAX_REPLICATES} replicates at sigma {sigma!r}")
+    while lo < hi:  # power rises with replicates: bisect for the first that reaches the target
+        mid = (lo + hi) // 2
+        if _power(effect, sigma, n_cells, mid, alpha, levels) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+_power = power  # the module-level name, for use inside functions whose argument shadows it
