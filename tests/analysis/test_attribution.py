@@ -72,12 +72,52 @@ def test_report_refusals(store):
 
 
 def test_dunnett_against_the_control_arm(store):
-    synthetic_sweep(store, failed=0, controls={"aux0": {"aux_weight": 0.0}})
+    # (aux_weight would be no control here: the drafter stage ignores it, and validation
+    # refuses a control that trains the same objective as a cell)
+    synthetic_sweep(store, failed=0, controls={"dflash": {"head": "none", "confidence_input": "hidden"}})
     df = load_runs("synthetic", store)
-    d = dunnett_vs_control(df, "spec/tau", "control=aux0")
+    d = dunnett_vs_control(df, "spec/tau", "control=dflash")
     assert len(d) == 8 and (d["diff"] > 0.3).all() and (d["p"] < 0.01).all()
     rep = build_report(df, None, ["spec/tau"])
     assert "spec/tau" in rep.dunnett
+    # every factorial arm pooled against the control: 3.0 - 1.5 in the synthetic model
+    c = rep.control["spec/tau"]
+    assert c["ci_low"] < 1.5 + 0.02 < c["ci_high"] and c["n_factorial"] == 24 and c["n_control"] == 3
+    assert c["rel"] == pytest.approx(c["diff"] / c["control_mean"])
+    assert "every factorial arm against control=dflash" in rep.summary
+
+
+def test_report_states_power_for_terms_not_detected(store):
+    from analysis.power import detectable_effect
+
+    synthetic_sweep(store, failed=0)
+    df = load_runs("synthetic", store)
+    rep = build_report(df, None, ["spec/tau"])
+    s = rep.sensitivity["spec/tau"]
+    sigma = rep.results["spec/tau"].anova.attrs["sigma"]
+    assert s.sigma == sigma and s.n_cells == 8 and s.replicates == 3
+    assert s.detectable == pytest.approx(detectable_effect(sigma, 8, 3))
+    assert f"D2: not detected; this sweep detects {s.detectable:.3g} or more with 80% power" in rep.summary
+    assert "D1: +" in rep.summary and "p_adj=" in rep.summary  # detected terms carry their size
+    assert "the question is" not in rep.summary or "parallel stage" in rep.summary
+
+
+def test_report_drift_check_sees_a_trend_over_the_run_order(store):
+    import mlflow
+
+    synthetic_sweep(store, failed=0)
+    client = mlflow.tracking.MlflowClient(store)
+    exp = client.get_experiment_by_name("synthetic")
+    for r in client.search_runs([exp.experiment_id], "tags.trial_key != ''"):
+        order = int(r.data.tags["run_order"])
+        client.log_metric(r.info.run_id, "tf/tau", r.data.metrics["spec/tau"] + 0.05 * order, step=20)
+    df = load_runs("synthetic", store)
+    assert sorted(df["run_order"]) == list(range(24))
+    rep = build_report(df, None, ["spec/tau", "tf/tau"])
+    slope, p = rep.drift["tf/tau"]
+    assert slope > 0 and p < 0.01  # blocks and cell means absorb part of the trend, not all
+    assert rep.drift["spec/tau"][1] > 0.01
+    assert "<- drift" in rep.summary.split("tf/tau (")[1]
 
 
 def test_holm_adjustment_is_not_smaller_than_raw(store):
@@ -95,12 +135,16 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
                         "--out", str(tmp_path / "rep"), "--responses", "spec/tau"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"spec/tau .*: D1 \+0\.9\d+ \[\+0\.9\d*, \+1\.0\d*\]", r.stdout), r.stdout
+    assert re.search(r"spec/tau \(higher is better.*\n    D1: \+0\.9\d+ \[\+0\.9\d*, \+1\.0\d*\] p_adj=", r.stdout), r.stdout
+    assert "the question is the paper's architecture" in r.stdout
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
-    assert "<h3>ANOVA (Type 2)</h3>" in html and 'src="img/r0_pareto.png"' in html
-    imgs = list((tmp_path / "rep" / "synthetic" / "img").glob("*.png"))
-    assert {p.name for p in imgs} >= {"r0_main.png", "r0_interactions.png", "r0_pareto.png", "r0_halfnormal.png",
-                                      "acceptance_curves.png"}
+    assert "<h3>ANOVA (Type 2; p_adj adjusted across responses)</h3>" in html
+    # one self-contained file: every image embedded, none beside it
+    for alt in ("r0_main", "r0_interactions", "r0_pareto", "r0_halfnormal", "r0_drift", "acceptance_curves"):
+        assert f'alt="{alt}"' in html
+    assert html.count('src="data:image/png;base64,') >= 6 and not (tmp_path / "rep" / "synthetic" / "img").exists()
+    md = (tmp_path / "rep" / "synthetic" / "report.md").read_text()
+    assert "| D1 |" in md and "Residual sigma" in md and "detectable effect" in md
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                           "--out", str(tmp_path / "rep"), "--responses", "val/bpb"],
                          capture_output=True, text=True, cwd=ROOT)

@@ -24,8 +24,9 @@ def test_notebook_executes(name, store, tmp_path):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     if name == "attribution.ipynb":
         assert "D1 (D1 shifted -> aligned) moved it" in text
-        assert "D2 (D2 const4 -> block) did not move it detectably" in text
-        assert (tmp_path / "reports" / "synthetic" / "report.html").is_file()
+        assert "spec/tau: D2 (D2 const4 -> block) not detected; this sweep detects" in text
+        assert "with 80% power" in text
+        assert not (tmp_path / "reports").exists()  # the notebook never overwrites the CLI's report
     else:
         assert "runs; 2 speculative slots" in text
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
