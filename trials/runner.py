@@ -8,6 +8,7 @@ holds the content-addressed shared targets.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -126,15 +127,14 @@ def bind_targets(spec: SweepSpec, targets: dict[str, dict]) -> tuple[SweepSpec, 
     new_trials = []
     for t in spec.trials:
         extra = {}
-        cfg = t.config
-        if cfg.parallel_stage == "drafter" and not cfg.target_path:
-            h = next(h for h, m in targets.items() if target_hash(cfg, m["data_sha256"]) == h)
-            cfg = cfg.replace(target_path=targets[h]["path"])
+        if t.config.parallel_stage == "drafter" and not t.config.target_path:
+            h = next(h for h, m in targets.items() if target_hash(t.config, m["data_sha256"]) == h)
+            # every other field of the trial (its run order among them) is kept as it is
+            t = dataclasses.replace(t, config=t.config.replace(target_path=targets[h]["path"]))
             extra = {"target_hash": h, "data_sha256": targets[h]["data_sha256"]}
-        new_trials.append(specmod.Trial(t.key, t.cell, t.replicate, t.seed, t.levels, t.arm, cfg))
+        new_trials.append(t)
         tags[t.key] = extra
-    spec.trials = new_trials
-    return spec, tags
+    return dataclasses.replace(spec, trials=new_trials), tags
 
 
 def data_hash_tags(spec: SweepSpec, tags: dict[str, dict[str, str]], hashes: dict[str, str]) -> None:

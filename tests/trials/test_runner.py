@@ -34,6 +34,19 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir):
     c, parents, kids = children(uri, "smoke-smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(kids) == 4
+    # randomised run order: the tag is the trial's launch position, a permutation of 0..3
+    # that is not the standard order, seeded by the sweep's name (so a rerun reproduces it)
+    order = {r.data.tags["cell"]: int(r.data.tags["run_order"]) for r in kids}
+    assert sorted(order.values()) == [0, 1, 2, 3]
+    assert order == {t.cell: t.run_order for t in spec.trials}
+    assert order == {t.cell: t.run_order for t in specmod.smoke(specmod.load(tmp_path / "s.yaml")).trials}
+    standard = [f"D1={a}|D9={b}" for a in ("shifted", "aligned") for b in ("hidden", "markov")]
+    assert sorted(order, key=order.get) != standard
+    # the driver creates each child run when Tune starts its trial, so creation order is
+    # start order: Tune queues trials in run order, and with 2 slots the two queued
+    # together may start a moment apart in either order
+    started = [r.data.tags["cell"] for r in sorted(kids, key=lambda r: r.info.start_time)]
+    assert all(abs(started.index(cell) - pos) < 2 for cell, pos in order.items()), (started, order)
     for r in kids:
         t = r.data.tags
         assert r.info.status == "FINISHED"
