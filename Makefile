@@ -13,8 +13,14 @@ $(BIN)/.installed: pyproject.toml
 .PHONY: demo test install
 install: $(BIN)/.installed
 
+# Both questions at CPU scale: the seed's system (demo-seed, backbone stage) and the
+# paper's architecture (demo, drafter stage), each run and then attributed.
 demo: $(BIN)/.installed
+	$(BIN)/trials run sweeps/demo-seed.yaml
 	$(BIN)/trials run sweeps/demo.yaml
+	@echo; echo "=== Question 1: the seed's system (experiment demo-seed) ==="
+	$(BIN)/analysis report demo-seed
+	@echo; echo "=== Question 2: the paper's architecture (experiment demo) ==="
 	$(BIN)/analysis report demo
 	@echo "MLflow UI on the same store: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db  (then open http://127.0.0.1:5000)"
 

@@ -72,6 +72,10 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
         return chosen, skipped
     have = set(metric_columns(df))
     data = df.dropna(subset=factors)
+    degenerate = sorted(c for c in have if degenerate_reason(stage, c))
+    if degenerate:  # say so, once, even when nobody asked for them
+        shown = ", ".join(degenerate[:4]) + (f" and {len(degenerate) - 4} more" if len(degenerate) > 4 else "")
+        skipped.append(f"{shown} (not ranked: {degenerate_reason(stage, degenerate[0])})")
     defaults = DEFAULT_RESPONSES_BY_STAGE.get(stage or "") or tuple(
         dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
     for r in defaults:

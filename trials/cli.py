@@ -29,9 +29,13 @@ def summary_counts(rows) -> str:
 
 def cmd_validate(args) -> int:
     spec = specmod.load(args.spec)
-    n_cells = len({t.cell for t in spec.trials})
-    print(f"{spec.name}: valid. design {spec.design}, {len(spec.factors)} factors, {n_cells} cells x "
-          f"{spec.replicates} replicates = {len(spec.trials)} trials")
+    n_cells = len({t.cell for t in spec.trials if t.arm == "factorial"})
+    n_controls = len(spec.controls)
+    arms = f"{n_cells} cells" + (f" + {n_controls} control arm(s)" if n_controls else "")
+    print(f"{spec.name}: valid. design {spec.design}, {len(spec.factors)} factors, {arms} x "
+          f"{spec.replicates} replicates = {len(spec.trials)} trials, run order randomised within each replicate")
+    if spec.description:
+        print(f"  {spec.description}")
     for f, levels in spec.factors.items():
         print(f"  {f}: {', '.join(levels)}")
     for line in specmod.alias_structure(spec):

@@ -60,6 +60,9 @@ class Ledger:
         self.client = MlflowClient(tracking_uri)
         exp = self.client.get_experiment_by_name(spec.name)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(spec.name)
+        if spec.description and (exp is None or not exp.tags.get("mlflow.note.content")):
+            # the experiment's description in the MLflow UI: which question the sweep answers
+            self.client.set_experiment_tag(self.experiment_id, "mlflow.note.content", spec.description[:4000])
         self.parent_id = self._parent()
 
     def _parent(self) -> str:

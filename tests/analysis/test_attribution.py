@@ -162,3 +162,36 @@ def test_lenth_flags_the_large_effects():
     eff = factorial_effects(df, "y", list("ABCD"), levels={f: ("lo", "hi") for f in "ABCD"})
     L = lenth(eff)
     assert L["active"]["A"] and sum(L["active"].values()) <= 2
+
+
+def test_backbone_stage_ranks_val_bpb_and_step_cost_and_names_degenerate_responses(store):
+    synthetic_sweep(store, failed=0)
+    df = load_runs("synthetic", store)
+    df["parallel_stage"] = "backbone"  # the seed's system
+    rng = np.random.default_rng(3)
+    df["val/bpb"] = 2.5 + rng.normal(0, 0.01, len(df))
+    df["train/step_ms"] = 50 + rng.normal(0, 1, len(df))
+    rep = build_report(df, None)
+    assert list(rep.results) == ["val/bpb", "train/step_ms"]
+    assert "the question is the seed's system" in rep.summary
+    assert any(s.startswith("tf/tau (not ranked: degenerate in the backbone stage") for s in rep.skipped)
+    rep = build_report(df, None, ["tf/tau", "val/bpb"])  # asked for: still not ranked, and said so
+    assert list(rep.results) == ["val/bpb"] and "tf/tau (not ranked" in rep.summary
+    with pytest.raises(AnalysisError, match="degenerate"):
+        build_report(df, None, ["tf/tau"])
+
+
+def test_plan_cli_prints_the_replicates_needed(store):
+    from analysis.power import replicates_needed
+
+    synthetic_sweep(store, failed=0)
+    r = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
+                        "--effect", "0.05", "--response", "spec/tau"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    df = load_runs("synthetic", store)
+    sigma = build_report(df, None, ["spec/tau"]).sensitivity["spec/tau"].sigma
+    need = replicates_needed(0.05, sigma, 8)
+    assert f"spec/tau: sigma {sigma:.4g} over 8 cells" in r.stdout and f"needed: {need} replicates" in r.stdout
+    bad = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
+                          "--effect", "0"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--effect" in bad.stderr

@@ -187,3 +187,15 @@ def test_confidence_scheduled_truncation_keeps_greedy_exact():
         one_round(target, drafter, head, state, 0, verify_len=lambda c: int((torch.sigmoid(c) > 0.5).sum()))
     got = state.tokens[prompt.shape[1]:prompt.shape[1] + 40]
     assert got == autoregressive(target, prompt, 40, 0)
+
+
+def test_unconditional_accept_rate_and_static_threshold_rule():
+    from dspark.spec_eval import accept_at, accept_rate_at, static_threshold_lengths
+
+    accepted = [0, 1, 3, 3, 2]  # draft tokens accepted per round, K = 3
+    assert accept_rate_at(accepted, 3) == [4 / 5, 3 / 5, 2 / 5]  # all of slots 1..k accepted, over all rounds
+    assert accept_at(accepted, 3) == [4 / 5, 3 / 4, 2 / 3]  # conditional on reaching slot k
+    conf = np.array([[0.9, 0.4, 0.9], [0.2, 0.9, 0.9], [0.8, 0.7, 0.6], [0.5, 0.5, 0.49]])
+    # cut at the first raw c_k below t (DeepSpec's static rule), not at the product
+    assert static_threshold_lengths(conf, 0.5).tolist() == [1, 0, 3, 2]
+    assert static_threshold_lengths(conf, 0.1).tolist() == [3, 3, 3, 3]
