@@ -33,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.command == "export":
-            from .load import load_runs, to_parquet
+            from .load import check_writable, load_runs, to_parquet
 
+            check_writable(args.path)
             df = load_runs(args.experiment, args.tracking_uri)
             to_parquet(df, args.path)
             print(f"{len(df)} runs written to {args.path}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -63,6 +64,10 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
     from mlflow.tracking import MlflowClient
 
+    if tracking_uri and tracking_uri.startswith("sqlite:///"):
+        path = Path(tracking_uri[len("sqlite:///"):])
+        if not path.is_file():  # reading creates nothing: MLflow would create an empty store
+            raise ValueError(f"tracking-uri: {path} does not exist")
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
@@ -161,10 +166,28 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
     pq.write_table(table.replace_schema_metadata(meta), path)
 
 
+def check_writable(path: str | Path) -> Path:
+    """Refuse, before any work, a path whose folder is missing or not writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"export: {path} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"export: folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"export: {path} is not writable")
+    return path
+
+
 def read_parquet(path: str | Path) -> pd.DataFrame:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    if not Path(path).is_file():
+        raise ValueError(f"parquet: {path} is not a file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"parquet: {path} is not a parquet export ({type(e).__name__})") from None
     df = table.to_pandas()
     attrs = json.loads((table.schema.metadata or {}).get(b"dspark.attrs", b"{}"))
     df.attrs["factors"] = attrs.get("factors", [])

@@ -35,9 +35,14 @@ def build_config(args) -> Config:
 def cmd_train(args) -> int:
     from tqdm import tqdm
 
-    from .train import Trainer
+    from .train import Trainer, load_target, read_checkpoint
 
     cfg = build_config(args)
+    # refuse a bad checkpoint or target before any work starts
+    if args.resume:
+        read_checkpoint(args.resume, cfg)
+    if cfg.target_path:
+        load_target(cfg.target_path)
     bars: dict[str, tqdm] = {}
 
     def progress(stage, step, total, info):

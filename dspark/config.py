@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -99,6 +100,10 @@ class Config:
         self._validate()
 
     def _validate(self) -> None:
+        for f in fields(self):  # inf and nan pass every "> 0" check below: refuse them first
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name}: must be a finite number, got {value!r}")
         for name, allowed in (
             ("window", WINDOWS),
             ("head", HEADS),

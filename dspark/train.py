@@ -72,10 +72,35 @@ def save_target(path: str | os.PathLike, target: TargetLM, meta: dict) -> None:
 
 
 def load_target(path: str | os.PathLike, device="cpu") -> tuple[TargetLM, dict]:
-    blob = torch.load(path, map_location=device, weights_only=True)
-    target = TargetLM(**blob["arch"])
-    target.load_state_dict(blob["state"])
-    return target.to(device), json.loads(blob["meta"])
+    """A target saved by `save_target`; anything else is refused with one line."""
+    if not Path(path).is_file():
+        raise ValueError(f"target_path: {path} is not a file")
+    try:
+        blob = torch.load(path, map_location=device, weights_only=True)
+        target = TargetLM(**blob["arch"])
+        target.load_state_dict(blob["state"])
+        meta = json.loads(blob["meta"])
+    except Exception as e:  # not a torch file, a pickle refused by weights_only, another dict
+        raise ValueError(f"target_path: {path} is not a saved dspark target ({type(e).__name__})") from None
+    return target.to(device), meta
+
+
+# Config fields that do not change what trains: evaluation, decoding and run plumbing.
+# Every other field must match a checkpoint's for a run to resume from it.
+NOT_TRAINING = ("preset", "out_dir", "target_path", "device", "crash_at_step", "eval_interval", "eval_batches",
+                "spec_prompts", "spec_prompt_len", "spec_new_tokens", "spec_interval_prompts")
+
+
+def training_changes(saved: dict[str, Any], cfg: Config) -> list[str]:
+    """The fields whose value in `cfg` would train something other than the checkpoint
+    `saved` (a config dict) did, compared on resolved values."""
+    try:
+        before = from_dict(saved).objective_dict()
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"resume: the checkpoint's config is not valid ({e})") from None
+    now = cfg.objective_dict()
+    keys = sorted((set(before) | set(now)) - set(NOT_TRAINING))
+    return [k for k in keys if before.get(k) != now.get(k)]
 
 
 def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
@@ -94,6 +119,29 @@ def make_optimizer(params, lr: float, weight_decay: float, warmup: int, total: i
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(warmup, total))
     return opt, sched
+
+
+def read_checkpoint(ckpt_dir: str | os.PathLike, cfg: Config, device="cpu") -> dict:
+    """A checkpoint's state (weights_only), refused with one line when it is not a
+    dspark checkpoint or when `cfg` would train something other than it did."""
+    path = Path(ckpt_dir) / "state.pt"
+    if not Path(ckpt_dir).is_dir():
+        raise ValueError(f"resume: {ckpt_dir} is not a checkpoint directory")
+    if not path.is_file():
+        raise ValueError(f"resume: {ckpt_dir} holds no state.pt")
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+        saved = json.loads(state["config"])
+        for key in ("data_sha256", "stage", "step", "head", "rng", "history"):
+            state[key]
+    except Exception as e:  # truncated, random bytes, a refused pickle, another dict
+        raise ValueError(f"resume: {path} is not a dspark checkpoint ({type(e).__name__})") from None
+    changed = training_changes(saved, cfg)
+    if changed:
+        now = cfg.to_dict()
+        raise ValueError("resume: the checkpoint trained with other values of " + ", ".join(
+            f"{k} ({saved.get(k)!r}, now {now.get(k)!r})" for k in changed) + "; resuming would change what trains")
+    return state
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -194,14 +242,10 @@ class Trainer:
         return str(ckpt)
 
     def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
-        state = torch.load(Path(ckpt_dir) / "state.pt", map_location=self.device, weights_only=True)
+        state = read_checkpoint(ckpt_dir, self.cfg, self.device)
         if state["data_sha256"] != self.data_sha256:
             raise ValueError(f"resume: checkpoint corpus {state['data_sha256'][:12]} differs from "
                              f"this run's {self.data_sha256[:12]}")
-        saved = json.loads(state["config"])
-        for key in ("parallel_stage", "head", "confidence_input", "window", "block_size", "d_model"):
-            if saved[key] != self.cfg.to_dict()[key]:
-                raise ValueError(f"resume: checkpoint has {key}={saved[key]!r}, config has {self.cfg.to_dict()[key]!r}")
         self.stage = state["stage"]
         if state["target"]:
             self.target.load_state_dict(state["target"])

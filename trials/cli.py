@@ -77,7 +77,7 @@ def cmd_resume(args) -> int:
 def cmd_status(args) -> int:
     from . import runner
 
-    spec, meta = runner.load_saved(args.name, args.storage)
+    spec, meta = runner.load_saved(args.name, args.storage, "status")
     _show(spec, args.tracking_uri or meta["tracking_uri"])
     return 0
 

@@ -282,19 +282,31 @@ def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_con
                                                     "max_concurrent": max_concurrent}))
 
 
-def load_saved(name: str, storage: str | None) -> tuple[SweepSpec, dict]:
+def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple[SweepSpec, dict]:
+    if not specmod.NAME_RE.match(name):
+        raise specmod.SpecError([f"{command}: {name!r} is not a sweep name (letters, digits, '_', '-' and '.')"])
     exp_dir = storage_root(storage) / name
     if not (exp_dir / "spec.yaml").is_file():
-        raise specmod.SpecError([f"resume: no sweep {name!r} under {storage_root(storage)}"])
+        raise specmod.SpecError([f"{command}: no sweep {name!r} under {storage_root(storage)}"])
     spec = specmod.load(exp_dir / "spec.yaml")
     meta = json.loads((exp_dir / "sweep.json").read_text())
     return spec, meta
+
+
+def check_store(tracking_uri: str) -> None:
+    """A reading command creates nothing: a SQLite store that does not exist is refused
+    (MLflow would create an empty one)."""
+    if tracking_uri.startswith("sqlite:///"):
+        path = Path(tracking_uri[len("sqlite:///"):])
+        if not path.is_file():
+            raise ValueError(f"tracking-uri: {path} does not exist")
 
 
 def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
     """One row per trial: cell, replicate, state (finished / running / failed / pending)."""
     from mlflow.tracking import MlflowClient
 
+    check_store(tracking_uri)
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(spec.name)
     runs = {}

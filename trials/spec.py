@@ -38,6 +38,7 @@ from dspark.config import FIELD_NAMES, Config, from_dict
 TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
             "max_concurrent", "max_failures", "description"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+MAX_TRIALS = 10_000  # cells x replicates; checked before any trial is built
 
 
 class SpecError(ValueError):
@@ -172,6 +173,14 @@ def parse(raw: Any) -> SweepSpec:
     replicates = raw.get("replicates", 1)
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
         problems.append(f"replicates: must be an integer >= 1, got {replicates!r}")
+        replicates = 1
+    n_arms = len(controls_raw) if isinstance(controls_raw := raw.get("controls") or {}, dict) else 0
+    n_cells = 1
+    for levels in clean_factors.values():
+        n_cells *= len(levels)
+    if n_cells * replicates + n_arms * replicates > MAX_TRIALS:
+        problems.append(f"replicates: {n_cells} cells x {replicates} replicates = {n_cells * replicates} trials, "
+                        f"more than the {MAX_TRIALS} a sweep may hold")
         replicates = 1
     generators: dict[str, list[str]] = {}
     design = raw.get("design", "full")

@@ -1,0 +1,123 @@
+"""Reliability: bad input is refused with one line and exit 2 before any work starts, and
+reading commands create nothing. Each case is one that a hostile probe found (issue 9)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from dspark.config import from_dict
+from trials.spec import SpecError, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--preset", "tiny", "--set", "target_steps=4", "--set", "draft_steps=4", "--set", "eval_interval=2",
+        "--set", "spec_prompts=0", "--set", "max_corpus_bytes=200000", "--set", "seq_len=64", "--set", "batch_size=2"]
+
+
+def run(module, *args, cwd):
+    r = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=cwd,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd)}, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+def one_line_error(rc, err, *words):
+    assert rc == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("field,value", [("decay_gamma", "inf"), ("lr", "inf"), ("target_lr", "nan"),
+                                         ("aux_weight", "-inf"), ("grad_clip", "inf")])
+def test_non_finite_numbers_are_refused(field, value, tmp_path):
+    with pytest.raises(ValueError, match=f"{field}: must be a finite number"):
+        from_dict({field: value})
+    rc, _, err = run("dspark.cli", "train", *TINY, "--set", f"{field}={value}", cwd=tmp_path)
+    one_line_error(rc, err, field, "finite")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_billion_replicates_is_refused_at_once():
+    raw = {"name": "big", "base": {"preset": "tiny"}, "replicates": 1_000_000_000,
+           "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}}
+    with pytest.raises(SpecError) as e:
+        parse(raw)
+    assert e.value.problems == ["replicates: 2 cells x 1000000000 replicates = 2000000000 trials, more than "
+                                "the 10000 a sweep may hold"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A real checkpoint of a tiny run, trained with decay_gamma 'block' and lr 3e-3."""
+    out = tmp_path_factory.mktemp("ckpt")
+    rc, _, err = run("dspark.cli", "train", *TINY, "--set", f"out_dir={out}/run", cwd=out)
+    assert rc == 0, err
+    return out / "run" / "checkpoint"
+
+
+def test_bad_resume_paths_print_one_line(checkpoint, tmp_path):
+    (tmp_path / "file").write_text("x")
+    trunc = tmp_path / "trunc"
+    trunc.mkdir()
+    blob = (checkpoint / "state.pt").read_bytes()
+    (trunc / "state.pt").write_bytes(blob[: len(blob) // 2])
+    rnd = tmp_path / "rnd"
+    rnd.mkdir()
+    (rnd / "state.pt").write_bytes(bytes(range(256)) * 40)
+    for path, words in ((tmp_path / "missing", ("not a checkpoint directory",)),
+                        (tmp_path / "file", ("not a checkpoint directory",)),
+                        (trunc, ("not a dspark checkpoint",)), (rnd, ("not a dspark checkpoint",))):
+        rc, _, err = run("dspark.cli", "train", *TINY, "--resume", str(path), cwd=tmp_path)
+        one_line_error(rc, err, "resume:", *words)
+
+
+@pytest.mark.parametrize("override,field", [("decay_gamma=4", "decay_gamma"), ("lr=1e-2", "lr"),
+                                            ("window=shifted", "window")])
+def test_resume_refuses_an_override_that_changes_what_trains(checkpoint, tmp_path, override, field):
+    rc, _, err = run("dspark.cli", "train", *TINY, "--set", f"out_dir={tmp_path}/r", "--resume", str(checkpoint),
+                     "--set", override, cwd=tmp_path)
+    one_line_error(rc, err, "resume:", field, "would change what trains")
+    assert not (tmp_path / "r" / "run.json").exists()
+
+
+def test_resume_accepts_an_override_that_does_not_change_training(checkpoint, tmp_path):
+    rc, out, err = run("dspark.cli", "train", *TINY, "--set", f"out_dir={tmp_path}/r", "--resume", str(checkpoint),
+                       "--set", "eval_batches=2", cwd=tmp_path)
+    assert rc == 0, err
+
+
+def test_a_non_target_file_as_target_path_prints_one_line(tmp_path):
+    torch.save({"a": 1}, tmp_path / "dict.pt")
+    for path in ("/bin/ls", str(tmp_path / "dict.pt"), str(tmp_path / "missing.pt")):
+        rc, _, err = run("dspark.cli", "train", *TINY, "--set", f"target_path={path}", cwd=tmp_path)
+        one_line_error(rc, err, "target_path:", path)
+
+
+def test_analysis_refusals_print_one_line_and_create_nothing(tmp_path):
+    rc, _, err = run("analysis.cli", "report", "demo", cwd=tmp_path)
+    one_line_error(rc, err, "tracking-uri", "does not exist")
+    rc, _, err = run("analysis.cli", "report", "demo", "--parquet", "nope.parquet", cwd=tmp_path)
+    one_line_error(rc, err, "parquet: nope.parquet is not a file")
+    rc, _, err = run("analysis.cli", "export", "demo", str(tmp_path / "no" / "x.parquet"), cwd=tmp_path)
+    one_line_error(rc, err, "export: folder", "does not exist")
+    # no empty mlflow.db, no report folder (HOME is here too: its dot folders are caches)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == []
+
+
+def test_trials_status_follows_the_name_rule_and_creates_nothing(tmp_path):
+    rc, _, err = run("trials.cli", "status", "nosuch", "--storage", str(tmp_path / "st"), cwd=tmp_path)
+    one_line_error(rc, err, "status: no sweep 'nosuch'")
+    rc, _, err = run("trials.cli", "status", "../other/sweep", "--storage", str(tmp_path / "st"), cwd=tmp_path)
+    one_line_error(rc, err, "status:", "not a sweep name")
+    (tmp_path / "st" / "s").mkdir(parents=True)
+    (tmp_path / "st" / "s" / "spec.yaml").write_text(yaml.safe_dump(
+        {"name": "s", "base": {"preset": "tiny"}, "factors": {"D1": {"a": {"window": "shifted"},
+                                                                     "b": {"window": "aligned"}}}}))
+    (tmp_path / "st" / "s" / "sweep.json").write_text('{"tracking_uri": "sqlite:///gone.db"}')
+    rc, _, err = run("trials.cli", "status", "s", "--storage", str(tmp_path / "st"), cwd=tmp_path)
+    one_line_error(rc, err, "tracking-uri", "does not exist")
+    assert not (tmp_path / "gone.db").exists()
