@@ -121,3 +121,36 @@ def test_trials_status_follows_the_name_rule_and_creates_nothing(tmp_path):
     rc, _, err = run("trials.cli", "status", "s", "--storage", str(tmp_path / "st"), cwd=tmp_path)
     one_line_error(rc, err, "tracking-uri", "does not exist")
     assert not (tmp_path / "gone.db").exists()
+
+
+def test_sigterm_stops_a_background_driver_before_tune_starts(tmp_path, corpus_dir):
+    """A shell starts background jobs with SIGINT ignored; SIGTERM during the shared
+    target's training must still stop the driver, exit 143, leave the parent KILLED and
+    say how to resume."""
+    import signal
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "bg", "base": {"preset": "tiny", "data": [str(corpus_dir)], "target_steps": 3000,
+                               "eval_interval": 1000, "max_corpus_bytes": 300000},
+        "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}}))
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trials.cli", "run", str(spec), "--tracking-uri", uri, "--storage", str(tmp_path / "st")],
+        cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as a shell's `&` does
+    deadline = time.time() + 120
+    while time.time() < deadline and not (tmp_path / "st" / "targets").is_dir():
+        time.sleep(0.5)  # the shared target is training: Tune has not started
+    assert (tmp_path / "st" / "targets").is_dir()
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    err = proc.stderr.read()
+    assert rc == 143, err[-2000:]
+    assert "interrupted (SIGTERM)" in err and "trials resume bg --storage" in err
+    assert not list((tmp_path / "st" / "targets").glob("*.pt"))  # no target half-written

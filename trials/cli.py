@@ -51,16 +51,27 @@ def _show(spec, uri: str) -> None:
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
 
 
-def cmd_run(args) -> int:
+def _run(spec, uri: str, storage, **kwargs) -> int:
+    """Run or resume; an interrupted sweep exits 128 + the signal (130 SIGINT, 143
+    SIGTERM) and says how to resume it."""
     from . import runner
 
+    try:
+        result = runner.run(spec, tracking_uri=uri, storage=storage, **kwargs)
+    except runner.Interrupted as e:
+        root = runner.storage_root(storage)
+        print(f"trials: {spec.name} interrupted ({e}); no run is left RUNNING. Resume it with:\n"
+              f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
+        return 128 + e.signum
+    _show(spec, uri)
+    return 0 if result["failed"] == 0 else 1
+
+
+def cmd_run(args) -> int:
     spec = specmod.load(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
         spec = specmod.smoke(spec)
-    result = runner.run(spec, tracking_uri=args.tracking_uri, storage=args.storage, address=args.address,
-                        max_concurrent=args.max_concurrent)
-    _show(spec, args.tracking_uri)
-    return 0 if result["failed"] == 0 else 1
+    return _run(spec, args.tracking_uri, args.storage, address=args.address, max_concurrent=args.max_concurrent)
 
 
 def cmd_resume(args) -> int:
@@ -68,10 +79,8 @@ def cmd_resume(args) -> int:
 
     spec, meta = runner.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
-    result = runner.run(spec, tracking_uri=uri, storage=args.storage, address=args.address,
-                        max_concurrent=meta.get("max_concurrent"), resume=True)
-    _show(spec, uri)
-    return 0 if result["failed"] == 0 else 1
+    return _run(spec, uri, args.storage, address=args.address, max_concurrent=meta.get("max_concurrent"),
+                resume=True)
 
 
 def cmd_status(args) -> int:

@@ -169,25 +169,50 @@ def _trainable(spec: SweepSpec):
     return tune.with_resources(fn, res)
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    """A `kill` of the driver stops Tune the way Ctrl-C does (state saved, runs closed)."""
-    previous = signal.getsignal(signal.SIGTERM)
+class Interrupted(KeyboardInterrupt):
+    """The sweep was stopped by a signal; `signum` says which (SIGINT or SIGTERM)."""
 
-    def handler(signum, frame):
-        # Tune's own SIGINT handler (once installed) stops gracefully and saves the
-        # experiment state; before that, SIGINT's default raises KeyboardInterrupt
-        os.kill(os.getpid(), signal.SIGINT)
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        previous = None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+
+class _Signals:
+    """SIGINT and SIGTERM stop the driver in every phase, foreground or background.
+
+    Before Tune runs (the shared target, MLflow set-up) a signal raises `Interrupted` at
+    once. While Tune runs, a SIGTERM is handed to Tune as the SIGINT it stops on
+    gracefully (state saved, runs closed). A shell starts background jobs with SIGINT
+    ignored, which is why SIGINT is handled here too rather than left to Python's default.
+    """
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.in_tune = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum, frame):
+        self.signum = self.signum or signum
+        if self.in_tune:
+            # Tune's own SIGINT handler (installed by fit) stops it gracefully
+            handler = signal.getsignal(signal.SIGINT)
+            if callable(handler) and handler != self._handle:
+                handler(signal.SIGINT, frame)
+                return
+        raise Interrupted(signum)
+
+    def __enter__(self):
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: leave the signals alone
+            self._previous = {}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
 
 
 def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
@@ -213,10 +238,11 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             raise specmod.SpecError([f"sweep {spec.name!r} already exists in {root} with a different spec: "
                                      f"rename the sweep, or delete {exp_dir}"])
         resume = True  # the same sweep again: finish what is unfinished, rerun nothing
-    started_ray = _init_ray(address)
+    signals = _Signals()
     ledger = None
+    started_ray = _init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
     try:
-        with _sigterm_as_interrupt():
+        with signals:
             hashes: dict[str, str] = {}  # corpus hashes, shared so each corpus is read once
             targets = ensure_targets(spec, root, hashes)
             spec, tags = bind_targets(spec, targets)
@@ -247,16 +273,29 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
                         checkpoint_config=tune.CheckpointConfig(num_to_keep=4),
                     ),
                 )
-            grid = tuner.fit()
-        states = {"finished": 0, "failed": 0}
-        for res in grid:
-            states["failed" if res.error else "finished"] += 1
+            signals.in_tune = True
+            try:
+                tuner.fit()
+            finally:
+                signals.in_tune = False
+        # count from the store: a trial that Tune stopped on a signal ends neither way
+        runs = ledger.child_runs()
+        status = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
+        states = {"finished": status.count("FINISHED"), "failed": status.count("FAILED")}
+        interrupted = states["finished"] + states["failed"] < len(spec.trials)
+        if interrupted:
+            ledger.close_open_runs("KILLED")
+            ledger.finish(ledger.parent_id, "KILLED")
+            raise Interrupted(signals.signum or signal.SIGINT)
         ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
         return {**states, "experiment": spec.name, "tracking_uri": tracking_uri, "storage": str(exp_dir)}
-    except BaseException:
+    except BaseException as e:
         if ledger is not None:
             ledger.close_open_runs("KILLED")
             ledger.finish(ledger.parent_id, "KILLED")
+        if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
+            # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
+            raise Interrupted(signals.signum or signal.SIGINT) from None
         raise
     finally:
         if ledger is not None:

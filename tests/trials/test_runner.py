@@ -104,7 +104,7 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "trials.cli", "run", str(spec_path), "--tracking-uri", uri,
            "--storage", str(tmp_path / "st")]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     finished_before = {}
     while time.time() < deadline:
@@ -119,9 +119,11 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
             break
     assert finished_before, "the sweep never reached a finished and a running trial"
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=120)
+    assert proc.wait(timeout=120) == 143  # an interrupted sweep never reports success
+    assert "trials resume interrupt --storage" in proc.stderr.read()
     _, parents, kids = children(uri, "interrupt")
     assert not any(r.info.status == "RUNNING" for r in kids)
+    assert parents[0].info.status == "KILLED"
     r = subprocess.run([sys.executable, "-m", "trials.cli", "resume", "interrupt", "--storage", str(tmp_path / "st")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
