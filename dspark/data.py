@@ -4,6 +4,12 @@ With no data argument the corpus is the Python standard library source of the ru
 interpreter: real text, present on every machine, no download. Splits are made by
 document (each document goes wholly to train, validation or calibration), chosen by a
 hash of the document's name so that adding a file does not reshuffle the others.
+
+A corpus of fewer than `MIN_DOCS` documents (a single large file, say) is first cut into
+consecutive chunks of `CHUNK_BYTES` bytes, named `<name>#<i>`, which then split like
+documents: deterministic, and every split gets text. A corpus whose bytes are mostly not
+text (control bytes other than tab, newline, form feed and carriage return, or invalid
+UTF-8) is refused; more than `WARN_NON_TEXT` of them gets a warning naming the fraction.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import glob
 import hashlib
 import os
 import sysconfig
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +26,10 @@ import numpy as np
 import torch
 
 SPLITS = ("train", "val", "calib")
+MIN_DOCS = 20  # fewer documents than this are cut into chunks
+CHUNK_BYTES = 16_384
+MAX_NON_TEXT = 0.30  # refuse above this fraction of non-text bytes
+WARN_NON_TEXT = 0.05
 DOC_SEPARATOR = b"\n\x00\n"  # marks a document boundary inside a split's byte stream
 
 
@@ -29,9 +40,6 @@ class Corpus:
     calib: torch.Tensor
     sha256: str  # content hash of every document, names included
     n_docs: dict[str, int]
-
-    def split(self, name: str) -> torch.Tensor:
-        return getattr(self, name)
 
 
 def stdlib_files() -> list[Path]:
@@ -80,6 +88,28 @@ def load_documents(sources: tuple[str, ...] | list[str], text_column: str = "tex
     return docs
 
 
+def non_text_fraction(body: bytes) -> float:
+    """The fraction of bytes that are control bytes (other than \t \n \f \r) or part of
+    invalid UTF-8."""
+    if not body:
+        return 0.0
+    b = np.frombuffer(body, dtype=np.uint8)
+    control = int((((b < 32) & ~np.isin(b, (9, 10, 12, 13))) | (b == 127)).sum())
+    invalid = body.decode("utf-8", errors="replace").count("\ufffd")
+    return min(1.0, (control + invalid) / len(b))
+
+
+def check_text(docs: list[tuple[str, bytes]]) -> float:
+    total = sum(len(b) for _, b in docs)
+    frac = sum(non_text_fraction(b) * len(b) for _, b in docs) / total
+    if frac > MAX_NON_TEXT:
+        raise ValueError(f"data: {frac:.0%} of the corpus's bytes are not text (binary files?); "
+                         f"at most {MAX_NON_TEXT:.0%} is accepted")
+    if frac > WARN_NON_TEXT:
+        warnings.warn(f"data: {frac:.1%} of the corpus's bytes are not text", stacklevel=2)
+    return frac
+
+
 def _split_of(name: str) -> str:
     # ~90/5/5 by a hash of the name: stable when documents are added or removed
     bucket = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little") % 100
@@ -92,6 +122,9 @@ def build_corpus(sources: tuple[str, ...] | list[str] = (), text_column: str = "
     docs = [(n, b) for n, b in load_documents(sources, text_column) if b]
     if not docs:
         raise ValueError("data: the corpus holds no non-empty document")
+    check_text(docs)
+    if len(docs) < MIN_DOCS:
+        docs = [(f"{n}#{i}", b[o:o + CHUNK_BYTES]) for n, b in docs for i, o in enumerate(range(0, len(b), CHUNK_BYTES))]
     if max_bytes:
         # cap by taking whole documents in name-hash order, so the cap is deterministic
         docs.sort(key=lambda d: hashlib.sha256(d[0].encode()).digest())

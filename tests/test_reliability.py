@@ -154,3 +154,45 @@ def test_sigterm_stops_a_background_driver_before_tune_starts(tmp_path, corpus_d
     assert rc == 143, err[-2000:]
     assert "interrupted (SIGTERM)" in err and "trials resume bg --storage" in err
     assert not list((tmp_path / "st" / "targets").glob("*.pt"))  # no target half-written
+
+
+def test_cpu_zero_is_refused_before_any_work():
+    raw = {"name": "r", "base": {"preset": "tiny"}, "resources": {"cpu": 0, "gpu": 0},
+           "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}}
+    with pytest.raises(SpecError) as e:
+        parse(raw)
+    assert e.value.problems == ["resources: cpu must be at least 1 (a trial trains on it), got 0"]
+
+
+def test_a_gpu_request_on_a_machine_without_one_is_refused_at_once(tmp_path, corpus_dir):
+    """It used to wait in ray.get for ever with no message."""
+    import time
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "gpu", "base": {"preset": "tiny", "data": [str(corpus_dir)]}, "resources": {"cpu": 1, "gpu": 1},
+        "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}}))
+    t0 = time.time()
+    rc, _, err = run("trials.cli", "run", str(spec), "--storage", str(tmp_path / "st"),
+                     "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path)
+    assert time.time() - t0 < 120
+    one_line_error(rc, err, "trials: error: resources: a trial asks for gpu=1, which no node holds on this fixed Ray")
+    assert not (tmp_path / "st" / "targets").exists() or not list((tmp_path / "st" / "targets").iterdir())
+
+
+def test_an_autoscaling_wait_is_bounded_and_names_the_resource():
+    import ray
+
+    from trials.runner import check_resources
+
+    spec = parse({"name": "w", "base": {"preset": "tiny"}, "resources": {"cpu": 64, "gpu": 0},
+                  "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(ValueError, match=r"asks for cpu=64, which no node holds after waiting 0.2 s"):
+            check_resources(spec, autoscaling=True, wait_s=0.2, poll_s=0.05)
+        check_resources(parse({**{"name": "ok", "base": {"preset": "tiny"}},
+                               "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}}),
+                        autoscaling=False)  # one cpu fits
+    finally:
+        ray.shutdown()

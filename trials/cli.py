@@ -71,7 +71,8 @@ def cmd_run(args) -> int:
     spec = specmod.load(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
         spec = specmod.smoke(spec)
-    return _run(spec, args.tracking_uri, args.storage, address=args.address, max_concurrent=args.max_concurrent)
+    return _run(spec, args.tracking_uri, args.storage, address=args.address, max_concurrent=args.max_concurrent,
+                resource_wait_s=args.resource_wait)
 
 
 def cmd_resume(args) -> int:
@@ -80,7 +81,7 @@ def cmd_resume(args) -> int:
     spec, meta = runner.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
     return _run(spec, uri, args.storage, address=args.address, max_concurrent=meta.get("max_concurrent"),
-                resume=True)
+                resume=True, resource_wait_s=args.resource_wait)
 
 
 def cmd_status(args) -> int:
@@ -101,12 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--storage", help="Tune storage path (shared on a cluster); default ./ray_results")
     r.add_argument("--max-concurrent", type=int)
     r.add_argument("--smoke-test", action="store_true", help="every trial shrunk to a few steps")
+    r.add_argument("--resource-wait", type=float, default=600.0,
+                   help="on a cluster (--address), seconds to wait for a node that can hold one trial's "
+                        "resources before stopping (default 600; a local Ray is refused at once)")
     r.set_defaults(fn=cmd_run)
     s = sub.add_parser("resume", help="resume an interrupted sweep by name")
     s.add_argument("name")
     s.add_argument("--address")
     s.add_argument("--tracking-uri")
     s.add_argument("--storage")
+    s.add_argument("--resource-wait", type=float, default=600.0,
+                   help="on a cluster, seconds to wait for a node that fits a trial (default 600)")
     s.set_defaults(fn=cmd_resume)
     st = sub.add_parser("status", help="cells finished / running / failed / pending")
     st.add_argument("name")

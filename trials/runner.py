@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,45 @@ class _Signals:
         return False
 
 
+DEFAULT_RESOURCE_WAIT_S = 600.0
+
+
+def check_resources(spec: SweepSpec, autoscaling: bool, wait_s: float = DEFAULT_RESOURCE_WAIT_S,
+                    poll_s: float = 5.0) -> None:
+    """Refuse, before any work, a per-trial request that no node can hold: at once on a
+    fixed cluster (the local Ray), after `wait_s` seconds on one that may scale up."""
+    need = {"CPU": float(spec.resources.get("cpu", 1)), "GPU": float(spec.resources.get("gpu", 0))}
+
+    def largest() -> dict[str, float]:
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        return {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in need}
+
+    def fits() -> bool:
+        return any(all(n["Resources"].get(k, 0.0) >= v for k, v in need.items())
+                   for n in ray.nodes() if n.get("Alive"))
+
+    deadline = time.monotonic() + (wait_s if autoscaling else 0.0)
+    while not fits():
+        if time.monotonic() >= deadline:
+            have = largest()
+            short = ", ".join(f"{k.lower()}={need[k]:g}" for k in need if need[k] > have[k]) or "cpu and gpu together"
+            where = f"after waiting {wait_s:g} s for the cluster to scale" if autoscaling else "on this fixed Ray"
+            raise ValueError(f"resources: a trial asks for {short}, which no node holds {where} "
+                             f"(largest node: cpu={have['CPU']:g}, gpu={have['GPU']:g})")
+        time.sleep(poll_s)
+
+
+def check_local_resources(spec: SweepSpec) -> None:
+    """The local Ray will hold this machine's cores and CUDA devices: refuse what it cannot."""
+    import torch
+
+    have = {"cpu": os.cpu_count() or 1, "gpu": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    short = [f"{k}={spec.resources.get(k, 0):g}" for k in ("cpu", "gpu") if spec.resources.get(k, 0) > have[k]]
+    if short:
+        raise ValueError(f"resources: a trial asks for {', '.join(short)}, which no node holds on this fixed Ray "
+                         f"(this machine: cpu={have['cpu']}, gpu={have['gpu']})")
+
+
 def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
@@ -228,7 +268,7 @@ def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
 
 def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
-        verbose: int = 1) -> dict:
+        verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S) -> dict:
     """Run (or resume) a validated sweep. Returns a summary of trial states."""
     root = storage_root(storage)
     exp_dir = root / spec.name
@@ -238,11 +278,14 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             raise specmod.SpecError([f"sweep {spec.name!r} already exists in {root} with a different spec: "
                                      f"rename the sweep, or delete {exp_dir}"])
         resume = True  # the same sweep again: finish what is unfinished, rerun nothing
+    if address is None and not ray.is_initialized():
+        check_local_resources(spec)  # before Ray starts and logs: the refusal is one line
     signals = _Signals()
     ledger = None
     started_ray = _init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
     try:
         with signals:
+            check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
             hashes: dict[str, str] = {}  # corpus hashes, shared so each corpus is read once
             targets = ensure_targets(spec, root, hashes)
             spec, tags = bind_targets(spec, targets)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -219,9 +220,12 @@ def parse(raw: Any) -> SweepSpec:
             problems.append(f"controls.{cname}: unknown trainer config field {key!r}")
     resources = raw.get("resources", {"cpu": 1, "gpu": 0})
     if not isinstance(resources, dict) or set(resources) - {"cpu", "gpu"} or \
-            not all(isinstance(v, (int, float)) and v >= 0 for v in resources.values()):
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                    for v in resources.values()):
         problems.append("resources: a mapping with cpu and/or gpu counts >= 0")
         resources = {"cpu": 1, "gpu": 0}
+    elif resources.get("cpu", 1) < 1:
+        problems.append(f"resources: cpu must be at least 1 (a trial trains on it), got {resources['cpu']!r}")
     max_concurrent = raw.get("max_concurrent", 0)
     if not isinstance(max_concurrent, int) or max_concurrent < 0:
         problems.append(f"max_concurrent: must be an integer >= 0, got {max_concurrent!r}")

@@ -20,7 +20,7 @@ def test_splits_are_by_document_and_deterministic(corpus_dir):
     # every document lies wholly in one split
     docs = load_documents([str(corpus_dir)])
     for _, body in docs:
-        hits = [s for s in ("train", "val", "calib") if body in bytes(a.split(s).numpy())]
+        hits = [s for s in ("train", "val", "calib") if body in bytes(getattr(a, s).numpy())]
         assert len(hits) == 1
 
 
@@ -54,3 +54,39 @@ def test_missing_source_is_refused(tmp_path):
         build_corpus([str(tmp_path / "nope.txt")])
     with pytest.raises(ValueError, match="matches no file"):
         build_corpus([str(tmp_path / "*.zzz")])
+
+
+def test_a_single_large_file_is_cut_into_documents(tmp_path):
+    """One 142 KB text file was refused ("val split holds 0 bytes"); it is now cut into
+    16 KiB chunks that split like documents, the same way every time."""
+    import sysconfig
+    from pathlib import Path
+
+    from dspark.data import CHUNK_BYTES
+
+    src = Path(sysconfig.get_paths()["stdlib"]) / "_pydecimal.py"
+    (tmp_path / "one.txt").write_bytes(src.read_bytes()[:142_000])
+    a = build_corpus([str(tmp_path / "one.txt")], min_len=129)
+    assert sum(a.n_docs.values()) == -(-142_000 // CHUNK_BYTES)
+    assert a.n_docs["val"] >= 1 and a.n_docs["calib"] >= 1 and len(a.val) >= 129
+    assert build_corpus([str(tmp_path / "one.txt")], min_len=129).sha256 == a.sha256
+
+
+def test_a_corpus_that_is_not_text_is_refused_and_a_partly_binary_one_warned(tmp_path):
+    import warnings
+
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    for i in range(3):
+        (bins / f"{i}.bin").write_bytes(bytes(range(256)) * 400)
+    with pytest.raises(ValueError, match=r"data: \d+% of the corpus's bytes are not text"):
+        build_corpus([str(bins)])
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for i in range(25):
+        (mixed / f"{i}.txt").write_text(f"plain text number {i}\n" * 200)
+    (mixed / "blob.bin").write_bytes(bytes(range(32)) * 1000)  # about 7% of the bytes
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        build_corpus([str(mixed)], min_len=64)
+    assert any("of the corpus's bytes are not text" in str(x.message) for x in w)
