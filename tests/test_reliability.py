@@ -196,3 +196,59 @@ def test_an_autoscaling_wait_is_bounded_and_names_the_resource():
                         autoscaling=False)  # one cpu fits
     finally:
         ray.shutdown()
+
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_resume_unpickles_nothing_from_storage(tmp_path, corpus_dir):
+    """Anyone who can write the sweep's storage must not run code as the next user who
+    resumes: crafted tuner.pkl, trainable.pkl and experiment-state files stay unread."""
+    import pickle
+
+    from mlflow.tracking import MlflowClient
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "evil", "base": {"preset": "tiny", "data": [str(corpus_dir)], "target_steps": 6, "draft_steps": 6,
+                                 "eval_interval": 3, "eval_batches": 1, "spec_prompts": 0, "seq_len": 64,
+                                 "max_corpus_bytes": 300000},
+        "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}, "max_concurrent": 1}))
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    args = ["--storage", str(tmp_path / "st"), "--tracking-uri", uri]
+    rc, _, err = run("trials.cli", "run", str(spec), *args, cwd=tmp_path)
+    assert rc == 0, err[-2000:]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("evil")
+    kids = client.search_runs([exp.experiment_id], "tags.trial_key != ''")
+    victim = next(r for r in kids if r.data.tags["cell"] == "D1=a")
+    client.set_terminated(victim.info.run_id, "KILLED")  # as after an interruption
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Evil(marker))
+    exp_dir = tmp_path / "st" / "evil"
+    for name in ("tuner.pkl", "trainable.pkl"):
+        (exp_dir / name).write_bytes(payload)
+    for state in exp_dir.glob("experiment_state*.json"):
+        state.write_bytes(payload)
+    for trial_dir in exp_dir.iterdir():
+        if trial_dir.is_dir():
+            (trial_dir / "params.pkl").write_bytes(payload)
+    rc, out, err = run("trials.cli", "resume", "evil", "--storage", str(tmp_path / "st"), cwd=tmp_path)
+    assert rc == 0, err[-2000:]
+    assert not marker.exists()
+    kids = client.search_runs([exp.experiment_id], "tags.trial_key != ''")
+    assert len(kids) == 2 and all(r.info.status == "FINISHED" for r in kids)
+    other = next(r for r in kids if r.data.tags["cell"] == "D1=b")
+    assert "resumed" not in other.data.tags  # the finished trial did not run again
+    again = client.get_run(victim.info.run_id)
+    assert again.data.tags.get("resumed") == "1"
+    for key in again.data.metrics:  # no metric holds a step twice
+        steps = [m.step for m in client.get_metric_history(victim.info.run_id, key)]
+        assert len(steps) == len(set(steps)), key

@@ -9,6 +9,7 @@ holds the content-addressed shared targets.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -54,11 +55,13 @@ def trial_fn(config: dict[str, Any]) -> None:
 
     checkpoint = tune.get_checkpoint()
     try:
-        if checkpoint is None:
-            train(cfg, report=report)
-        else:
+        if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
             with checkpoint.as_directory() as resume_dir:
                 train(cfg, report=report, resume_from=resume_dir)
+        elif config.get("resume_from"):  # `trials resume`: the trial's last checkpoint in storage
+            train(cfg, report=report, resume_from=config["resume_from"])
+        else:
+            train(cfg, report=report)
     finally:
         # tune.report has already copied every checkpoint to the sweep's storage
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -150,10 +153,29 @@ def data_hash_tags(spec: SweepSpec, tags: dict[str, dict[str, str]], hashes: dic
         tags[t.key] = {"data_sha256": sha, "target_hash": target_hash(t.config, sha)}
 
 
-def param_space(spec: SweepSpec) -> dict:
+def param_space(spec: SweepSpec, trials=None, resume_dirs: dict[str, str] | None = None) -> dict:
     cpus = spec.resources.get("cpu", 1)
-    trials = [{"trial_key": t.key, "cpus": cpus, "trainer": t.config.to_dict()} for t in spec.trials]
-    return {"trial": tune.grid_search(trials)}
+    resume_dirs = resume_dirs or {}
+    rows = [{"trial_key": t.key, "cpus": cpus, "trainer": t.config.to_dict(), "resume_from": resume_dirs.get(t.key)}
+            for t in (spec.trials if trials is None else trials)]
+    return {"trial": tune.grid_search(rows)}
+
+
+def _key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
+    """trial key -> its newest checkpoint directory under the sweep's storage (the trial
+    directories end in a hash of the key). Nothing is unpickled here: the trainer loads the
+    checkpoint's state.pt with weights_only=True."""
+    out = {}
+    for t in trials:
+        found = [p for d in exp_dir.glob(f"*_{_key_hash(t.key)}") if d.is_dir()
+                 for p in d.glob("checkpoint_*/state.pt")]
+        if found:
+            out[t.key] = str(max(found, key=lambda p: p.stat().st_mtime_ns).parent)
+    return out
 
 
 def _flatten(config: dict) -> dict:
@@ -299,15 +321,20 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             tracker = SweepTracker(tracking_uri, spec, tags)
             exp_dir.mkdir(parents=True, exist_ok=True)
             _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)
-            trainable = _trainable(spec)
-            if resume and tune.Tuner.can_restore(str(exp_dir)):
-                tuner = tune.Tuner.restore(str(exp_dir), trainable, resume_unfinished=True, resume_errored=True,
-                                           param_space=param_space(spec))
-            else:
+            # Resuming never unpickles Tune's experiment state (tuner.pkl, trainable.pkl and
+            # the rest could run code written there by anyone who can write the storage):
+            # the unfinished trials are rebuilt from the saved spec and the MLflow store, and
+            # each continues from its newest checkpoint, loaded with weights_only=True.
+            todo, resume_dirs = spec.trials, {}
+            if resume:
+                runs = ledger.child_runs()
+                todo = [t for t in spec.trials if not (t.key in runs and runs[t.key].info.status == "FINISHED")]
+                resume_dirs = latest_checkpoints(exp_dir, todo)
+            if todo:
                 limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
                 tuner = tune.Tuner(
-                    trainable,
-                    param_space=param_space(spec),
+                    _trainable(spec),
+                    param_space=param_space(spec, todo, resume_dirs),
                     tune_config=tune.TuneConfig(max_concurrent_trials=limit or None, reuse_actors=True,
                                                 trial_dirname_creator=_dirname),
                     run_config=tune.RunConfig(
@@ -316,11 +343,11 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
                         checkpoint_config=tune.CheckpointConfig(num_to_keep=4),
                     ),
                 )
-            signals.in_tune = True
-            try:
-                tuner.fit()
-            finally:
-                signals.in_tune = False
+                signals.in_tune = True
+                try:
+                    tuner.fit()
+                finally:
+                    signals.in_tune = False
         # count from the store: a trial that Tune stopped on a signal ends neither way
         runs = ledger.child_runs()
         status = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
@@ -350,7 +377,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
 def _dirname(trial) -> str:
     key = _flatten(trial.config)["trial_key"]
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
-    return f"{trial.trial_id}_{safe}"[:120]
+    return f"{trial.trial_id}_{safe[:80]}_{_key_hash(key)}"
 
 
 def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:

@@ -115,6 +115,16 @@ class Ledger:
             self.client.log_batch(run.info.run_id, params=params[i:i + 90])
         return run.info.run_id, False
 
+    def last_steps(self, run_id: str) -> dict[str, int]:
+        """metric (the trainer's name) -> the last step this run logged it at."""
+        run = self.client.get_run(run_id)
+        out = {}
+        for stored in run.data.metrics:
+            history = self.client.get_metric_history(run_id, stored)
+            if history:
+                out[stored.replace(":", "@")] = max(m.step for m in history)
+        return out
+
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
         ts = int(time.time() * 1000)
         batch = [Metric(store_key(k), float(v), ts, step) for k, v in metrics.items()
@@ -158,6 +168,7 @@ class SweepTracker(Callback):
         self._runs: dict[str, str] = {}
         self._nodes: dict[str, str] = {}
         self._done: set[str] = set()
+        self._last_step: dict[str, dict[str, int]] = {}  # run -> metric -> last step logged
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment; the client is rebuilt
         state = dict(self.__dict__)
@@ -165,6 +176,7 @@ class SweepTracker(Callback):
         state["_runs"] = {}
         state["_nodes"] = {}
         state["_done"] = set()
+        state["_last_step"] = {}
         return state
 
     @property
@@ -185,6 +197,8 @@ class SweepTracker(Callback):
             self._runs[trial.trial_id] = run_id
             if done:
                 self._done.add(run_id)
+            elif run_id not in self._last_step:
+                self._last_step[run_id] = self.ledger.last_steps(run_id)
         return self._runs[trial.trial_id]
 
     def _writable(self, trial) -> str | None:
@@ -201,8 +215,13 @@ class SweepTracker(Callback):
         run_id = self._writable(trial)
         if run_id is None:
             return
-        metrics = {k: v for k, v in result.items() if is_metric(k)}
-        self.ledger.log_metrics(run_id, metrics, int(result.get("step", 0)))
+        step = int(result.get("step", 0))
+        last = self._last_step.setdefault(run_id, {})
+        # a metric is logged once per step: a trial resumed from a checkpoint older than
+        # what was logged, or a final report repeating the last evaluation, adds nothing
+        metrics = {k: v for k, v in result.items() if is_metric(k) and step > last.get(k, -1)}
+        self.ledger.log_metrics(run_id, metrics, step)
+        last.update({k: step for k in metrics})
         node = result.get("node_id")
         if node and self._nodes.get(run_id) != node:
             self._nodes[run_id] = node
