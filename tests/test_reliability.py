@@ -252,3 +252,32 @@ def test_resume_unpickles_nothing_from_storage(tmp_path, corpus_dir):
     for key in again.data.metrics:  # no metric holds a step twice
         steps = [m.step for m in client.get_metric_history(victim.info.run_id, key)]
         assert len(steps) == len(set(steps)), key
+
+
+def test_status_closes_the_runs_of_a_driver_killed_with_sigkill(tmp_path):
+    """After kill -9 of the driver its runs stayed RUNNING and `status` showed them as
+    running for ever; now they end KILLED once the recorded driver is gone."""
+    import socket
+
+    from mlflow.tracking import MlflowClient
+
+    from trials import runner
+    from trials.tracking import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = parse({"name": "k9", "base": {"preset": "tiny"},
+                  "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
+    ledger = Ledger(uri, spec)
+    ledger.claim()
+    for t in spec.trials:
+        ledger.open_child(t, {})
+    rows = runner.status(spec, uri)  # the driver (this process) is alive: nothing is touched
+    assert [r["state"] for r in rows] == ["running", "running"]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    client = MlflowClient(uri)
+    client.set_tag(ledger.parent_id, "driver_pid", str(dead.pid))
+    assert client.get_run(ledger.parent_id).data.tags["driver_host"] == socket.gethostname()
+    rows = runner.status(spec, uri)
+    assert [r["state"] for r in rows] == ["killed", "killed"]
+    assert client.get_run(ledger.parent_id).info.status == "KILLED"

@@ -26,7 +26,7 @@ from ray import tune
 
 from . import spec as specmod
 from .spec import SweepSpec
-from .tracking import DEFAULT_TRACKING_URI, Ledger, SweepTracker, git_commit
+from .tracking import DEFAULT_TRACKING_URI, Ledger, SweepTracker, git_commit, reap_dead_driver
 
 DEFAULT_STORAGE = "ray_results"
 
@@ -316,6 +316,8 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             for v in tags.values():
                 v["git_commit"] = commit
             ledger = Ledger(tracking_uri, spec)
+            reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
+            ledger.claim()
             for h, meta in targets.items():
                 ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
             tracker = SweepTracker(tracking_uri, spec, tags)
@@ -420,6 +422,7 @@ def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
     exp = client.get_experiment_by_name(spec.name)
     runs = {}
     if exp is not None:
+        reap_dead_driver(client, exp.experiment_id)
         for r in client.search_runs([exp.experiment_id], "", max_results=50000):
             if "trial_key" in r.data.tags:
                 runs[r.data.tags["trial_key"]] = r

@@ -83,6 +83,20 @@ class Ledger:
             Param("base", json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
         return run.info.run_id
 
+    def claim(self) -> None:
+        """Mark the parent RUNNING under this driver (host, pid and process start time), so
+        that `status` and `resume` can tell a sweep whose driver died (kill -9) from one
+        still running."""
+        import socket
+
+        import psutil
+
+        me = psutil.Process()
+        self.client.update_run(self.parent_id, status="RUNNING")
+        for k, v in (("driver_host", socket.gethostname()), ("driver_pid", str(me.pid)),
+                     ("driver_started", f"{me.create_time():.3f}")):
+            self.client.set_tag(self.parent_id, k, v)
+
     def child_runs(self) -> dict[str, Any]:
         """trial_key -> run, for the children of this sweep's parent."""
         out = {}
@@ -264,3 +278,36 @@ class SweepTracker(Callback):
             error = Path(path).read_text()
         self.ledger.finish(run_id, "FAILED", error or "trial failed")
         self._runs.pop(trial.trial_id, None)
+
+
+def driver_alive(tags: dict[str, str]) -> bool | None:
+    """Whether the driver recorded in a parent run's tags still runs: None when it ran on
+    another host (it cannot be checked from here)."""
+    import socket
+
+    import psutil
+
+    if tags.get("driver_host") != socket.gethostname() or "driver_pid" not in tags:
+        return None
+    try:
+        proc = psutil.Process(int(tags["driver_pid"]))
+        return abs(proc.create_time() - float(tags.get("driver_started", 0))) < 1.0 and proc.is_running()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def reap_dead_driver(client: MlflowClient, experiment_id: str) -> int:
+    """A sweep whose driver died without closing its runs (kill -9): its RUNNING runs,
+    parent and children, end KILLED. Returns how many runs were closed."""
+    closed = 0
+    for parent in client.search_runs([experiment_id], "tags.sweep_parent = 'true'", max_results=10):
+        if parent.info.status != "RUNNING" or driver_alive(parent.data.tags) is not False:
+            continue
+        kids = client.search_runs([experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+                                  max_results=50000)
+        for run in [*kids, parent]:
+            if run.info.status == "RUNNING":
+                client.set_terminated(run.info.run_id, status="KILLED")
+                client.set_tag(run.info.run_id, "killed_reason", "its sweep's driver died")
+                closed += 1
+    return closed

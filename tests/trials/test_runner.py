@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from dspark.train import is_timing_metric
@@ -96,7 +97,8 @@ def test_crashed_trial_resumes_from_its_checkpoint(ray_local, tmp_path, corpus_d
     assert a == b  # same seed, resumed from the step-5 checkpoint: identical final metrics
 
 
-def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir, sig):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec_path = write_spec(tmp_path / "s.yaml", corpus_dir, "interrupt", D1_D9, max_concurrent=1,
                            base={"target_steps": 10, "draft_steps": 40, "eval_interval": 10, "eval_batches": 1,
@@ -118,12 +120,20 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
             finished_before = {r.data.tags["trial_key"]: r.info.end_time for r in done}
             break
     assert finished_before, "the sweep never reached a finished and a running trial"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 143  # an interrupted sweep never reports success
-    assert "trials resume interrupt --storage" in proc.stderr.read()
-    _, parents, kids = children(uri, "interrupt")
-    assert not any(r.info.status == "RUNNING" for r in kids)
-    assert parents[0].info.status == "KILLED"
+    proc.send_signal(sig)
+    if sig == signal.SIGTERM:
+        assert proc.wait(timeout=120) == 143  # an interrupted sweep never reports success
+        assert "trials resume interrupt --storage" in proc.stderr.read()
+        _, parents, kids = children(uri, "interrupt")
+        assert not any(r.info.status == "RUNNING" for r in kids)
+        assert parents[0].info.status == "KILLED"
+    else:  # kill -9 closes nothing; `status` sees the driver is gone and closes its runs
+        assert proc.wait(timeout=60) == -9
+        s = subprocess.run([sys.executable, "-m", "trials.cli", "status", "interrupt", "--storage",
+                            str(tmp_path / "st")], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert s.returncode == 0 and "running" not in s.stdout, s.stdout
+        _, parents, kids = children(uri, "interrupt")
+        assert not any(r.info.status == "RUNNING" for r in [*kids, *parents])
     r = subprocess.run([sys.executable, "-m", "trials.cli", "resume", "interrupt", "--storage", str(tmp_path / "st")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -131,6 +141,11 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
     assert len(parents) == 1 and len(kids) == 4
     assert len({k.data.tags["trial_key"] for k in kids}) == 4
     assert all(k.info.status == "FINISHED" for k in kids)
+    client = MlflowClient(uri)
+    for k in kids:  # no metric point is logged twice
+        for key in k.data.metrics:
+            steps = [m.step for m in client.get_metric_history(k.info.run_id, key)]
+            assert len(steps) == len(set(steps)), (k.data.tags["trial_key"], key, steps)
     for k in kids:  # a trial finished before the interruption was not run again
         key = k.data.tags["trial_key"]
         if key in finished_before:
