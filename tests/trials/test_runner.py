@@ -95,6 +95,11 @@ def test_crashed_trial_resumes_from_its_checkpoint(ray_local, tmp_path, corpus_d
     a = {k: v for k, v in by["no"].data.metrics.items() if not is_timing_metric(k)}
     b = {k: v for k, v in by["once"].data.metrics.items() if not is_timing_metric(k)}
     assert a == b  # same seed, resumed from the step-5 checkpoint: identical final metrics
+    client = MlflowClient(uri)
+    for r in kids:  # the restarted trial logs no step twice
+        for key in r.data.metrics:
+            steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
+            assert len(steps) == len(set(steps)), (r.data.tags["trial_key"], key, steps)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
