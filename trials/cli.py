@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import spec as specmod
 from .tracking import DEFAULT_TRACKING_URI
@@ -64,14 +65,23 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 128 + e.signum
     _show(spec, uri)
+    print(f"MLflow: experiment {result.get('experiment_id', '?')}, parent run {result.get('parent_run_id', '?')}; "
+          f"browse with: mlflow ui --backend-store-uri {uri}  (http://127.0.0.1:5000)")
     return 0 if result["failed"] == 0 else 1
+
+
+def absolute_uri(uri: str) -> str:
+    """A relative sqlite path made absolute, so that every command works from any folder."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).expanduser().resolve())
+    return uri
 
 
 def cmd_run(args) -> int:
     spec = specmod.load(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
         spec = specmod.smoke(spec)
-    return _run(spec, args.tracking_uri, args.storage, address=args.address, max_concurrent=args.max_concurrent,
+    return _run(spec, absolute_uri(args.tracking_uri), args.storage, address=args.address, max_concurrent=args.max_concurrent,
                 resource_wait_s=args.resource_wait)
 
 
@@ -92,35 +102,64 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_list(args) -> int:
+    from . import runner
+
+    root = runner.storage_root(args.storage)
+    rows = []
+    for spec_file in sorted(root.glob("*/spec.yaml")) if root.is_dir() else []:
+        name = spec_file.parent.name
+        try:
+            spec, meta = runner.load_saved(name, args.storage, "list")
+        except (specmod.SpecError, ValueError, OSError) as e:
+            rows.append({"sweep": name, "trials": "", "state": f"unreadable ({str(e).splitlines()[0][:60]})",
+                         "tracking_uri": ""})
+            continue
+        uri = meta.get("tracking_uri", "")
+        try:
+            state = summary_counts(runner.status(spec, uri))
+        except ValueError as e:
+            state = str(e)
+        rows.append({"sweep": name, "trials": str(len(spec.trials)), "state": state, "tracking_uri": uri})
+    print(_table(rows) if rows else f"no sweep under {root}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trials", description=__doc__)
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="trials", description=__doc__, formatter_class=fmt)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="run a sweep spec")
-    r.add_argument("spec")
-    r.add_argument("--address", help="Ray cluster address (default: a local Ray started here)")
-    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
-    r.add_argument("--storage", help="Tune storage path (shared on a cluster); default ./ray_results")
-    r.add_argument("--max-concurrent", type=int)
-    r.add_argument("--smoke-test", action="store_true", help="every trial shrunk to a few steps")
+    storage_help = "Tune storage folder (shared on a cluster)"
+    r = sub.add_parser("run", help="run a sweep spec", formatter_class=fmt)
+    r.add_argument("spec", help="the sweep spec (YAML)")
+    r.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
+    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow store (a relative sqlite "
+                   "path is made absolute and saved with the sweep)")
+    r.add_argument("--storage", default="ray_results", help=storage_help)
+    r.add_argument("--max-concurrent", type=int, help="trials at once (none: the spec's max_concurrent)")
+    r.add_argument("--smoke-test", action="store_true", help="every trial shrunk to a few steps, as <name>-smoke")
     r.add_argument("--resource-wait", type=float, default=600.0,
                    help="on a cluster (--address), seconds to wait for a node that can hold one trial's "
-                        "resources before stopping (default 600; a local Ray is refused at once)")
+                        "resources before stopping (a local Ray is refused at once)")
     r.set_defaults(fn=cmd_run)
-    s = sub.add_parser("resume", help="resume an interrupted sweep by name")
-    s.add_argument("name")
-    s.add_argument("--address")
-    s.add_argument("--tracking-uri")
-    s.add_argument("--storage")
+    s = sub.add_parser("resume", help="resume an interrupted sweep by name", formatter_class=fmt)
+    s.add_argument("name", help="the sweep's name")
+    s.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
+    s.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
+    s.add_argument("--storage", default="ray_results", help=storage_help)
     s.add_argument("--resource-wait", type=float, default=600.0,
-                   help="on a cluster, seconds to wait for a node that fits a trial (default 600)")
+                   help="on a cluster, seconds to wait for a node that fits a trial")
     s.set_defaults(fn=cmd_resume)
-    st = sub.add_parser("status", help="cells finished / running / failed / pending")
-    st.add_argument("name")
-    st.add_argument("--tracking-uri")
-    st.add_argument("--storage")
+    st = sub.add_parser("status", help="cells finished / running / failed / pending", formatter_class=fmt)
+    st.add_argument("name", help="the sweep's name")
+    st.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
+    st.add_argument("--storage", default="ray_results", help=storage_help)
     st.set_defaults(fn=cmd_status)
-    v = sub.add_parser("validate", help="validate a spec and print its alias structure")
-    v.add_argument("spec")
+    ls = sub.add_parser("list", help="the sweeps in a storage folder and their state", formatter_class=fmt)
+    ls.add_argument("--storage", default="ray_results", help=storage_help)
+    ls.set_defaults(fn=cmd_list)
+    v = sub.add_parser("validate", help="validate a spec and print its alias structure", formatter_class=fmt)
+    v.add_argument("spec", help="the sweep spec (YAML)")
     v.set_defaults(fn=cmd_validate)
     args = p.parse_args(argv)
     try:

@@ -360,7 +360,8 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             ledger.finish(ledger.parent_id, "KILLED")
             raise Interrupted(signals.signum or signal.SIGINT)
         ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
-        return {**states, "experiment": spec.name, "tracking_uri": tracking_uri, "storage": str(exp_dir)}
+        return {**states, "experiment": spec.name, "tracking_uri": tracking_uri, "storage": str(exp_dir),
+                "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id}
     except BaseException as e:
         if ledger is not None:
             ledger.close_open_runs("KILLED")

@@ -63,7 +63,11 @@ class Trial:
 
     @property
     def run_name(self) -> str:
-        return f"{self.cell.replace('|', ',')} r{self.replicate}"
+        """Short and unique in the sweep, readable at a glance in the MLflow runs table:
+        the levels in factor order, then the replicate (the full cell is the `cell` tag)."""
+        if self.arm.startswith("control:"):
+            return f"control {self.arm.split(':', 1)[1]} r{self.replicate}"
+        return f"{'·'.join(self.levels.values())} r{self.replicate}"
 
 
 @dataclass

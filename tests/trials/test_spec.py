@@ -135,3 +135,24 @@ def test_run_order_is_a_seeded_permutation_inside_each_replicate_block():
     assert [t.key for t in again.trials] == [t.key for t in s.trials]  # seeded: reproducible
     other = parse({**GOOD, "name": "u", "replicates": 3})
     assert [t.cell for t in other.trials] != [t.cell for t in s.trials]  # the seed is the sweep's
+
+
+def test_run_names_are_short_unique_and_show_the_cell():
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml")):
+        s = specmod.load(path)
+        names = [t.run_name for t in s.trials]
+        assert len(set(names)) == len(names), path.name
+        assert all(len(n) <= 40 for n in names), path.name
+    t = next(t for t in parse(GOOD).trials if t.cell == "D1=aligned|D2=block" and t.replicate == 1)
+    assert t.run_name == "aligned·block r1"
+
+
+def test_relative_sqlite_uris_are_made_absolute(tmp_path, monkeypatch):
+    from trials.cli import absolute_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_uri("sqlite:///mlflow.db") == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert absolute_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
+    assert absolute_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
