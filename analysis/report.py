@@ -309,9 +309,11 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alp
     out.mkdir(parents=True, exist_ok=True)
     data = df.dropna(subset=factors)
     esc = html.escape
+    header = header_text(df, rep.stage, factors)
+    body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
     parts = [f"<h1>Attribution: {esc(str(df.attrs.get('experiment', '')))}</h1>",
-             "".join(f"<p>{esc(line)}</p>" for line in header_text(df, rep.stage, factors).splitlines()),
-             "<h2>Summary</h2>", f"<pre>{esc(rep.summary)}</pre>"]
+             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()),
+             "<h2>Summary</h2>", f"<pre>{esc(body)}</pre>"]
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)
         for i, (r, res) in enumerate(rep.results.items()):
