@@ -25,6 +25,8 @@ from .spec import SweepSpec, Trial
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
 
 
 def git_commit() -> str:
@@ -60,6 +62,10 @@ class Ledger:
         self.client = MlflowClient(tracking_uri)
         exp = self.client.get_experiment_by_name(spec.name)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(spec.name)
+        if exp is None or exp.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+            # MLflow 3 opens an experiment of this kind in its model-training (runs) view,
+            # not the GenAI "Overview / Traces" page
+            self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         if spec.description and (exp is None or not exp.tags.get("mlflow.note.content")):
             # the experiment's description in the MLflow UI: which question the sweep answers
             self.client.set_experiment_tag(self.experiment_id, "mlflow.note.content", spec.description[:4000])

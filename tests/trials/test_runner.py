@@ -35,6 +35,8 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir):
     c, parents, kids = children(uri, "smoke-smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(kids) == 4
+    exp_tags = c.get_experiment_by_name("smoke-smoke").tags
+    assert exp_tags["mlflow.experimentKind"] == "custom_model_development"  # opens in the runs view
     # randomised run order: the tag is the trial's launch position, a permutation of 0..3
     # that is not the standard order, seeded by the sweep's name (so a rerun reproduces it)
     order = {r.data.tags["cell"]: int(r.data.tags["run_order"]) for r in kids}
