@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--responses", nargs="+", help="metrics to analyse (default: the usual ones that vary)")
     r.add_argument("--adjust", default="holm", choices=["holm", "bh", "none"])
     r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow")
+    r.add_argument("--no-log", action="store_true",
+                   help="do not log the effects and the report on the sweep's parent run")
     pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma")
     pl.add_argument("experiment")
     pl.add_argument("--effect", type=float, required=True, help="the effect (high minus low) to detect")
@@ -53,7 +55,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust)
         print(rep.summary)
-        print(f"report: {rep.html_path}")
+        print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
+        if not args.no_log and not args.parquet:
+            from .report import log_to_parent
+
+            n = log_to_parent(rep, df, args.tracking_uri)
+            print(f"logged {n} attribution metrics and the report on the parent run {df.attrs['parent_run_id']}")
         return 0
     except AnalysisError as e:
         print(f"analysis: cannot analyse: {e}", file=sys.stderr)

@@ -100,6 +100,9 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     df.attrs[INCOMPLETE_KEY] = inc
     df.attrs["experiment"] = experiment
     df.attrs["description"] = parent.data.tags.get("description", "") if parent is not None else ""
+    df.attrs["experiment_id"] = exp.experiment_id
+    df.attrs["parent_run_id"] = parent.info.run_id if parent is not None else ""
+    df.attrs["design"] = parent.data.params.get("design", "") if parent is not None else ""
     return df
 
 
@@ -160,7 +163,8 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
     meta = dict(table.schema.metadata or {})
     meta[b"dspark.attrs"] = json.dumps({
         "factors": df.attrs.get("factors", []), "experiment": df.attrs.get("experiment", ""),
-        "description": df.attrs.get("description", ""),
+        "description": df.attrs.get("description", ""), "experiment_id": df.attrs.get("experiment_id", ""),
+        "parent_run_id": df.attrs.get("parent_run_id", ""), "design": df.attrs.get("design", ""),
         "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
     }).encode()
     pq.write_table(table.replace_schema_metadata(meta), path)
@@ -193,6 +197,8 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     df.attrs["factors"] = attrs.get("factors", [])
     df.attrs["experiment"] = attrs.get("experiment", "")
     df.attrs["description"] = attrs.get("description", "")
+    for key in ("experiment_id", "parent_run_id", "design"):
+        df.attrs[key] = attrs.get(key, "")
     df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
     return df
 

@@ -300,9 +300,29 @@ def design_matrix(data: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("cell")
 
 
+UI_BASE = "http://127.0.0.1:5000"  # `mlflow ui` on the same store, as the README starts it
+
+
 def run_table(df: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in ("run_order", "run_name", "cell", "replicate", "seed", "run_id") if c in df.columns]
     return df[cols].sort_values("run_order" if "run_order" in cols else cols[0]).reset_index(drop=True)
+
+
+def _run_table_html(df: pd.DataFrame) -> str:
+    """The runs in launch order, each name linked to its run in the MLflow UI."""
+    t = run_table(df)
+    exp_id = df.attrs.get("experiment_id")
+    rows = ["<table class='t'><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr>"]
+    for rec in t.itertuples(index=False):
+        cells = []
+        for c, v in zip(t.columns, rec):
+            text = html.escape(str(v))
+            if c == "run_name" and exp_id and "run_id" in t.columns:
+                url = f"{UI_BASE}/#/experiments/{exp_id}/runs/{rec.run_id}"
+                text = f"<a href='{html.escape(url)}'>{text}</a>"
+            cells.append(f"<td>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return "".join(rows) + "</table>"
 
 
 def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alpha: float) -> Path:
@@ -358,7 +378,11 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alp
             p = plots.acceptance_curves(df, img / "acceptance_curves.png")
             parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
         parts.append("<h2>Design</h2>" + _table_html(design_matrix(data, factors)))
-        parts.append("<h2>Runs in launch order</h2>" + _table_html(run_table(df)))
+        if df.attrs.get("design", "full") not in ("", "full"):
+            parts.append(f"<p>Design {esc(df.attrs['design'])}: see `trials validate` for its alias structure; "
+                         "aliased terms are left out of the ANOVA (noted per response).</p>")
+        parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI "
+                     f"(<code>mlflow ui</code> on the same store, {UI_BASE}).</p>" + _run_table_html(df))
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
              "img{max-width:100%;display:block;margin:8px 0}pre{white-space:pre-wrap}</style>")
@@ -405,6 +429,48 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts) + "\n")
     return path
+
+
+def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> int:
+    """The attribution on the sweep's parent run: every effect with its CI and adjusted p
+    as metrics `attribution/<response>/<term>` (and `/ci_low`, `/ci_high`, `/p_adj`), each
+    response's sigma and detectable effect, and the report files as artifacts. Returns how
+    many metrics were logged."""
+    import time
+
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    parent = df.attrs.get("parent_run_id")
+    if not parent:
+        raise AnalysisError("these runs have no parent run to log the attribution on")
+    client = MlflowClient(tracking_uri)
+    ts = int(time.time() * 1000)
+    metrics = []
+
+    def add(name, value):
+        if value is not None and np.isfinite(value):
+            metrics.append(Metric(name.replace("@", ":"), float(value), ts, 0))
+
+    for r, res in rep.results.items():
+        s = rep.sensitivity.get(r)
+        if s is not None:
+            add(f"attribution/{r}/sigma", s.sigma)
+            add(f"attribution/{r}/detectable", s.detectable)
+        if res.effects is not None:
+            for term, row in res.effects.iterrows():
+                for suffix, key in (("", "effect"), ("/ci_low", "ci_low"), ("/ci_high", "ci_high"),
+                                    ("/p_adj", "p_adj")):
+                    add(f"attribution/{r}/{term}{suffix}", row.get(key))
+        if r in rep.control:
+            add(f"attribution/{r}/vs_control", rep.control[r]["diff"])
+            add(f"attribution/{r}/vs_control_rel", rep.control[r]["rel"])
+    for i in range(0, len(metrics), 900):
+        client.log_batch(parent, metrics=metrics[i:i + 900])
+    for path in (rep.html_path, rep.markdown_path):
+        if path is not None:
+            client.log_artifact(parent, str(path), artifact_path="attribution")
+    return len(metrics)
 
 
 def report(experiment: str, tracking_uri: str | None = None, out: str | Path | None = "reports",

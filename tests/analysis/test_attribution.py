@@ -133,7 +133,7 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
     synthetic_sweep(store, failed=0)
     r = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                         "--out", str(tmp_path / "rep"), "--responses", "spec/tau"],
-                       capture_output=True, text=True, cwd=ROOT)
+                       capture_output=True, text=True, cwd=tmp_path)  # artifacts go to ./mlruns
     assert r.returncode == 0, r.stderr
     assert re.search(r"spec/tau \(higher is better.*\n    D1: \+0\.9\d+ \[\+0\.9\d*, \+1\.0\d*\] p_adj=", r.stdout), r.stdout
     assert "the question is the paper's architecture" in r.stdout
@@ -145,6 +145,16 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
     assert html.count('src="data:image/png;base64,') >= 6 and not (tmp_path / "rep" / "synthetic" / "img").exists()
     md = (tmp_path / "rep" / "synthetic" / "report.md").read_text()
     assert "| D1 |" in md and "Residual sigma" in md and "detectable effect" in md
+    # run names link to their runs; the attribution is logged on the parent run
+    df = load_runs("synthetic", store)
+    assert f"#/experiments/{df.attrs['experiment_id']}/runs/{df['run_id'].iloc[0]}" in html
+    import mlflow
+
+    parent = mlflow.tracking.MlflowClient(store).get_run(df.attrs["parent_run_id"])
+    d1 = parent.data.metrics["attribution/spec/tau/D1"]
+    assert 0.95 < d1 < 1.02 and parent.data.metrics["attribution/spec/tau/D1/ci_low"] < d1
+    arts = {a.path for a in mlflow.tracking.MlflowClient(store).list_artifacts(parent.info.run_id, "attribution")}
+    assert arts == {"attribution/report.html", "attribution/report.md"}
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                           "--out", str(tmp_path / "rep"), "--responses", "val/bpb"],
                          capture_output=True, text=True, cwd=ROOT)
