@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--alpha", type=float, default=0.05, help="two-sided test level (default 0.05)")
     pl.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     pl.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow")
+    nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)")
+    nb.add_argument("name", choices=["attribution", "acceptance_curves"])
+    nb.add_argument("experiment")
+    nb.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    nb.add_argument("--responses", nargs="+", help="metrics to analyse (default: the stage's primary ones)")
+    nb.add_argument("--out", default="reports", help="folder for <experiment>/<name>.ipynb, the executed notebook")
     e = sub.add_parser("export", help="write the runs of an experiment to parquet")
     e.add_argument("experiment")
     e.add_argument("path")
@@ -44,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from pathlib import Path
 
+        if args.command == "notebook":
+            from .notebook import execute
+
+            path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses)
+            print(f"executed notebook: {path}")
+            return 0
         from .load import load_runs, read_parquet
         from .report import build_report
 

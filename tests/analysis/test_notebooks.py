@@ -31,3 +31,26 @@ def test_notebook_executes(name, store, tmp_path):
         assert "runs; 2 speculative slots" in text
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images
+
+
+def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(store, tmp_path):
+    """`analysis notebook attribution EXPERIMENT`, run from the folder holding mlflow.db with
+    the default store, as the README says."""
+    import subprocess
+    import sys
+
+    synthetic_sweep(store, failed=0)
+    assert store == f"sqlite:///{tmp_path / 'mlflow.db'}"  # the default store, seen from tmp_path
+    (tmp_path / "reports" / "synthetic").mkdir(parents=True)
+    (tmp_path / "reports" / "synthetic" / "report.html").write_text("the CLI's report")
+    r = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "synthetic",
+                        "--responses", "spec/tau"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = nbformat.read(tmp_path / "reports" / "synthetic" / "attribution.ipynb", as_version=4)
+    text = "\n".join(o.get("text", "") for c in out.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "D1 (D1 shifted -> aligned) moved it" in text
+    assert (tmp_path / "reports" / "synthetic" / "report.html").read_text() == "the CLI's report"
+    bad = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "synthetic"],
+                         cwd=tmp_path / "reports", capture_output=True, text=True)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr  # no empty store created
+    assert not (tmp_path / "reports" / "mlflow.db").exists()

@@ -1,0 +1,37 @@
+"""`analysis notebook NAME EXPERIMENT`: execute a shipped attribution notebook with
+nbclient (in the venv: no Jupyter server needed), its parameters cell set from the
+command line, the store resolved the way the CLIs resolve it (a relative sqlite path
+against the current folder). The executed notebook is written beside the reports; the
+notebook itself writes no report file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+
+
+def resolve_uri(uri: str) -> str:
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = Path(uri[len("sqlite:///"):]).expanduser().resolve()
+        uri = f"sqlite:///{path}"
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise ValueError(f"tracking-uri: {uri[len('sqlite:///'):]} does not exist")
+    return uri
+
+
+def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=None, timeout: int = 600) -> Path:
+    import nbformat
+    from nbclient import NotebookClient
+
+    uri = resolve_uri(tracking_uri)
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    params.source = (f"EXPERIMENT = {experiment!r}\nTRACKING_URI = {uri!r}\n"
+                     f"RESPONSES = {list(responses) if responses else None!r}\nALPHA = 0.05")
+    folder = Path(out) / experiment
+    folder.mkdir(parents=True, exist_ok=True)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
