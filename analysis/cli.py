@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dspark.record import DEFAULT_TRACKING_URI
+
 from .anova import AnalysisError
 
 
@@ -13,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("report", help="ANOVA, effects, plots and an HTML report for one experiment")
     r.add_argument("experiment")
-    r.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
     r.add_argument("--out", default="reports", help="folder for <experiment>/report.html (default ./reports)")
     r.add_argument("--responses", nargs="+", help="metrics to analyse (default: the usual ones that vary)")
     r.add_argument("--adjust", default="holm", choices=["holm", "bh", "none"])
@@ -26,18 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--response", action="append", help="response(s) to plan for (default: the stage's primary ones)")
     pl.add_argument("--power", type=float, default=0.8, help="the power wanted (default 0.8)")
     pl.add_argument("--alpha", type=float, default=0.05, help="two-sided test level (default 0.05)")
-    pl.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    pl.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
     pl.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow")
     nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)")
     nb.add_argument("name", choices=["attribution", "acceptance_curves"])
     nb.add_argument("experiment")
-    nb.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    nb.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
     nb.add_argument("--responses", nargs="+", help="metrics to analyse (default: the stage's primary ones)")
     nb.add_argument("--out", default="reports", help="folder for <experiment>/<name>.ipynb, the executed notebook")
     e = sub.add_parser("export", help="write the runs of an experiment to parquet")
     e.add_argument("experiment")
     e.add_argument("path")
-    e.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    e.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
     args = p.parse_args(argv)
     try:
         if args.command == "export":

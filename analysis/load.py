@@ -18,13 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from dspark.record import FACTOR_PREFIX, SWEEP_PARENT_TAG, check_store, metric_name
+
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
-
-
-def metric_name(stored: str) -> str:
-    """The trainer's name of a stored metric (MLflow has ':' where the trainer has '@')."""
-    return stored.replace(":", "@")
 
 
 def _typed(value: str):
@@ -45,7 +42,7 @@ def _typed(value: str):
 
 
 def _parent(client, experiment_id: str):
-    runs = client.search_runs([experiment_id], "tags.sweep_parent = 'true'", max_results=1)
+    runs = client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
     return runs[0] if runs else None
 
 
@@ -64,10 +61,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
     from mlflow.tracking import MlflowClient
 
-    if tracking_uri and tracking_uri.startswith("sqlite:///"):
-        path = Path(tracking_uri[len("sqlite:///"):])
-        if not path.is_file():  # reading creates nothing: MLflow would create an empty store
-            raise ValueError(f"tracking-uri: {path} does not exist")
+    check_store(tracking_uri)
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
@@ -113,7 +107,7 @@ def _row(r) -> dict:
            "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial"),
            "run_order": int(tags.get("run_order", -1))}
     for k, v in tags.items():
-        if k.startswith("factor."):
+        if k.startswith(FACTOR_PREFIX):
             row[k] = v
     for k, v in params.items():
         row[k] = _typed(v)
@@ -126,8 +120,8 @@ def type_columns(df: pd.DataFrame, order: dict[str, list[str]] | None = None) ->
     """`factor.X` tag columns -> ordered categorical column X (empty = not in the factorial)."""
     order = order or {}
     factors = []
-    for col in [c for c in df.columns if c.startswith("factor.")]:
-        name = col[len("factor."):]
+    for col in [c for c in df.columns if c.startswith(FACTOR_PREFIX)]:
+        name = col[len(FACTOR_PREFIX):]
         values = df[col].replace("", pd.NA)
         seen = [v for v in order.get(name, []) if v in set(values.dropna())]
         seen += sorted(set(values.dropna()) - set(seen))

@@ -8,23 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dspark.record import absolute_uri, check_store
+
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
-
-
-def resolve_uri(uri: str) -> str:
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        path = Path(uri[len("sqlite:///"):]).expanduser().resolve()
-        uri = f"sqlite:///{path}"
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise ValueError(f"tracking-uri: {uri[len('sqlite:///'):]} does not exist")
-    return uri
 
 
 def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=None, timeout: int = 600) -> Path:
     import nbformat
     from nbclient import NotebookClient
 
-    uri = resolve_uri(tracking_uri)
+    uri = absolute_uri(tracking_uri)
+    check_store(uri)
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     params.source = (f"EXPERIMENT = {experiment!r}\nTRACKING_URI = {uri!r}\n"

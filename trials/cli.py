@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from . import spec as specmod
-from .tracking import DEFAULT_TRACKING_URI
+from dspark.record import DEFAULT_TRACKING_URI, absolute_uri
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -68,13 +67,6 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
     print(f"MLflow: experiment {result.get('experiment_id', '?')}, parent run {result.get('parent_run_id', '?')}; "
           f"browse with: mlflow ui --backend-store-uri {uri}  (http://127.0.0.1:5000)")
     return 0 if result["failed"] == 0 else 1
-
-
-def absolute_uri(uri: str) -> str:
-    """A relative sqlite path made absolute, so that every command works from any folder."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).expanduser().resolve())
-    return uri
 
 
 def cmd_run(args) -> int:

@@ -25,6 +25,8 @@ import yaml
 from ray import tune
 
 from . import spec as specmod
+from dspark.record import check_store
+
 from .spec import SweepSpec
 from .tracking import DEFAULT_TRACKING_URI, Ledger, SweepTracker, git_commit, reap_dead_driver
 
@@ -403,15 +405,6 @@ def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple
     spec = specmod.load(exp_dir / "spec.yaml")
     meta = json.loads((exp_dir / "sweep.json").read_text())
     return spec, meta
-
-
-def check_store(tracking_uri: str) -> None:
-    """A reading command creates nothing: a SQLite store that does not exist is refused
-    (MLflow would create an empty one)."""
-    if tracking_uri.startswith("sqlite:///"):
-        path = Path(tracking_uri[len("sqlite:///"):])
-        if not path.is_file():
-            raise ValueError(f"tracking-uri: {path} does not exist")
 
 
 def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:

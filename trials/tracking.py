@@ -21,10 +21,11 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
+from dspark.record import (DEFAULT_TRACKING_URI, FACTOR_PREFIX, PARENT_TAG, SWEEP_PARENT_TAG,  # noqa: F401
+                           is_metric, metric_name, store_key)
+
 from .spec import SweepSpec, Trial
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-PARENT_TAG = "mlflow.parentRunId"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
 
@@ -48,7 +49,7 @@ def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, s
             "seed": str(trial.seed), "trial_key": trial.key, "arm": trial.arm, "mlflow.runName": trial.run_name,
             "run_order": str(trial.run_order)}
     for f, level in trial.levels.items():
-        tags[f"factor.{f}"] = level
+        tags[f"{FACTOR_PREFIX}{f}"] = level
     tags.update(extra)
     return tags
 
@@ -72,11 +73,11 @@ class Ledger:
         self.parent_id = self._parent()
 
     def _parent(self) -> str:
-        runs = self.client.search_runs([self.experiment_id], "tags.sweep_parent = 'true'", max_results=1)
+        runs = self.client.search_runs([self.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
         if runs:
             return runs[0].info.run_id
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
-                                     tags={"sweep_parent": "true", "sweep": self.spec.name,
+                                     tags={SWEEP_PARENT_TAG: "true", "sweep": self.spec.name,
                                            "design": self.spec.design, "git_commit": git_commit(),
                                            "factors": ",".join(self.spec.factors),
                                            "description": self.spec.description[:4000],
@@ -142,7 +143,7 @@ class Ledger:
         for stored in run.data.metrics:
             history = self.client.get_metric_history(run_id, stored)
             if history:
-                out[stored.replace(":", "@")] = max(m.step for m in history)
+                out[metric_name(stored)] = max(m.step for m in history)
         return out
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
@@ -165,16 +166,6 @@ class Ledger:
                 self.client.set_terminated(run.info.run_id, status=status)
                 n += 1
         return n
-
-
-def store_key(name: str) -> str:
-    """MLflow refuses '@' in metric names: `tf/accept@3` is stored as `tf/accept:3` (the
-    analysis loader maps it back, so its columns carry the trainer's names)."""
-    return name.replace("@", ":")
-
-
-def is_metric(key: str) -> bool:
-    return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
 
 
 class SweepTracker(Callback):
@@ -306,7 +297,7 @@ def reap_dead_driver(client: MlflowClient, experiment_id: str) -> int:
     """A sweep whose driver died without closing its runs (kill -9): its RUNNING runs,
     parent and children, end KILLED. Returns how many runs were closed."""
     closed = 0
-    for parent in client.search_runs([experiment_id], "tags.sweep_parent = 'true'", max_results=10):
+    for parent in client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=10):
         if parent.info.status != "RUNNING" or driver_alive(parent.data.tags) is not False:
             continue
         kids = client.search_runs([experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",

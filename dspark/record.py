@@ -1,0 +1,52 @@
+"""The MLflow record format of a sweep, in one place: what the writer (`trials`) puts in
+the store and the reader (`analysis`) takes out. Plain names and string functions only:
+importing it loads neither MLflow nor torch, so `analysis` stays free of both `trials`
+and torch.
+
+- Metric names: MLflow refuses '@', so the trainer's `tf/accept@3` is stored as
+  `tf/accept:3`; `metric_name` maps it back. Tune's results keep the trainer's names.
+- Tags: `mlflow.parentRunId` links a trial's run to its sweep's parent run (tagged
+  `sweep_parent=true`); `factor.<name>` holds each factor's level.
+- The default store is `sqlite:///mlflow.db`; a relative sqlite path is resolved against
+  the current folder and saved absolute.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+PARENT_TAG = "mlflow.parentRunId"
+SWEEP_PARENT_TAG = "sweep_parent"
+FACTOR_PREFIX = "factor."
+SQLITE = "sqlite:///"
+
+
+def store_key(name: str) -> str:
+    """The stored name of a trainer metric (`tf/accept@3` -> `tf/accept:3`)."""
+    return name.replace("@", ":")
+
+
+def metric_name(stored: str) -> str:
+    """The trainer's name of a stored metric (`tf/accept:3` -> `tf/accept@3`)."""
+    return stored.replace(":", "@")
+
+
+def is_metric(key: str) -> bool:
+    return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
+
+
+def absolute_uri(uri: str) -> str:
+    """A relative sqlite path made absolute, so that every command works from any folder."""
+    if uri.startswith(SQLITE) and not uri.startswith(SQLITE + "/"):
+        return SQLITE + str(Path(uri[len(SQLITE):]).expanduser().resolve())
+    return uri
+
+
+def check_store(uri: str | None) -> None:
+    """A reading command creates nothing: a SQLite store that does not exist is refused
+    (MLflow would create an empty one)."""
+    if uri and uri.startswith(SQLITE):
+        path = Path(uri[len(SQLITE):])
+        if not path.is_file():
+            raise ValueError(f"tracking-uri: {path} does not exist")
