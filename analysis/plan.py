@@ -31,7 +31,12 @@ def plan_text(df: pd.DataFrame, effect: float, responses: list[str] | None = Non
             lines.append(f"  {r}: no residual sigma (unreplicated sweep); run at least 2 replicates first")
             continue
         now = power.power(effect, s.sigma, s.n_cells, s.replicates, alpha)
-        need = power.replicates_needed(effect, s.sigma, s.n_cells, alpha, target_power)
-        lines.append(f"  {r}: sigma {s.sigma:.4g} over {s.n_cells} cells; this sweep ({s.replicates} replicates) "
-                     f"had power {now:.2f}; needed: {need} replicates ({need * s.n_cells} runs)")
+        head = (f"  {r}: sigma {s.sigma:.4g} over {s.n_cells} cells; this sweep ({s.replicates} replicates) "
+                f"had power {now:.2f}; ")
+        try:
+            need = power.replicates_needed(effect, s.sigma, s.n_cells, alpha, target_power)
+        except ValueError:
+            lines.append(head + f"needed: more than {power.MAX_REPLICATES} replicates")
+            continue
+        lines.append(head + f"needed: {need} replicates ({need * s.n_cells} runs)")
     return "\n".join(lines)

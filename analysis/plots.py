@@ -139,7 +139,7 @@ def residuals_vs_order(order: np.ndarray, resid: np.ndarray, response: str, path
         fit = stats.linregress(order, resid)
         xs = np.array([order.min(), order.max()])
         ax.plot(xs, fit.intercept + fit.slope * xs, "C3--", lw=1,
-                label=f"slope {fit.slope:+.3g}/run, p={fit.pvalue:.2g}")
+                label=f"line over all runs: slope {fit.slope:+.3g}/run, p={fit.pvalue:.2g}")
         ax.legend(fontsize=7)
     ax.set_xlabel("run order (launch position)")
     ax.set_ylabel("residual")
