@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from dspark.blocks import draft_blocks, trainable_parameters
+from dspark.blocks import draft_blocks
 from dspark.config import VOCAB_SIZE, from_dict
 from dspark.data import sample_batch
 from dspark.heads import DraftHead
@@ -80,7 +80,7 @@ def main() -> None:
             line += (f"   x{statistics.median(ts) / statistics.median(base):.3f} of pure CE "
                      f"(per-pair ratios: median {statistics.median(ratios):.3f}, IQR {q1:.3f}-{q3:.3f})")
         print(line)
-    print(f"trainable parameters: LM {sum(p.numel() for p in trainable_parameters(t.models)):,}; "
+    print(f"parameters: LM {sum(p.numel() for p in t.target.parameters()):,}; "
           f"head {sum(p.numel() for p in heads['hidden+markov'].parameters()):,}")
 
 
