@@ -237,6 +237,19 @@ def parse(raw: Any) -> SweepSpec:
     if not isinstance(max_failures, int) or max_failures < 0:
         problems.append(f"max_failures: must be an integer >= 0, got {max_failures!r}")
     if problems:
+        # every stage is checked: also resolve the cells from what is valid so far, so the
+        # problems of the cells' configs are listed with the spec's own
+        known = set(FIELD_NAMES)
+        base_ok = {k: v for k, v in base.items() if k in known}
+        factors_ok = {f: {lv: {k: v for k, v in over.items() if k in known} for lv, over in levels.items()}
+                      for f, levels in clean_factors.items() if len(levels) >= 2}
+        controls_ok = {c: {k: v for k, v in over.items() if k in known} for c, over in controls.items()
+                       if isinstance(over, dict)}
+        if factors_ok and not clashing_factors(factors_ok):
+            try:
+                build("check", base_ok, factors_ok, 1, {}, controls_ok, {"cpu": 1, "gpu": 0}, 0, 0)
+            except SpecError as e:
+                problems += [p for p in e.problems if p not in problems]
         raise SpecError(problems)
     return build(name, base, clean_factors, replicates, generators, controls,
                  {"cpu": 1, "gpu": 0, **resources}, max_concurrent, max_failures, str(raw.get("description", "")))

@@ -156,3 +156,13 @@ def test_relative_sqlite_uris_are_made_absolute(tmp_path, monkeypatch):
     assert absolute_uri("sqlite:///mlflow.db") == f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert absolute_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
     assert absolute_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+
+
+def test_validation_lists_the_problems_of_every_stage():
+    """A spec-level problem does not hide the problems of the cells' configs."""
+    raw = {**GOOD, "colour": 1, "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "diagonal"}},
+                                            "D2": GOOD["factors"]["D2"]}}
+    with pytest.raises(SpecError) as e:
+        parse(raw)
+    assert any(p.startswith("spec: unknown key 'colour'") for p in e.value.problems)
+    assert any("cell D1=b|D2=const4: window: unknown level 'diagonal'" in p for p in e.value.problems)
