@@ -148,12 +148,19 @@ def summarise(results: dict[str, ResponseResult], alpha: float = 0.05,
         for term in res.anova.index:
             if term in ("Residual", res.block) or term in sig_terms:
                 continue
+            estimate = ""
+            if data is not None and s is not None and ":" not in term:
+                if _n_levels(data, term) == 2:
+                    estimate = " (" + main_effect_text(data, r, term, s) + ")"
+                else:
+                    estimate = " (level means " + level_means_text(data, r, term, s.sigma, s.replicates,
+                                                                   s.n_cells) + ")"
             if s is not None and term in s.by_term:
                 words = _term_words(term, data) if data is not None else ""
-                lines.append(f"    {term}: not detected; this sweep detects {s.by_term[term]:.3g} or more"
+                lines.append(f"    {term}: not detected{estimate}; this sweep detects {s.by_term[term]:.3g} or more"
                              f"{words} with {POWER:.0%} power")
             else:
-                lines.append(f"    {term}: not detected (unreplicated: no power estimate)")
+                lines.append(f"    {term}: not detected{estimate} (unreplicated: no power estimate)")
         if r in drift:
             slope, p = drift[r]
             flag = "  <- drift" if p < DRIFT_ALPHA else ""
@@ -161,6 +168,19 @@ def summarise(results: dict[str, ResponseResult], alpha: float = 0.05,
         for note in res.warnings:
             lines.append(f"    note: {note}")
     return "\n".join(lines)
+
+
+def main_effect_text(data: pd.DataFrame, response: str, factor: str, s: Sensitivity) -> str:
+    """High mean minus low mean of a two-level factor (its levels in the spec's order) with
+    a 95% CI from the model's residual sigma; the form `factorial_effects` gives when
+    every factor has two levels."""
+    levels = list(data[factor].cat.categories) if hasattr(data[factor], "cat") else sorted(data[factor].unique())
+    levels = [lv for lv in levels if (data[factor] == lv).any()]
+    lo, hi = (data.loc[data[factor] == lv, response] for lv in levels[:2])
+    effect = hi.mean() - lo.mean()
+    se = s.sigma * np.sqrt(1 / len(hi) + 1 / len(lo))
+    t = stats.t.ppf(0.975, power.residual_df(s.n_cells, s.replicates))
+    return f"{levels[0]} -> {levels[1]}: {effect:+.3g} [{effect - t * se:+.3g}, {effect + t * se:+.3g}]"
 
 
 def level_means_text(data: pd.DataFrame, response: str, factor: str, sigma: float, replicates: int,

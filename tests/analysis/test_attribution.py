@@ -97,7 +97,11 @@ def test_report_states_power_for_terms_not_detected(store):
     sigma = rep.results["spec/tau"].anova.attrs["sigma"]
     assert s.sigma == sigma and s.n_cells == 8 and s.replicates == 3
     assert s.detectable == pytest.approx(detectable_effect(sigma, 8, 3))
-    assert f"D2: not detected; this sweep detects {s.detectable:.3g} or more with 80% power" in rep.summary
+    line = next(x for x in rep.summary.splitlines() if x.strip().startswith("D2:"))
+    assert line.strip().startswith("D2: not detected (const4 -> block: ")
+    assert line.endswith(f"this sweep detects {s.detectable:.3g} or more with 80% power")
+    eff = rep.results["spec/tau"].effects.loc["D2"]  # the same estimate and CI as the effects table
+    assert f"{eff['effect']:+.3g} [{eff['ci_low']:+.3g}, {eff['ci_high']:+.3g}]" in line
     assert "D1: +" in rep.summary and "p_adj=" in rep.summary  # detected terms carry their size
     assert "the question is" not in rep.summary or "parallel stage" in rep.summary
 
