@@ -24,7 +24,7 @@ from . import plots, power
 from .anova import AnalysisError
 from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult, analyse,
                           better_direction, control_contrast, degenerate_reason, dunnett_vs_control, significant_effects, stage_of)
-from .load import load_runs, report_incomplete, responses as metric_columns
+from .load import report_incomplete, responses as metric_columns
 
 POWER = 0.8
 DRIFT_ALPHA = 0.01  # a check run on every response: flag only clear trends
@@ -491,10 +491,3 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
         if path is not None:
             client.log_artifact(parent, str(path), artifact_path="attribution")
     return len(metrics)
-
-
-def report(experiment: str, tracking_uri: str | None = None, out: str | Path | None = "reports",
-           responses: list[str] | None = None, adjust: str = "holm") -> Report:
-    df = load_runs(experiment, tracking_uri)
-    return build_report(df, Path(out) / experiment if out is not None else None, responses, adjust)
-

@@ -19,6 +19,7 @@ import time
 import torch
 
 from dspark.config import from_dict
+from dspark.model import sync
 from dspark.spec_eval import decode_set, prompts_from
 from dspark.train import Trainer
 
@@ -45,11 +46,6 @@ def peak_tflops(device: torch.device, given: float | None) -> tuple[float, str]:
 
 def flops_per_token(n_params: int, n_layers: int, seq_len: int, d_model: int) -> float:
     return 6.0 * n_params + 12.0 * n_layers * seq_len * d_model
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main(argv: list[str] | None = None) -> int:

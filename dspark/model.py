@@ -25,6 +25,12 @@ import torch.nn.functional as F
 from .config import VOCAB_SIZE, Config
 
 
+def sync(device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously), so timings are real."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def rope_angles(pos: torch.Tensor, head_dim: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of the rotary angles at absolute positions pos (T,) or (B, T); shaped to
     broadcast against (B, H, T, E/2)."""

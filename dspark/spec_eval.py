@@ -1,4 +1,4 @@
-"""The speculative-decoding responses of a drafter-stage run (DESIGN section 4).
+"""The speculative-decoding responses of a drafter-stage run (README, "Responses").
 
 On fixed held-out prompts and fixed decoding seeds (the same for every arm): accepted
 length per round at temperature 1 and greedy, conditional acceptance per slot, wall-clock
@@ -21,6 +21,7 @@ import torch
 from . import calibration
 from .data import fixed_batches
 from .schedule import load_or_measure_sps, prefix_schedule, sps_lookup
+from .model import sync
 from .speculate import RoundStats, autoregressive, generate
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
@@ -56,22 +57,17 @@ def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: flo
         if timed:
             t0 = time.perf_counter()
             autoregressive(target, prompt, new_tokens, temperature, _generator(device, DECODE_SEED + i))
-            _sync(device)
+            sync(device)
             ar_s += time.perf_counter() - t0
         before = len(stats.accepted)
         t0 = time.perf_counter()
         generate(target, drafter, head, prompt, new_tokens, temperature, _generator(device, DECODE_SEED + i), stats)
-        _sync(device)
+        sync(device)
         if timed:
             spec_s += time.perf_counter() - t0
         rounds = stats.accepted[before:]
         taus.append(float(np.mean([n + 1 for n in rounds])))
     return stats, taus, spec_s, ar_s
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def accept_at(accepted: list[int], K: int) -> list[float]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .heads import DraftHead
-from .model import Drafter, KVCache, TargetLM
+from .model import Drafter, KVCache, TargetLM, sync
 
 
 def distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -84,11 +84,6 @@ class RoundStats:
     total_ms: float = 0.0
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _sample(p: torch.Tensor, generator) -> int:
     return int(torch.multinomial(p, 1, generator=generator).item())
 
@@ -117,10 +112,10 @@ def draft(target: TargetLM, drafter: Drafter, head: DraftHead, state: DecodeStat
     anchor = torch.tensor([state.anchor], device=device)
     h = drafter.draft_hidden(state.ctx_cache, target.wte(anchor), state.target_cache.length)  # (1, K, D)
     U = target.lm_head(h)  # (1, K, V)
-    _sync(device)
+    sync(device)
     t1 = time.perf_counter()
     tokens, logits, conf = head.sample_block_tokens(h, U, anchor, temperature, generator)
-    _sync(device)
+    sync(device)
     if stats is not None:
         stats.draft_ms += (t1 - t0) * 1e3
         stats.seq_ms += (time.perf_counter() - t1) * 1e3
@@ -146,7 +141,7 @@ def one_round(target: TargetLM, drafter: Drafter, head: DraftHead, state: Decode
     out = target(inp, state.target_cache)
     p_target = distribution(out.logits[0], temperature)  # (l+1, V)
     n, token = verify(p_target, p_draft, draft_tokens, generator)
-    _sync(device)
+    sync(device)
     t1 = time.perf_counter()
     # keep the anchor and the n accepted drafts; the rejected suffix is overwritten later
     state.target_cache.crop(L + 1 + n)

@@ -33,15 +33,11 @@ from .data import Corpus, build_corpus, fixed_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
 from .loss import dspark_loss
-from .model import Drafter, TargetLM
+from .model import Drafter, TargetLM, sync
 from .windows import random_anchors, strided_anchors
 
 Report = Callable[[dict, "str | None"], None]
 Progress = Callable[[str, int, int, dict], None]
-
-# metrics that depend on wall-clock timings, so vary from run to run
-TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "throughput", "seq_frac", "sched/alg1")
-
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
@@ -270,13 +266,12 @@ class Trainer:
         self.resumed = True
 
     def _load_shared_target(self) -> None:
-        target, meta = load_target(self.cfg.target_path, self.device)
+        target, _ = load_target(self.cfg.target_path, self.device)
         if target.arch() != self.target.arch():
             raise ValueError(f"target_path: {self.cfg.target_path} holds a target of shape {target.arch()}, "
                              f"the config asks for {self.target.arch()}")
         self.target.load_state_dict(target.state_dict())
         self.target_loaded = True
-        self.target_meta = meta
 
     # ---- reporting ----
     def _emit(self, metrics: dict, checkpoint: bool) -> None:
@@ -390,7 +385,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             self.opt.step()
             self.sched.step()
-            self._sync()
+            sync(self.device)
             step_s += time.perf_counter() - ts
             steps += 1
             self.step += 1
@@ -412,10 +407,6 @@ class Trainer:
                 m["step"] = self.global_step()
                 self._emit(m, checkpoint=True)
         self._train_mode(False)
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
     def _train_mode(self, on: bool) -> None:
         self.head.train(on)
@@ -474,10 +465,6 @@ def train(config: Config | dict[str, Any], report: Report | None = None, resume_
     if resume_from:
         trainer.load_checkpoint(resume_from)
     return trainer.run()
-
-
-def is_timing_metric(name: str) -> bool:
-    return any(key in name for key in TIMING_KEYS)
 
 
 def train_shared_target(config: Config | dict[str, Any], path: str | os.PathLike) -> dict:

@@ -1,4 +1,4 @@
-"""Which sequence positions a draft block reads: the D1 switch (DESIGN section 3).
+"""Which sequence positions a draft block reads: the D1 switch (README, "The factors").
 
 For a block anchored at a and slot s = 0..K-1 (the paper's k = s+1), three positions:
 `prev` (the token fed to the sequential and confidence heads, x_{k-1}), `label` (the CE

@@ -30,3 +30,11 @@ def tiny(**overrides):
                 batch_size=4, seq_len=64, spec_prompts=0, max_corpus_bytes=400_000)
     base.update(overrides)
     return from_dict(base)
+
+
+# metrics that depend on wall-clock timings, so vary from run to run (test comparisons skip them)
+TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "throughput", "seq_frac", "sched/alg1")
+
+
+def is_timing_metric(name: str) -> bool:
+    return any(key in name for key in TIMING_KEYS)

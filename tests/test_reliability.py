@@ -130,7 +130,6 @@ def test_sigterm_stops_a_background_driver_before_tune_starts(tmp_path, corpus_d
     import signal
     import time
 
-    from mlflow.tracking import MlflowClient
 
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump({

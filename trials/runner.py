@@ -16,7 +16,6 @@ import shutil
 import signal
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,10 @@ import yaml
 from ray import tune
 
 from . import spec as specmod
-from dspark.record import check_store
+from dspark.record import DEFAULT_TRACKING_URI, check_store
 
 from .spec import SweepSpec
-from .tracking import DEFAULT_TRACKING_URI, Ledger, SweepTracker, git_commit, reap_dead_driver
+from .tracking import Ledger, SweepTracker, git_commit, reap_dead_driver
 
 DEFAULT_STORAGE = "ray_results"
 

@@ -21,8 +21,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
-from dspark.record import (DEFAULT_TRACKING_URI, FACTOR_PREFIX, PARENT_TAG, SWEEP_PARENT_TAG,  # noqa: F401
-                           is_metric, metric_name, store_key)
+from dspark.record import FACTOR_PREFIX, PARENT_TAG, SWEEP_PARENT_TAG, is_metric, metric_name, store_key
 
 from .spec import SweepSpec, Trial
 

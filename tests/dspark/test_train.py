@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from dspark.train import Trainer, is_timing_metric, load_target, save_target, train
+from dspark.train import Trainer, load_target, save_target, train
+from tests.conftest import is_timing_metric
 from tests.conftest import tiny
 
 

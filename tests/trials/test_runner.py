@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from dspark.train import is_timing_metric
+from tests.conftest import is_timing_metric
 from trials import runner, spec as specmod
 from tests.trials.conftest import D1_D9, write_spec
 
