@@ -187,7 +187,7 @@ def level_means_text(data: pd.DataFrame, response: str, factor: str, sigma: floa
                      n_cells: int) -> str:
     """Each level's mean with a 95% CI from the model's residual sigma (a factor of more
     than two levels has no single high-minus-low effect)."""
-    df_resid = (n_cells - 1) * (replicates - 1)
+    df_resid = power.residual_df(n_cells, replicates)
     t = stats.t.ppf(0.975, df_resid) if df_resid > 0 else float("nan")
     parts = []
     for level, g in data.groupby(factor, observed=True)[response]:
