@@ -280,3 +280,28 @@ def test_status_closes_the_runs_of_a_driver_killed_with_sigkill(tmp_path):
     rows = runner.status(spec, uri)
     assert [r["state"] for r in rows] == ["killed", "killed"]
     assert client.get_run(ledger.parent_id).info.status == "KILLED"
+
+
+def test_a_local_ray_listens_on_loopback_only():
+    """A local sweep's Ray listened on all interfaces; the README promises localhost only."""
+    import psutil
+    import ray
+
+    from trials import runner
+
+    ray.shutdown()
+    assert runner._init_ray(None, num_cpus=1)
+    try:
+        @ray.remote
+        def warm():  # start a worker, so that its port is counted too
+            return 1
+
+        ray.get(warm.remote())
+        pids = {psutil.Process().pid} | {p.pid for p in psutil.Process().children(recursive=True)}
+        listening = [c for c in psutil.net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN and c.pid in pids]
+        assert len(listening) >= 3  # GCS, raylet, driver (at least)
+        exposed = [(c.pid, c.laddr) for c in listening if c.laddr.ip not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")]
+        assert not exposed, exposed
+    finally:
+        ray.shutdown()

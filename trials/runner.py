@@ -288,8 +288,23 @@ def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
     if address:
         ray.init(address=address, **kwargs)
     else:
+        _bind_loopback()
         ray.init(num_cpus=num_cpus, **kwargs)
     return True
+
+
+def _bind_loopback() -> None:
+    """Make a local Ray's GCS, raylet and workers listen on 127.0.0.1 only.
+
+    `ray.init(_node_ip_address="127.0.0.1")` is not enough: Ray resolves a loopback address
+    back to the machine's. The one switch Ray reads for the node address is its "no
+    clusters" mode (on by default on macOS and Windows); the environment variable carries it
+    to the processes Ray starts, and the constant to this already-imported one.
+    """
+    from ray._private import ray_constants
+
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,

@@ -4,6 +4,7 @@ import threading
 import time
 
 import ray
+from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 
 from tests.trials.conftest import D1_D9, write_spec
@@ -54,6 +55,11 @@ def test_two_nodes_spread_and_survive_losing_one(tmp_path, corpus_dir):
         for k in kids:
             nodes.update(k.data.tags.get("ray_nodes", "").split(","))
         assert worker_id in nodes and len(nodes - {""}) == 2  # trials ran on both nodes
+        client = MlflowClient(uri)
+        for k in kids:  # the trial restarted on the head logged no step twice
+            for key in k.data.metrics:
+                steps = [m.step for m in client.get_metric_history(k.info.run_id, key)]
+                assert len(steps) == len(set(steps)), (k.info.run_name, key)
     finally:
         ray.shutdown()
         cluster.shutdown()
