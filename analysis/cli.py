@@ -10,37 +10,51 @@ from dspark.record import DEFAULT_TRACKING_URI
 from .anova import AnalysisError
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="analysis", description=__doc__)
+EXP_HELP = "the sweep's MLflow experiment (its name)"
+URI_HELP = "MLflow store; a relative sqlite path is read from the current folder"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="analysis", description=__doc__, formatter_class=fmt)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("report", help="ANOVA, effects, plots and an HTML report for one experiment")
-    r.add_argument("experiment")
-    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
-    r.add_argument("--out", default="reports", help="folder for <experiment>/report.html (default ./reports)")
-    r.add_argument("--responses", nargs="+", help="metrics to analyse (default: the usual ones that vary)")
-    r.add_argument("--adjust", default="holm", choices=["holm", "bh", "none"])
-    r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow")
+    r = sub.add_parser("report", help="ANOVA, effects, plots and an HTML report for one experiment",
+                       formatter_class=fmt)
+    r.add_argument("experiment", help=EXP_HELP)
+    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
+    r.add_argument("--out", default="reports", help="folder for <experiment>/report.html")
+    r.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
+    r.add_argument("--adjust", default="holm", choices=["holm", "bh", "none"],
+                   help="p-value adjustment across responses")
+    r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
     r.add_argument("--no-log", action="store_true",
                    help="do not log the effects and the report on the sweep's parent run")
-    pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma")
-    pl.add_argument("experiment")
+    pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma",
+                       formatter_class=fmt)
+    pl.add_argument("experiment", help=EXP_HELP)
     pl.add_argument("--effect", type=float, required=True, help="the effect (high minus low) to detect")
-    pl.add_argument("--response", action="append", help="response(s) to plan for (default: the stage's primary ones)")
-    pl.add_argument("--power", type=float, default=0.8, help="the power wanted (default 0.8)")
-    pl.add_argument("--alpha", type=float, default=0.05, help="two-sided test level (default 0.05)")
-    pl.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
-    pl.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow")
-    nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)")
-    nb.add_argument("name", choices=["attribution", "acceptance_curves"])
-    nb.add_argument("experiment")
-    nb.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
-    nb.add_argument("--responses", nargs="+", help="metrics to analyse (default: the stage's primary ones)")
+    pl.add_argument("--response", action="append", help="response(s) to plan for (none: the stage's primary ones)")
+    pl.add_argument("--power", type=float, default=0.8, help="the power wanted")
+    pl.add_argument("--alpha", type=float, default=0.05, help="two-sided test level")
+    pl.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
+    pl.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
+    nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)",
+                       formatter_class=fmt)
+    nb.add_argument("name", choices=["attribution", "acceptance_curves"], help="which notebook")
+    nb.add_argument("experiment", help=EXP_HELP)
+    nb.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
+    nb.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
     nb.add_argument("--out", default="reports", help="folder for <experiment>/<name>.ipynb, the executed notebook")
-    e = sub.add_parser("export", help="write the runs of an experiment to parquet")
-    e.add_argument("experiment")
-    e.add_argument("path")
-    e.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI)
-    args = p.parse_args(argv)
+    e = sub.add_parser("export", help="write the runs of an experiment to parquet",
+                       formatter_class=fmt)
+    e.add_argument("experiment", help=EXP_HELP)
+    e.add_argument("path", help="the parquet file to write (its folder must exist)")
+    e.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "export":
             from .load import check_writable, load_runs, to_parquet

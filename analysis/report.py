@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,6 +321,33 @@ def design_matrix(data: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("cell")
 
 
+def alias_structure(coded: pd.DataFrame, max_order: int = 2) -> list[str]:
+    """The aliases of every main effect and two-factor interaction, read off the coded
+    design (one row per cell, -1/+1): two terms are aliased when their product columns
+    agree, or are opposite, in every cell. The first line is the defining relation."""
+    factors = list(coded.columns)
+    if not all(set(coded[f].unique()) <= {-1, 1} for f in factors):
+        return ["factors of more than two levels: no alias structure is computed"]
+    x = coded.to_numpy(int)
+
+    def column(term):
+        return np.prod(x[:, [factors.index(f) for f in term]], axis=1) if term else np.ones(len(x), int)
+
+    terms = [t for r in range(len(factors) + 1) for t in itertools.combinations(factors, r)]
+    name = lambda t: ":".join(t) if t else "I"  # noqa: E731
+    sign = lambda a, b: "" if (a == b).all() else "-" if (a == -b).all() else None  # noqa: E731
+    lines = []
+    identity = [f"{sign(column(t), column(())) or ''}{name(t)}" for t in terms
+                if t and sign(column(t), column(())) is not None]
+    lines.append("I = " + " = ".join(identity) if identity else "full factorial: no effect is aliased")
+    if identity:
+        for t in (t for t in terms if 1 <= len(t) <= max_order):
+            aliases = [f"{sign(column(o), column(t))}{name(o)}" for o in terms
+                       if o != t and o and sign(column(o), column(t)) is not None]
+            lines.append(f"{name(t)} = " + " = ".join(aliases) if aliases else f"{name(t)}: not aliased")
+    return lines
+
+
 UI_BASE = "http://127.0.0.1:5000"  # `mlflow ui` on the same store, as the README starts it
 
 
@@ -397,10 +425,11 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alp
         if any(c.startswith("spec/accept@") for c in df.columns):
             p = plots.acceptance_curves(df, img / "acceptance_curves.png")
             parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
-        parts.append("<h2>Design</h2>" + _table_html(design_matrix(data, factors)))
-        if df.attrs.get("design", "full") not in ("", "full"):
-            parts.append(f"<p>Design {esc(df.attrs['design'])}: see `trials validate` for its alias structure; "
-                         "aliased terms are left out of the ANOVA (noted per response).</p>")
+        coded = design_matrix(data, factors)
+        parts.append("<h2>Design</h2>" + _table_html(coded))
+        parts.append(f"<p>Design {esc(df.attrs.get('design') or 'full')}; alias structure (aliased terms are "
+                     "left out of the ANOVA, noted per response):</p><pre>"
+                     + esc("\n".join(alias_structure(coded))) + "</pre>")
         parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI "
                      f"(<code>mlflow ui</code> on the same store, {UI_BASE}).</p>" + _run_table_html(df))
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
@@ -446,6 +475,9 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
                       f"{c['ci_high']:+.4g}], p={c['p']:.2g}.", ""]
         if r in rep.dunnett:
             parts += ["Each arm against the control (Dunnett):", "", _md_table(rep.dunnett[r]), ""]
+    coded = design_matrix(data, factors)
+    parts += ["", "## Design", "", f"Design {df.attrs.get('design') or 'full'}, coded (-1/+1: first/second level):",
+              "", _md_table(coded), "", "Alias structure:", "", "```", *alias_structure(coded), "```"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts) + "\n")
     return path

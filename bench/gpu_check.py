@@ -20,7 +20,7 @@ import torch
 
 from dspark.config import from_dict
 from dspark.model import sync
-from dspark.spec_eval import decode_set, prompts_from
+from dspark.speculative_eval import decode_set, prompts_from
 from dspark.train import Trainer
 
 KNOWN_PEAKS_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from dspark.config import from_dict
-from dspark.spec_eval import DECODE_SEED, prompts_from
+from dspark.speculative_eval import DECODE_SEED, prompts_from
 from dspark.speculate import RoundStats, autoregressive, generate
 from dspark.train import Trainer
 

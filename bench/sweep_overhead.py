@@ -60,13 +60,12 @@ def main() -> None:
         s = spec(args.draft_steps)
         import shutil
 
-        tdir = Path(tmp) / "st" / "targets"
-        tdir.mkdir(parents=True)
-        from dspark.train import target_hash
+        from dspark import targets
 
-        cfg = s.trials[0].config
-        h = target_hash(cfg, runner.corpus_sha256(cfg, {}))
-        shutil.copy(target, tdir / f"{h}.pt")
+        h, _ = targets.address(s.trials[0].config)
+        dest = targets.target_file(Path(tmp) / "st", h)
+        dest.parent.mkdir(parents=True)
+        shutil.copy(target, dest)
         t0 = time.perf_counter()
         runner.run(s, tracking_uri=f"sqlite:///{tmp}/m.db", storage=f"{tmp}/st", verbose=0)
         sweep = time.perf_counter() - t0

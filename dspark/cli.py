@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import re
 import sys
+import time
+from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
-from .config import Config, from_dict, parse_overrides
+from .config import PRESETS, Config, from_dict, parse_overrides
+from .record import absolute_uri, ui_url
 
 
 def load_config_file(path: str) -> dict:
@@ -29,46 +34,97 @@ def build_config(args) -> Config:
     if args.preset:
         values["preset"] = args.preset
     values.update(parse_overrides(args.set or []))
+    if "out_dir" not in values:
+        values["out_dir"] = fresh_out_dir(Path("runs"), values.get("preset", Config.preset))
     return from_dict(values)
 
 
-def cmd_train(args) -> int:
-    from tqdm import tqdm
+def fresh_out_dir(root: Path, preset: str) -> str:
+    """A new folder per run (`runs/<preset>-<date>-<time>`), so the next run overwrites nothing."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, i = root / f"{preset}-{stamp}", 1
+    while path.exists():
+        i += 1
+        path = root / f"{preset}-{stamp}-{i}"
+    return str(path)
 
+
+class Console:
+    """Progress bars per phase (target, draft, and the final evaluation's phases) and one
+    line per evaluation, each printed once."""
+
+    def __init__(self):
+        from tqdm import tqdm
+
+        self.tqdm = tqdm
+        self.bar = None
+        self.phase = None
+        self.printed: set[tuple[int, str]] = set()
+
+    def progress(self, phase: str, step: int, total: int, info: dict) -> None:
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.bar = self.tqdm(total=total, desc=phase, unit="step" if phase in ("target", "draft", "joint")
+                                 else "prompt", initial=step, dynamic_ncols=True)
+        self.bar.n = step
+        self.bar.set_postfix({k: f"{v:.3f}" for k, v in info.items()}, refresh=False)
+        self.bar.refresh()
+
+    def report(self, metrics: dict, checkpoint) -> None:
+        step = int(metrics.get("step", 0))
+        keys = [k for k in ("val/bpb", "tf/tau", "spec/tau") if k in metrics and (step, k) not in self.printed]
+        if keys:
+            self.printed.update((step, k) for k in keys)
+            self.tqdm.write(f"step {step:>6}: " + "  ".join(f"{k} {metrics[k]:.4f}" for k in keys))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def cmd_train(args) -> int:
     from .train import Trainer, load_target, read_checkpoint
 
     cfg = build_config(args)
-    # refuse a bad checkpoint or target before any work starts
+    # refuse a bad checkpoint, target or store before any work starts
     if args.resume:
         read_checkpoint(args.resume, cfg)
     if cfg.target_path:
         load_target(cfg.target_path)
-    bars: dict[str, tqdm] = {}
+    uri = absolute_uri(args.tracking_uri) if args.tracking_uri else None
+    if uri:
+        from .track import check_store_writable
 
-    def progress(stage, step, total, info):
-        bar = bars.get(stage)
-        if bar is None:
-            for b in bars.values():
-                b.close()
-            bar = bars[stage] = tqdm(total=total, desc=stage, unit="step", initial=step, dynamic_ncols=True)
-        bar.n = step
-        bar.set_postfix({k: f"{v:.3f}" for k, v in info.items()}, refresh=False)
-        bar.refresh()
+        check_store_writable(uri)
+    console = Console()
+    tracked = None
 
     def report(metrics, ckpt):
-        keys = [k for k in ("val/bpb", "tf/tau", "spec/tau") if k in metrics]
-        if keys:
-            tqdm.write("step {:>6}: ".format(int(metrics.get("step", 0))) +
-                       "  ".join(f"{k} {metrics[k]:.4f}" for k in keys))
+        console.report(metrics, ckpt)
+        if tracked is not None:
+            tracked.log(metrics, int(metrics.get("step", 0)))
 
-    trainer = Trainer(cfg, report=report, progress=progress)
+    trainer = Trainer(cfg, report=report, progress=console.progress)
     print(f"corpus sha256 {trainer.data_sha256[:16]}  docs {trainer.corpus.n_docs}  "
-          f"target {trainer.target_hash}  device {trainer.device}", file=sys.stderr)
+          f"target {trainer.target_hash}  device {trainer.device}  out {cfg.out_dir}", file=sys.stderr)
+    if uri:
+        from .track import TrainRun, git_commit
+
+        tracked = TrainRun(uri, args.experiment, args.run_name or Path(cfg.out_dir).name, cfg.to_dict(),
+                           {"seed": str(cfg.seed), "target_hash": trainer.target_hash,
+                            "data_sha256": trainer.data_sha256, "git_commit": git_commit()})
     if args.resume:
         trainer.load_checkpoint(args.resume)
-    final = trainer.run()
-    for b in bars.values():
-        b.close()
+    try:
+        final = trainer.run()
+    except BaseException as e:
+        console.close()
+        if tracked is not None:
+            tracked.finish("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED", error=repr(e))
+        raise
+    console.close()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "final_metrics.json").write_text(json.dumps(final, indent=2, sort_keys=True))
@@ -82,19 +138,45 @@ def cmd_train(args) -> int:
     shown = [k for k in ("val/bpb", "tf/tau", "spec/tau", "spec/tau_greedy", "spec/speedup") if k in final]
     print("final: " + "  ".join(f"{k} {final[k]:.4f}" for k in shown))
     print(f"metrics written to {out / 'final_metrics.json'}")
+    if tracked is not None:
+        tracked.finish("FINISHED", final, out / "artifacts")
+        print(f"MLflow run {tracked.run_id} in experiment {args.experiment!r}: {ui_url(tracked.experiment_id)}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def config_fields_help() -> str:
+    """Every config field with its default and its comment in `dspark/config.py`."""
+    notes = {}
+    for line in inspect.getsource(Config).splitlines():
+        m = re.match(r"\s+(\w+): [^=]+=.*?#\s*(.+)$", line)
+        if m:
+            notes[m.group(1)] = m.group(2)
+    rows = [f"  {f.name} = {getattr(Config, f.name, '')!r}" + (f"  ({notes[f.name]})" if f.name in notes else "")
+            for f in fields(Config)]
+    return ("config fields (--set NAME=VALUE; defaults are the tiny preset's; presets: "
+            f"{', '.join(PRESETS)}):\n" + "\n".join(rows))
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dspark", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train the target (or load it) and the DSpark draft head")
-    t.add_argument("--config", help="YAML file of config fields")
-    t.add_argument("--preset", help="tiny | small | base (overrides the file's preset)")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config field")
-    t.add_argument("--resume", metavar="CHECKPOINT_DIR", help="resume from a checkpoint directory")
-    t.add_argument("--save-target", metavar="PATH", help="also save the trained target LM here")
-    args = parser.parse_args(argv)
+    t = sub.add_parser("train", help="train the target (or load it) and the DSpark draft head",
+                       epilog=config_fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--config", help="YAML file of config fields (default: none)")
+    t.add_argument("--preset", choices=list(PRESETS), help="named preset (overrides the file's preset; default: tiny)")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override one config field (repeatable; the fields are listed below; default: none)")
+    t.add_argument("--resume", metavar="CHECKPOINT_DIR", help="resume from a checkpoint directory (default: none)")
+    t.add_argument("--save-target", metavar="PATH", help="also save the trained target LM here (default: none)")
+    t.add_argument("--tracking-uri", help="also record the run in this MLflow store, named and tagged as a "
+                   "sweep's trial (e.g. sqlite:///mlflow.db; default: not tracked)")
+    t.add_argument("--experiment", default="dspark-train", help="MLflow experiment (default: dspark-train)")
+    t.add_argument("--run-name", help="MLflow run name (default: the out_dir's name)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
             return cmd_train(args)

@@ -7,6 +7,7 @@ and torch.
   `tf/accept:3`; `metric_name` maps it back. Tune's results keep the trainer's names.
 - Tags: `mlflow.parentRunId` links a trial's run to its sweep's parent run (tagged
   `sweep_parent=true`); `factor.<name>` holds each factor's level.
+- The UI link (`ui_url`) names the model-training view, which MLflow 3 does not pick alone.
 - The default store is `sqlite:///mlflow.db`; a relative sqlite path is resolved against
   the current folder and saved absolute.
 """
@@ -20,6 +21,9 @@ PARENT_TAG = "mlflow.parentRunId"
 SWEEP_PARENT_TAG = "sweep_parent"
 FACTOR_PREFIX = "factor."
 SQLITE = "sqlite:///"
+# the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
 
 
 def store_key(name: str) -> str:
@@ -34,6 +38,16 @@ def metric_name(stored: str) -> str:
 
 def is_metric(key: str) -> bool:
     return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
+
+
+def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI's link to a sweep, opening in the model-training (runs) view.
+
+    MLflow 3.17's UI picks the GenAI or the model-training view from the link's
+    `workflowType` (else from the browser's last choice, GenAI at first) and ignores the
+    experiment's `mlflow.experimentKind` tag, which is set as well for other MLflow versions.
+    """
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"
 
 
 def absolute_uri(uri: str) -> str:

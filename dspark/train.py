@@ -423,10 +423,15 @@ class Trainer:
         return m
 
     def speculative(self, n_prompts: int, full: bool) -> dict:
-        from .spec_eval import evaluate_speculative
+        from .speculative_eval import evaluate_speculative
 
+        # the final evaluation takes minutes: its phases show as progress of their own
+        phases = None
+        if full and self.progress is not None:
+            phases = lambda phase, done, total: self.progress(phase, done, total, {})  # noqa: E731
         return evaluate_speculative(self.target, self.drafter, self.head, self.corpus, self.cfg, self.device,
-                                    self.out_dir if full else None, n_prompts=n_prompts, full=full)
+                                    self.out_dir if full else None, n_prompts=n_prompts, full=full,
+                                    progress=phases)
 
     def write_plots(self) -> None:
         """Training curves, into out_dir/artifacts (carried inside the final checkpoint)."""

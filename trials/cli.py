@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from . import spec as specmod
-from dspark.record import DEFAULT_TRACKING_URI, absolute_uri
+from dspark.record import DEFAULT_TRACKING_URI, absolute_uri, ui_url
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -64,8 +64,9 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 128 + e.signum
     _show(spec, uri)
-    print(f"MLflow: experiment {result.get('experiment_id', '?')}, parent run {result.get('parent_run_id', '?')}; "
-          f"browse with: mlflow ui --backend-store-uri {uri}  (http://127.0.0.1:5000)")
+    exp_id = result.get("experiment_id", "?")
+    print(f"MLflow: experiment {exp_id}, parent run {result.get('parent_run_id', '?')}; browse with:\n"
+          f"  mlflow ui --backend-store-uri {uri}\n  then open {ui_url(exp_id)}")
     return 0 if result["failed"] == 0 else 1
 
 
@@ -117,7 +118,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     p = argparse.ArgumentParser(prog="trials", description=__doc__, formatter_class=fmt)
     sub = p.add_subparsers(dest="command", required=True)
@@ -153,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("validate", help="validate a spec and print its alias structure", formatter_class=fmt)
     v.add_argument("spec", help="the sweep spec (YAML)")
     v.set_defaults(fn=cmd_validate)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except specmod.SpecError as e:

@@ -22,14 +22,20 @@ from typing import Any
 import ray
 import yaml
 from ray import tune
+from ray.tune.search.basic_variant import BasicVariantGenerator
+
+from dspark import targets
+from dspark.record import DEFAULT_TRACKING_URI, check_store
 
 from . import spec as specmod
-from dspark.record import DEFAULT_TRACKING_URI, check_store
 
 from .spec import SweepSpec
 from .tracking import Ledger, SweepTracker, git_commit, reap_dead_driver
 
 DEFAULT_STORAGE = "ray_results"
+# Tune's progress table shows the first four metrics of the first result it sees, so every
+# result leads with these, NaN until measured (the tracker logs no NaN to MLflow)
+TABLE_METRICS = ("tf/tau", "spec/tau", "val/bpb")
 
 
 def trial_fn(config: dict[str, Any]) -> None:
@@ -48,7 +54,8 @@ def trial_fn(config: dict[str, Any]) -> None:
     node = {"node_id": ray.get_runtime_context().get_node_id()}
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
-        metrics = {**metrics, **node}  # where the trial ran, for the run's tags
+        lead = {k: metrics.get(k, float("nan")) for k in TABLE_METRICS}
+        metrics = {**lead, **metrics, **node}  # node: where the trial ran, for the run's tags
         if checkpoint_dir is None:
             tune.report(metrics)
         else:
@@ -82,42 +89,48 @@ def storage_root(storage: str | None) -> Path:
     return Path(storage or DEFAULT_STORAGE).expanduser().resolve()
 
 
-def corpus_sha256(cfg, cache: dict[str, str]) -> str:
-    """The content hash of a trial's corpus, built once per distinct data source."""
-    from dspark.data import build_corpus
-
-    key = json.dumps([cfg.data, cfg.text_column, cfg.max_corpus_bytes])
-    if key not in cache:
-        cache[key] = build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1,
-                                  max_bytes=cfg.max_corpus_bytes).sha256
-    return cache[key]
+def _needs_shared_target(cfg) -> bool:
+    return cfg.parallel_stage == "drafter" and not cfg.target_path
 
 
-def ensure_targets(spec: SweepSpec, storage: Path, hashes: dict[str, str], cpus: int | None = None) -> dict[str, dict]:
-    """Train (once, as Ray tasks) every distinct target the drafter-stage trials need;
-    returns target_hash -> metadata with its `path`. A target already in storage is reused."""
-    from dspark.train import load_target, target_hash
-
-    needed: dict[str, Any] = {}
+def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None
+                 ) -> tuple[SweepSpec, dict[str, dict[str, str]], dict[str, dict]]:
+    """Address every trial's target (`dspark.targets`), train the shared ones that storage
+    lacks, and point each drafter-stage trial at its file. Returns a new spec (the one
+    given is left as it is), each trial's tags (`target_hash`, `data_sha256`) and the
+    shared targets by hash."""
+    cache: dict[str, str] = {}  # corpus hashes: each corpus is read once
+    addresses = {t.key: targets.address(t.config, cache) for t in spec.trials}
+    needed = {addresses[t.key][0]: t.config for t in spec.trials if _needs_shared_target(t.config)}
+    shared = ensure_targets(needed, storage, spec.resources, cpus)
+    tags, trials = {}, []
     for t in spec.trials:
-        cfg = t.config
-        if cfg.parallel_stage != "drafter" or cfg.target_path:
-            continue
-        needed.setdefault(target_hash(cfg, corpus_sha256(cfg, hashes)), cfg)
+        h, sha = addresses[t.key]
+        tags[t.key] = {"target_hash": h, "data_sha256": sha}
+        if _needs_shared_target(t.config):
+            # every other field of the trial (its run order among them) is kept as it is
+            t = dataclasses.replace(t, config=t.config.replace(target_path=shared[h]["path"]))
+        trials.append(t)
+    return dataclasses.replace(spec, trials=trials), tags, shared
+
+
+def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, float],
+                   cpus: int | None = None) -> dict[str, dict]:
+    """target hash -> metadata with its `path`, for each config in `needed`: reused from
+    storage, else trained once as a Ray task (all of them in parallel)."""
     out: dict[str, dict] = {}
     pending = {}
-    tdir = storage / "targets"
-    tdir.mkdir(parents=True, exist_ok=True)
     for h, cfg in needed.items():
-        path = tdir / f"{h}.pt"
+        path = targets.target_file(storage, h)
         if path.is_file():
-            _, meta = load_target(path)
+            _, meta = targets.load_target(path)
             out[h] = {**meta, "path": str(path), "reused": True}
             continue
         # nothing else runs while the shared targets train: a local sweep gives them every
         # core (one target on one of 2 cores took 9.5 min of the paper study's budget)
-        n_cpu = max(spec.resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
-        opts = {"num_cpus": n_cpu, "num_gpus": spec.resources.get("gpu", 0)}
+        n_cpu = max(resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
+        opts = {"num_cpus": n_cpu, "num_gpus": resources.get("gpu", 0)}
+        path.parent.mkdir(parents=True, exist_ok=True)
         pending[h] = (path, _shared_target_task.options(**opts).remote(cfg.to_dict(), str(path)))
     for h, (path, ref) in pending.items():
         meta = ray.get(ref)
@@ -127,42 +140,27 @@ def ensure_targets(spec: SweepSpec, storage: Path, hashes: dict[str, str], cpus:
     return out
 
 
-def bind_targets(spec: SweepSpec, targets: dict[str, dict]) -> tuple[SweepSpec, dict[str, dict[str, str]]]:
-    """Point every drafter-stage trial at its shared target; tags per trial key."""
-    from dspark.train import target_hash
+def search_space(spec: SweepSpec, trials) -> tuple[dict, list[dict]]:
+    """Tune's view of the sweep: one `grid_search` dimension per factor, the replicate and
+    (with controls) the arm, so that Tune's table and results hold a column for each; and
+    the trials to run, in run order, as points of that grid.
 
-    tags: dict[str, dict[str, str]] = {}
-    new_trials = []
-    for t in spec.trials:
-        extra = {}
-        if t.config.parallel_stage == "drafter" and not t.config.target_path:
-            h = next(h for h, m in targets.items() if target_hash(t.config, m["data_sha256"]) == h)
-            # every other field of the trial (its run order among them) is kept as it is
-            t = dataclasses.replace(t, config=t.config.replace(target_path=targets[h]["path"]))
-            extra = {"target_hash": h, "data_sha256": targets[h]["data_sha256"]}
-        new_trials.append(t)
-        tags[t.key] = extra
-    return dataclasses.replace(spec, trials=new_trials), tags
-
-
-def data_hash_tags(spec: SweepSpec, tags: dict[str, dict[str, str]], hashes: dict[str, str]) -> None:
-    """Backbone-stage trials train their own LM; record their corpus hash and the hash
-    their target would have."""
-    from dspark.train import target_hash
-
-    for t in spec.trials:
-        if tags.get(t.key):
-            continue
-        sha = corpus_sha256(t.config, hashes)
-        tags[t.key] = {"data_sha256": sha, "target_hash": target_hash(t.config, sha)}
-
-
-def param_space(spec: SweepSpec, trials=None, resume_dirs: dict[str, str] | None = None) -> dict:
-    cpus = spec.resources.get("cpu", 1)
-    resume_dirs = resume_dirs or {}
-    rows = [{"trial_key": t.key, "cpus": cpus, "trainer": t.config.to_dict(), "resume_from": resume_dirs.get(t.key)}
-            for t in (spec.trials if trials is None else trials)]
-    return {"trial": tune.grid_search(rows)}
+    The points are what Tune runs (`BasicVariantGenerator(points_to_evaluate=...)` with
+    `num_samples` = their number): a fractional design or a resume runs only its rows, and
+    every design keeps its randomised run order, which a plain grid's nested loops would
+    lose.
+    """
+    points = [spec.tune_params(t) for t in trials]
+    order = {f: list(levels) + [""] for f, levels in spec.factors.items()}
+    space = {}
+    for k in points[0]:
+        values = list(dict.fromkeys(p[k] for p in points))
+        if k in order:
+            values.sort(key=order[k].index)
+        elif k == "replicate":
+            values.sort()
+        space[k] = tune.grid_search(values)
+    return space, points
 
 
 def _key_hash(key: str) -> str:
@@ -182,18 +180,27 @@ def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
     return out
 
 
-def _flatten(config: dict) -> dict:
-    # grid_search nests each trial under "trial"; the trainable reads it flat
-    return config["trial"] if "trial" in config else config
+def _trainable(spec: SweepSpec, resume_dirs: dict[str, str]):
+    """The function Tune runs: it resolves the point's levels to the trial's config."""
+    cpus = spec.resources.get("cpu", 1)
 
-
-def _trainable(spec: SweepSpec):
-    def fn(config):
-        trial_fn(_flatten(config))
+    def fn(params):
+        t = spec.trial_for(params)
+        trial_fn({"trial_key": t.key, "cpus": cpus, "trainer": t.config.to_dict(),
+                  "resume_from": resume_dirs.get(t.key)})
 
     fn.__name__ = "dspark_trial"
     res = {"cpu": spec.resources.get("cpu", 1), "gpu": spec.resources.get("gpu", 0)}
     return tune.with_resources(fn, res)
+
+
+def _dirname_creator(spec: SweepSpec):
+    def dirname(trial) -> str:
+        key = spec.trial_for(trial.config).key
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
+        return f"{trial.trial_id}_{safe[:80]}_{_key_hash(key)}"
+
+    return dirname
 
 
 class Interrupted(KeyboardInterrupt):
@@ -327,18 +334,15 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     try:
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
-            hashes: dict[str, str] = {}  # corpus hashes, shared so each corpus is read once
             local_cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
-            targets = ensure_targets(spec, root, hashes, local_cpus)
-            spec, tags = bind_targets(spec, targets)
-            data_hash_tags(spec, tags, hashes)
+            spec, tags, shared = bind_targets(spec, root, local_cpus)
             commit = git_commit()
             for v in tags.values():
                 v["git_commit"] = commit
             ledger = Ledger(tracking_uri, spec)
             reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
             ledger.claim()
-            for h, meta in targets.items():
+            for h, meta in shared.items():
                 ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
             tracker = SweepTracker(tracking_uri, spec, tags)
             exp_dir.mkdir(parents=True, exist_ok=True)
@@ -347,18 +351,20 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             # the rest could run code written there by anyone who can write the storage):
             # the unfinished trials are rebuilt from the saved spec and the MLflow store, and
             # each continues from its newest checkpoint, loaded with weights_only=True.
-            todo, resume_dirs = spec.trials, {}
+            todo, resume_dirs, results = spec.trials, {}, None
             if resume:
                 runs = ledger.child_runs()
                 todo = [t for t in spec.trials if not (t.key in runs and runs[t.key].info.status == "FINISHED")]
                 resume_dirs = latest_checkpoints(exp_dir, todo)
             if todo:
                 limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+                space, points = search_space(spec, todo)
                 tuner = tune.Tuner(
-                    _trainable(spec),
-                    param_space=param_space(spec, todo, resume_dirs),
-                    tune_config=tune.TuneConfig(max_concurrent_trials=limit or None, reuse_actors=True,
-                                                trial_dirname_creator=_dirname),
+                    _trainable(spec, resume_dirs),
+                    param_space=space,
+                    tune_config=tune.TuneConfig(
+                        num_samples=len(points), reuse_actors=True, trial_dirname_creator=_dirname_creator(spec),
+                        search_alg=BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0)),
                     run_config=tune.RunConfig(
                         name=spec.name, storage_path=str(root), callbacks=[tracker], verbose=verbose,
                         failure_config=tune.FailureConfig(max_failures=spec.max_failures),
@@ -367,7 +373,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
                 )
                 signals.in_tune = True
                 try:
-                    tuner.fit()
+                    results = tuner.fit()
                 finally:
                     signals.in_tune = False
         # count from the store: a trial that Tune stopped on a signal ends neither way
@@ -381,7 +387,8 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             raise Interrupted(signals.signum or signal.SIGINT)
         ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
         return {**states, "experiment": spec.name, "tracking_uri": tracking_uri, "storage": str(exp_dir),
-                "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id}
+                "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
+                "results": results}  # Tune's ResultGrid of the trials run now (None if none was left)
     except BaseException as e:
         if ledger is not None:
             ledger.close_open_runs("KILLED")
@@ -395,12 +402,6 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             ledger.close_open_runs("KILLED")
         if started_ray:
             ray.shutdown()
-
-
-def _dirname(trial) -> str:
-    key = _flatten(trial.config)["trial_key"]
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
-    return f"{trial.trial_id}_{safe[:80]}_{_key_hash(key)}"
 
 
 def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:

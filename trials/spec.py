@@ -39,6 +39,8 @@ from dspark.config import FIELD_NAMES, Config, from_dict
 TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
             "max_concurrent", "max_failures", "description"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# a run's own columns in Tune's results and in analysis: no factor may take these names
+RESERVED_NAMES = ("replicate", "arm", "cell", "seed", "run_order", "run_id", "run_name", "status")
 MAX_TRIALS = 10_000  # cells x replicates; checked before any trial is built
 
 
@@ -90,6 +92,21 @@ class SweepSpec:
             return "full"
         k, p = len(self.factors), len(self.generators)
         return f"2^({k}-{p})"
+
+    def tune_params(self, trial: Trial) -> dict[str, Any]:
+        """The trial as Ray Tune sees it: one dimension per factor, the replicate and, in a
+        sweep with controls, the arm. The names are the MLflow tags' and analysis columns'."""
+        params: dict[str, Any] = {**trial.levels, "replicate": trial.replicate}
+        if self.controls:
+            params["arm"] = trial.arm
+        return params
+
+    def trial_for(self, params: dict[str, Any]) -> Trial:
+        """The trial at a point of Tune's search space (the inverse of `tune_params`)."""
+        for t in self.trials:
+            if all(params.get(k) == v for k, v in self.tune_params(t).items()):
+                return t
+        raise KeyError(f"no trial of sweep {self.name!r} at {params}")
 
     def override(self, **changes: Any) -> "SweepSpec":
         """The same design with every trial's config changed (e.g. a smoke test)."""
@@ -161,6 +178,9 @@ def parse(raw: Any) -> SweepSpec:
         fname = str(fname)
         if not NAME_RE.match(fname):
             problems.append(f"factors.{fname}: a factor name must be letters, digits, '_', '-' or '.'")
+        elif fname in RESERVED_NAMES:
+            problems.append(f"factors.{fname}: {fname!r} names a column every run has; "
+                            f"call the factor something else (reserved: {', '.join(RESERVED_NAMES)})")
         if not isinstance(levels, dict) or len(levels) < 2:
             problems.append(f"factors.{fname}: needs at least two levels, each mapping to config overrides")
             continue

@@ -9,39 +9,19 @@ Tune callback: it runs in the driver and turns trial events into MLflow writes.
 from __future__ import annotations
 
 import json
-import math
 import os
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param
+from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
-from dspark.record import FACTOR_PREFIX, PARENT_TAG, SWEEP_PARENT_TAG, is_metric, metric_name, store_key
+from dspark.record import (EXPERIMENT_KIND_TAG, FACTOR_PREFIX, MODEL_TRAINING, PARENT_TAG, SWEEP_PARENT_TAG,
+                           is_metric, metric_name)
+from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
 from .spec import SweepSpec, Trial
-
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-MODEL_TRAINING = "custom_model_development"
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def trial_params(trial: Trial) -> dict[str, str]:
-    """The full resolved trainer config, as MLflow's string params."""
-    return {k: str(v) for k, v in trial.config.to_dict().items()}
-
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
     tags = {PARENT_TAG: parent_id, "sweep": spec.name, "cell": trial.cell, "replicate": str(trial.replicate),
@@ -50,6 +30,7 @@ def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, s
     for f, level in trial.levels.items():
         tags[f"{FACTOR_PREFIX}{f}"] = level
     tags.update(extra)
+    tags.update(source_tags("trials run", extra.get("git_commit")))
     return tags
 
 
@@ -78,6 +59,7 @@ class Ledger:
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
                                      tags={SWEEP_PARENT_TAG: "true", "sweep": self.spec.name,
                                            "design": self.spec.design, "git_commit": git_commit(),
+                                           **source_tags("trials run"),
                                            "factors": ",".join(self.spec.factors),
                                            "description": self.spec.description[:4000],
                                            # MLflow shows this tag as the run's description
@@ -130,9 +112,7 @@ class Ledger:
             return run_id, False
         tags = trial_tags(self.spec, trial, self.parent_id, extra_tags)
         run = self.client.create_run(self.experiment_id, run_name=trial.run_name, tags=tags)
-        params = [Param(k, v) for k, v in trial_params(trial).items()]
-        for i in range(0, len(params), 90):
-            self.client.log_batch(run.info.run_id, params=params[i:i + 90])
+        log_params(self.client, run.info.run_id, config_params(trial.config.to_dict()))
         return run.info.run_id, False
 
     def last_steps(self, run_id: str) -> dict[str, int]:
@@ -146,11 +126,7 @@ class Ledger:
         return out
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
-        ts = int(time.time() * 1000)
-        batch = [Metric(store_key(k), float(v), ts, step) for k, v in metrics.items()
-                 if isinstance(v, (int, float)) and math.isfinite(float(v))]
-        for i in range(0, len(batch), 900):
-            self.client.log_batch(run_id, metrics=batch[i:i + 900])
+        log_metrics(self.client, run_id, metrics, step)
 
     def finish(self, run_id: str, status: str, error: str | None = None) -> None:
         if error:
@@ -196,9 +172,7 @@ class SweepTracker(Callback):
         return self._ledger
 
     def _trial(self, trial) -> Trial:
-        # the runner's param space nests each trial's config under "trial"
-        key = trial.config.get("trial", trial.config)["trial_key"]
-        return next(t for t in self.spec.trials if t.key == key)
+        return self.spec.trial_for(trial.config)  # the config is the trial's point: its levels
 
     def _run_id(self, trial) -> str:
         if trial.trial_id not in self._runs:
@@ -229,7 +203,9 @@ class SweepTracker(Callback):
         last = self._last_step.setdefault(run_id, {})
         # a metric is logged once per step: a trial resumed from a checkpoint older than
         # what was logged, or a final report repeating the last evaluation, adds nothing
-        metrics = {k: v for k, v in result.items() if is_metric(k) and step > last.get(k, -1)}
+        # (NaN is Tune's "not measured yet", see trials.runner.TABLE_METRICS: never logged)
+        metrics = {k: v for k, v in result.items()
+                   if is_metric(k) and finite(v) and step > last.get(k, -1)}
         self.ledger.log_metrics(run_id, metrics, step)
         last.update({k: step for k in metrics})
         node = result.get("node_id")
@@ -253,14 +229,10 @@ class SweepTracker(Callback):
             return
         t = self._trial(trial)
         client = self.ledger.client
-        last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k)}
-        with tempfile.TemporaryDirectory() as tmp:
-            Path(tmp, "config.json").write_text(json.dumps(t.config.to_dict(), indent=2))
-            Path(tmp, "final_metrics.json").write_text(json.dumps(last, indent=2, sort_keys=True))
-            client.log_artifacts(run_id, tmp)
+        last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k) and finite(v)}
         ckpt = trial.checkpoint
-        if ckpt is not None and ckpt.path and os.path.isdir(os.path.join(ckpt.path, "artifacts")):
-            client.log_artifacts(run_id, os.path.join(ckpt.path, "artifacts"), artifact_path="plots")
+        plots = Path(ckpt.path) / "artifacts" if ckpt is not None and ckpt.path else None
+        log_run_files(client, run_id, t.config.to_dict(), last, plots)
         self.ledger.finish(run_id, "FINISHED")
         self._runs.pop(trial.trial_id, None)
 

@@ -149,6 +149,8 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
     assert html.count('src="data:image/png;base64,') >= 6 and not (tmp_path / "rep" / "synthetic" / "img").exists()
     md = (tmp_path / "rep" / "synthetic" / "report.md").read_text()
     assert "| D1 |" in md and "Residual sigma" in md and "detectable effect" in md
+    for text in (md, html):  # the coded design and its alias structure (here: none)
+        assert "full factorial: no effect is aliased" in text
     # run names link to their runs; the attribution is logged on the parent run
     df = load_runs("synthetic", store)
     assert f"#/experiments/{df.attrs['experiment_id']}/runs/{df['run_id'].iloc[0]}" in html
@@ -209,3 +211,27 @@ def test_plan_cli_prints_the_replicates_needed(store):
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
                           "--effect", "0"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--effect" in bad.stderr
+
+
+def test_alias_structure_read_off_the_runs_matches_the_spec():
+    """The report derives the alias structure from the cells that ran; it must agree with
+    the one `trials validate` derives from the generators (2^(4-1), D = A*B*C)."""
+    import pandas as pd
+
+    from analysis.report import alias_structure
+    from trials.spec import alias_structure as spec_aliases, parse
+
+    spec = parse({"name": "frac", "base": {"preset": "tiny"},
+                  "factors": {"A": {"lo": {"lr": 1e-3}, "hi": {"lr": 2e-3}},
+                              "B": {"lo": {"batch_size": 4}, "hi": {"batch_size": 8}},
+                              "C": {"lo": {"stride": 8}, "hi": {"stride": 16}},
+                              "D": {"lo": {"markov_rank": 8}, "hi": {"markov_rank": 16}}},
+                  "design": {"generators": {"D": "A*B*C"}}})
+    coded = pd.DataFrame([{f: -1 if t.levels[f] == "lo" else 1 for f in "ABCD"} for t in spec.trials])
+
+    def parse_lines(lines):
+        return {left.strip(): set(right.split(" = ")) for left, right in (ln.split(" = ", 1) for ln in lines)}
+
+    ours, theirs = parse_lines(alias_structure(coded)), parse_lines(spec_aliases(spec))
+    assert ours == theirs
+    assert ours["A"] == {"B:C:D"} and ours["A:B"] == {"C:D"} and ours["I"] == {"A:B:C:D"}

@@ -40,7 +40,7 @@ def test_metrics_on_known_values():
 
 # Real decoding records of a trained tiny drafter (the demo's size: 24 prompts per split,
 # K = 7): raw c_k per round and the observed prefix survival, on the validation and the
-# calibration split. Regenerate with a `dspark train` run and `spec_eval.decode_set`.
+# calibration split. Regenerate with a `dspark train` run and `speculative_eval.decode_set`.
 RECORDS = Path(__file__).resolve().parents[1] / "data" / "decode_records_tiny.npz"
 
 

@@ -190,7 +190,7 @@ def test_confidence_scheduled_truncation_keeps_greedy_exact():
 
 
 def test_unconditional_accept_rate_and_static_threshold_rule():
-    from dspark.spec_eval import accept_at, accept_rate_at, static_threshold_lengths
+    from dspark.speculative_eval import accept_at, accept_rate_at, static_threshold_lengths
 
     accepted = [0, 1, 3, 3, 2]  # draft tokens accepted per round, K = 3
     assert accept_rate_at(accepted, 3) == [4 / 5, 3 / 5, 2 / 5]  # all of slots 1..k accepted, over all rounds

@@ -26,12 +26,20 @@ def children(uri, name):
     return c, parents, kids
 
 
-def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir):
+def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, capsys):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = specmod.smoke(specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "smoke", D1_D9)))
     assert spec.name == "smoke-smoke"  # a smoke test never mixes with the real sweep's runs
-    out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
+    out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=1)
     assert out == {**out, "finished": 4, "failed": 0}
+    # each factor and the replicate are Tune dimensions: columns in Tune's results and table
+    df = out["results"].get_dataframe()
+    assert {"config/D1", "config/D9", "config/replicate"} <= set(df.columns)
+    assert sorted(zip(df["config/D1"], df["config/D9"])) == sorted(
+        (a, b) for a in ("shifted", "aligned") for b in ("hidden", "markov"))
+    assert df["tf/tau"].notna().all() and df["spec/tau"].notna().all()
+    header = [line for line in capsys.readouterr().out.splitlines() if "Trial name" in line][-1].split()
+    assert {"D1", "D9", "replicate", "tf/tau", "spec/tau"} <= set(header), header
     c, parents, kids = children(uri, "smoke-smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(kids) == 4

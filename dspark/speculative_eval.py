@@ -14,6 +14,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -45,10 +46,12 @@ def _generator(device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: float, device, n_timed: int = 0):
+def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: float, device, n_timed: int = 0,
+               progress: Callable[[int, int], None] | None = None):
     """Speculative decoding of every prompt; on the first `n_timed` prompts autoregressive
     decoding too, interleaved so both see the same machine state. Returns (stats,
-    per-prompt tau, spec seconds and AR seconds over the timed prompts)."""
+    per-prompt tau, spec seconds and AR seconds over the timed prompts). `progress` hears
+    (prompts done, prompts)."""
     stats = RoundStats()
     taus, spec_s, ar_s = [], 0.0, 0.0
     for i, prompt in enumerate(prompts):
@@ -67,6 +70,8 @@ def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: flo
             spec_s += time.perf_counter() - t0
         rounds = stats.accepted[before:]
         taus.append(float(np.mean([n + 1 for n in rounds])))
+        if progress is not None:
+            progress(i + 1, len(prompts))
     return stats, taus, spec_s, ar_s
 
 
@@ -101,56 +106,82 @@ def _survival(stats: RoundStats, K: int):
     return conf, survived, acc
 
 
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
 def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Path | None,
-                         n_prompts: int | None = None, full: bool = True) -> dict:
+                         n_prompts: int | None = None, full: bool = True, progress: Progress | None = None) -> dict:
     """All speculative responses; artifacts (histogram, reliability diagram, SPS table)
-    go to out_dir/artifacts when `full`."""
+    go to out_dir/artifacts when `full`. `progress` hears each phase's prompts."""
     K = cfg.block_size
     n = n_prompts or cfg.spec_prompts
     for m in (target, drafter, head):
         m.eval()
     val_prompts = prompts_from(corpus.val, n, cfg.spec_prompt_len)
     n_timed = min(n, SPEEDUP_PROMPTS) if full else 0
-    stats, taus, spec_s, ar_s = decode_set(target, drafter, head, val_prompts, cfg.spec_new_tokens, 1.0,
-                                           device, n_timed)
-    rounds = len(stats.accepted)
-    m: dict[str, float] = {
-        "spec/tau": float(np.mean([a + 1 for a in stats.accepted])),
-        "spec/tau_se": float(np.std(taus, ddof=1) / math.sqrt(len(taus))) if len(taus) > 1 else float("nan"),
-    }
-    for k, v in enumerate(accept_at(stats.accepted, K), start=1):
-        m[f"spec/accept@{k}"] = v
-    for k, v in enumerate(accept_rate_at(stats.accepted, K), start=1):
-        m[f"spec/accept_rate@{k}"] = v
+
+    def decode(phase, prompts, temperature, timed):
+        hook = None if progress is None else (lambda i, total: progress(phase, i, total))
+        return decode_set(target, drafter, head, prompts, cfg.spec_new_tokens, temperature, device, timed, hook)
+
+    stats, taus, spec_s, ar_s = decode("decode (sampled)", val_prompts, 1.0, n_timed)
+    m = acceptance_metrics(stats.accepted, taus, K)
     if not full:
         return m
-    m["spec/speedup"] = ar_s / spec_s
-    m["spec/tokens_per_s"] = n_timed * cfg.spec_new_tokens / spec_s
-    m["spec/ar_tokens_per_s"] = n_timed * cfg.spec_new_tokens / ar_s
-    m["spec/draft_ms"] = stats.draft_ms / rounds
-    m["spec/seq_ms"] = stats.seq_ms / rounds
-    m["spec/verify_ms"] = stats.verify_ms / rounds
-    m["spec/round_ms"] = stats.total_ms / rounds
-    m["spec/seq_frac"] = stats.seq_ms / stats.total_ms
-    g_stats, _, g_spec_s, g_ar_s = decode_set(target, drafter, head, val_prompts, cfg.spec_new_tokens, 0.0,
-                                              device, n_timed)
+    m.update(timing_metrics(stats, spec_s, ar_s, n_timed * cfg.spec_new_tokens))
+    g_stats, _, g_spec_s, g_ar_s = decode("decode (greedy)", val_prompts, 0.0, n_timed)
     m["spec/tau_greedy"] = float(np.mean([a + 1 for a in g_stats.accepted]))
     m["spec/speedup_greedy"] = g_ar_s / g_spec_s
 
-    # calibration: raw on the validation prompts; STS fitted on the calibration split
     conf, survived, acc = _survival(stats, K)
+    cal_stats, *_ = decode("calibrate (STS)", prompts_from(corpus.calib, n, cfg.spec_prompt_len), 1.0, 0)
+    conf_sts, temps, cal = calibrate(conf, survived, *_survival(cal_stats, K)[:2])
+    m.update(cal)
+    m.update(threshold_sweep(conf, conf_sts, acc))
+    sizes = list(range(CONCURRENT_REQUESTS, CONCURRENT_REQUESTS * (K + 1) + 1))
+    sps = load_or_measure_sps(target, sps_cache_path(), sizes, cfg.spec_prompt_len)
+    m.update(algorithm1(conf_sts, acc, sps, CONCURRENT_REQUESTS))
+    if out_dir is not None:
+        write_artifacts(Path(out_dir) / "artifacts", acc, K, conf, conf_sts, survived, temps, sps)
+    return m
+
+
+def acceptance_metrics(accepted: list[int], taus: list[float], K: int) -> dict[str, float]:
+    """Mean tokens per round (+ its standard error over prompts) and acceptance per slot."""
+    m = {"spec/tau": float(np.mean([a + 1 for a in accepted])),
+         "spec/tau_se": float(np.std(taus, ddof=1) / math.sqrt(len(taus))) if len(taus) > 1 else float("nan")}
+    for k, v in enumerate(accept_at(accepted, K), start=1):
+        m[f"spec/accept@{k}"] = v
+    for k, v in enumerate(accept_rate_at(accepted, K), start=1):
+        m[f"spec/accept_rate@{k}"] = v
+    return m
+
+
+def timing_metrics(stats: RoundStats, spec_s: float, ar_s: float, timed_tokens: int) -> dict[str, float]:
+    """Wall-clock speedup against autoregressive decoding, and a round's parts."""
+    rounds = len(stats.accepted)
+    return {"spec/speedup": ar_s / spec_s, "spec/tokens_per_s": timed_tokens / spec_s,
+            "spec/ar_tokens_per_s": timed_tokens / ar_s, "spec/draft_ms": stats.draft_ms / rounds,
+            "spec/seq_ms": stats.seq_ms / rounds, "spec/verify_ms": stats.verify_ms / rounds,
+            "spec/round_ms": stats.total_ms / rounds, "spec/seq_frac": stats.seq_ms / stats.total_ms}
+
+
+def calibrate(conf, survived, cal_conf, cal_survived):
+    """Raw calibration on the validation rounds, and after STS fitted on the calibration
+    split's rounds. Returns (calibrated conf, temperatures, metrics)."""
     valid = np.ones_like(survived, dtype=bool)
-    m.update(calibration.prefix_metrics(conf, survived, valid, "conf/"))
-    cal_stats, *_ = decode_set(target, drafter, head, prompts_from(corpus.calib, n, cfg.spec_prompt_len),
-                               cfg.spec_new_tokens, 1.0, device)
-    c_conf, c_surv, _ = _survival(cal_stats, K)
-    temps = calibration.fit_sts(c_conf, c_surv)
+    m = calibration.prefix_metrics(conf, survived, valid, "conf/")
+    temps = calibration.fit_sts(cal_conf, cal_survived)
     conf_sts = calibration.apply_sts(conf, temps)
     sts = calibration.prefix_metrics(conf_sts, survived, valid, "conf/")
     m.update({(k.replace("@", "_sts@") if "@" in k else k + "_sts"): v for k, v in sts.items()})
+    return conf_sts, temps, m
 
-    # thresholds: the paper's rule on the calibrated cumulative product (Fig 5), and
-    # DeepSpec's static rule on the raw per-slot confidences
+
+def threshold_sweep(conf, conf_sts, acc) -> dict[str, float]:
+    """Verified and accepted lengths per threshold: the paper's rule on the calibrated
+    cumulative product (Fig 5), and DeepSpec's static rule on the raw per-slot c_k."""
+    m = {}
     cum = np.cumprod(conf_sts, axis=1)
     for t in THRESHOLDS:
         l = (cum >= t).sum(axis=1)  # cum is non-increasing, so this is the surviving prefix length
@@ -159,16 +190,15 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
         ls = static_threshold_lengths(conf, t)
         m[f"sched/static_verified@{t}"] = float(ls.mean())
         m[f"sched/static_accepted@{t}"] = float(np.minimum(acc, ls).mean())
+    return m
 
-    # Algorithm 1 over concurrent requests, driven by a measured SPS table
-    R = CONCURRENT_REQUESTS
-    art = Path(out_dir) / "artifacts" if out_dir is not None else None
-    sps_path = sps_cache_path()
-    sizes = list(range(R, R * (K + 1) + 1))
-    sps = load_or_measure_sps(target, sps_path, sizes, cfg.spec_prompt_len)
-    n_batches = len(acc) // R
+
+def algorithm1(conf_sts, acc, sps: dict[int, float], R: int) -> dict[str, float]:
+    """Algorithm 1 over batches of R concurrent requests, driven by a measured SPS table:
+    tokens per verify step and throughput against verifying every slot."""
+    K = conf_sts.shape[1]
     sched_tok, full_tok, sched_thr, full_thr, lens = [], [], [], [], []
-    for b in range(n_batches):
+    for b in range(len(acc) // R):
         sl = slice(b * R, (b + 1) * R)
         chosen = np.asarray(prefix_schedule(conf_sts[sl], sps))
         lens.extend(chosen.tolist())
@@ -177,15 +207,12 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
         sched_thr.append(committed.sum() * sps_lookup(sps, int(R + chosen.sum())))
         full_tok.append((acc[sl] + 1).sum())
         full_thr.append((acc[sl] + 1).sum() * sps_lookup(sps, R * (K + 1)))
-    if n_batches:
-        m["sched/alg1_len"] = float(np.mean(lens))
-        m["sched/alg1_tokens_per_step"] = float(np.mean(sched_tok))
-        m["sched/full_tokens_per_step"] = float(np.mean(full_tok))
-        m["sched/alg1_throughput"] = float(np.mean(sched_thr))
-        m["sched/full_throughput"] = float(np.mean(full_thr))
-        m["sched/alg1_gain"] = m["sched/alg1_throughput"] / m["sched/full_throughput"]
-    if art is not None:
-        write_artifacts(art, acc, K, conf, conf_sts, survived, temps, sps)
+    if not lens:
+        return {}
+    m = {"sched/alg1_len": float(np.mean(lens)), "sched/alg1_tokens_per_step": float(np.mean(sched_tok)),
+         "sched/full_tokens_per_step": float(np.mean(full_tok)), "sched/alg1_throughput": float(np.mean(sched_thr)),
+         "sched/full_throughput": float(np.mean(full_thr))}
+    m["sched/alg1_gain"] = m["sched/alg1_throughput"] / m["sched/full_throughput"]
     return m
 
 
@@ -199,7 +226,12 @@ def write_artifacts(art: Path, accepted: np.ndarray, K: int, conf, conf_sts, sur
     hist = np.bincount(accepted, minlength=K + 1).tolist()
     (art / "accepted_length_hist.json").write_text(json.dumps({"accepted": list(range(K + 1)), "rounds": hist}))
     (art / "sts_temperatures.json").write_text(json.dumps([float(t) for t in temps]))
-    (art / "sps_table.json").write_text(json.dumps({str(k): v for k, v in sps.items()}))
+    (art / "sps_table.json").write_text(json.dumps({
+        "what": "the target's verify speed: forward passes per second (SPS) by batch size, "
+                "measured on this machine; Algorithm 1 reads it",
+        "columns": {"batch_tokens": "tokens in one verify forward (requests x (1 + verified draft tokens))",
+                    "steps_per_s": "forward passes per second (1/s)"},
+        "rows": [{"batch_tokens": int(k), "steps_per_s": float(v)} for k, v in sorted(sps.items())]}, indent=1))
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.bar(range(K + 1), hist)
     ax.set_xlabel("draft tokens accepted per round")

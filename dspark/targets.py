@@ -1,0 +1,71 @@
+"""Target addressing: where a trained target LM lives and how it is found again.
+
+A target is addressed by content: the hash of the config fields that shape its training
+(`Config.target_dict`) and of the corpus it trained on. Trials whose targets share an
+address share one file, `<storage>/targets/<target hash>.pt`, trained once. Files are
+written atomically and loaded with `weights_only=True`, so a file that is not a saved
+target (or a pickle that would run code) is refused with one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .config import Config
+from .data import build_corpus
+from .model import TargetLM
+
+
+def target_hash(cfg: Config, data_sha256: str) -> str:
+    """Content address of a target: its config fields and the corpus hash."""
+    blob = json.dumps({**cfg.target_dict(), "data_sha256": data_sha256}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def corpus_sha256(cfg: Config, cache: dict[str, str] | None = None) -> str:
+    """The content hash of a config's corpus; `cache` (keyed by the data source) lets many
+    configs on one corpus read it once."""
+    key = json.dumps([cfg.data, cfg.text_column, cfg.max_corpus_bytes])
+    if cache is None or key not in cache:
+        sha = build_corpus(cfg.data, cfg.text_column, min_len=cfg.seq_len + 1, max_bytes=cfg.max_corpus_bytes).sha256
+        if cache is None:
+            return sha
+        cache[key] = sha
+    return cache[key]
+
+
+def address(cfg: Config, cache: dict[str, str] | None = None) -> tuple[str, str]:
+    """(target hash, corpus hash) of the target this config trains or needs."""
+    sha = corpus_sha256(cfg, cache)
+    return target_hash(cfg, sha), sha
+
+
+def target_file(storage: str | os.PathLike, target_hash_: str) -> Path:
+    return Path(storage) / "targets" / f"{target_hash_}.pt"
+
+
+def save_target(path: str | os.PathLike, target: TargetLM, meta: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({"arch": target.arch(), "state": target.state_dict(), "meta": json.dumps(meta)}, tmp)
+    os.replace(tmp, path)  # readers never see a half-written target
+
+
+def load_target(path: str | os.PathLike, device="cpu") -> tuple[TargetLM, dict]:
+    """A target saved by `save_target`; anything else is refused with one line."""
+    if not Path(path).is_file():
+        raise ValueError(f"target_path: {path} is not a file")
+    try:
+        blob = torch.load(path, map_location=device, weights_only=True)
+        target = TargetLM(**blob["arch"])
+        target.load_state_dict(blob["state"])
+        meta = json.loads(blob["meta"])
+    except Exception as e:  # not a torch file, a pickle refused by weights_only, another dict
+        raise ValueError(f"target_path: {path} is not a saved dspark target ({type(e).__name__})") from None
+    return target.to(device), meta
