@@ -81,7 +81,6 @@ class Config:
     # --- run plumbing ---
     target_path: str = ""  # load a trained target instead of training one
     out_dir: str = "runs/dspark"
-    crash_at_step: int = 0  # test only: raise once at this draft step in a run not resumed
 
     def __post_init__(self) -> None:
         self.context_layers = tuple(int(i) for i in self.context_layers)
@@ -125,7 +124,7 @@ class Config:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         for name in ("target_steps", "draft_steps", "warmup_steps", "spec_prompts",
-                     "spec_interval_prompts", "crash_at_step", "max_corpus_bytes"):
+                     "spec_interval_prompts", "max_corpus_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if self.spec_prompts and (self.spec_prompt_len < 1 or self.spec_new_tokens < 1):

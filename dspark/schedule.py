@@ -19,6 +19,8 @@ from typing import Mapping
 import numpy as np
 import torch
 
+from .model import sync
+
 
 def sps_lookup(sps: Mapping[int, float], batch: int) -> float:
     """SPS(B) from a profiled table; linear between profiled sizes, and beyond the largest
@@ -84,12 +86,10 @@ def measure_sps(target, batch_sizes, context_len: int, repeats: int = 5) -> dict
         times = []
         for _ in range(repeats + 1):
             cache.crop(context_len)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             t0 = time.perf_counter()
             target(x, cache)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             times.append(time.perf_counter() - t0)
         table[int(B)] = 1.0 / float(np.median(times[1:]))
     return table

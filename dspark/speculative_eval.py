@@ -9,7 +9,6 @@ the calibration split), a static-threshold sweep and Algorithm 1 over concurrent
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from . import calibration
+from .artifacts import decoding_artifacts
 from .data import fixed_batches
 from .schedule import load_or_measure_sps, prefix_schedule, sps_lookup
 from .model import sync
@@ -142,7 +142,7 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
     sps = load_or_measure_sps(target, sps_cache_path(), sizes, cfg.spec_prompt_len)
     m.update(algorithm1(conf_sts, acc, sps, CONCURRENT_REQUESTS))
     if out_dir is not None:
-        write_artifacts(Path(out_dir) / "artifacts", acc, K, conf, conf_sts, survived, temps, sps)
+        decoding_artifacts(Path(out_dir) / "artifacts", acc, K, conf, conf_sts, survived, temps, sps)
     return m
 
 
@@ -214,46 +214,3 @@ def algorithm1(conf_sts, acc, sps: dict[int, float], R: int) -> dict[str, float]
          "sched/full_throughput": float(np.mean(full_thr))}
     m["sched/alg1_gain"] = m["sched/alg1_throughput"] / m["sched/full_throughput"]
     return m
-
-
-def write_artifacts(art: Path, accepted: np.ndarray, K: int, conf, conf_sts, survived, temps, sps) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    art.mkdir(parents=True, exist_ok=True)
-    hist = np.bincount(accepted, minlength=K + 1).tolist()
-    (art / "accepted_length_hist.json").write_text(json.dumps({"accepted": list(range(K + 1)), "rounds": hist}))
-    (art / "sts_temperatures.json").write_text(json.dumps([float(t) for t in temps]))
-    (art / "sps_table.json").write_text(json.dumps({
-        "what": "the target's verify speed: forward passes per second (SPS) by batch size, "
-                "measured on this machine; Algorithm 1 reads it",
-        "columns": {"batch_tokens": "tokens in one verify forward (requests x (1 + verified draft tokens))",
-                    "steps_per_s": "forward passes per second (1/s)"},
-        "rows": [{"batch_tokens": int(k), "steps_per_s": float(v)} for k, v in sorted(sps.items())]}, indent=1))
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.bar(range(K + 1), hist)
-    ax.set_xlabel("draft tokens accepted per round")
-    ax.set_ylabel("rounds")
-    ax.set_title("accepted length (temperature 1)")
-    fig.tight_layout()
-    fig.savefig(art / "accepted_length_hist.png", dpi=110)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    bins = np.linspace(0, 1, 11)
-    for label, c in (("raw", conf), ("STS", conf_sts)):
-        cum = np.cumprod(c, axis=1).ravel()
-        y = survived.ravel()
-        idx = np.clip(np.digitize(cum, bins) - 1, 0, 9)
-        xs = [cum[idx == b].mean() for b in range(10) if (idx == b).any()]
-        ys = [y[idx == b].mean() for b in range(10) if (idx == b).any()]
-        ax.plot(xs, ys, marker="o", label=label)
-    ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-    ax.set_xlabel("predicted prefix survival  prod c_k")
-    ax.set_ylabel("observed prefix survival")
-    ax.set_title("reliability")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(art / "reliability.png", dpi=110)
-    plt.close(fig)

@@ -15,7 +15,6 @@ final metrics as one that never stopped (exactly, on CPU). Knows nothing of Ray 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -29,14 +28,17 @@ import torch.nn.functional as F
 
 from .blocks import Models, draft_blocks, trainable_parameters
 from .config import VOCAB_SIZE, Config, from_dict
+from .artifacts import training_curves
 from .data import Corpus, build_corpus, fixed_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
 from .loss import dspark_loss
 from .model import Drafter, TargetLM, sync
+from .targets import load_target, save_target, target_hash
 from .windows import random_anchors, strided_anchors
 
 Report = Callable[[dict, "str | None"], None]
+BeforeStep = Callable[[int, bool], None]  # (head-stage step, resumed): e.g. a test's injected fault
 Progress = Callable[[str, int, int, dict], None]
 
 def resolve_device(name: str) -> torch.device:
@@ -53,37 +55,9 @@ def autocast_for(cfg: Config, device: torch.device):
     return contextlib.nullcontext
 
 
-def target_hash(cfg: Config, data_sha256: str) -> str:
-    """Content address of a target: its config fields and the corpus hash."""
-    blob = json.dumps({**cfg.target_dict(), "data_sha256": data_sha256}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def save_target(path: str | os.PathLike, target: TargetLM, meta: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"arch": target.arch(), "state": target.state_dict(), "meta": json.dumps(meta)}, tmp)
-    os.replace(tmp, path)  # readers never see a half-written target
-
-
-def load_target(path: str | os.PathLike, device="cpu") -> tuple[TargetLM, dict]:
-    """A target saved by `save_target`; anything else is refused with one line."""
-    if not Path(path).is_file():
-        raise ValueError(f"target_path: {path} is not a file")
-    try:
-        blob = torch.load(path, map_location=device, weights_only=True)
-        target = TargetLM(**blob["arch"])
-        target.load_state_dict(blob["state"])
-        meta = json.loads(blob["meta"])
-    except Exception as e:  # not a torch file, a pickle refused by weights_only, another dict
-        raise ValueError(f"target_path: {path} is not a saved dspark target ({type(e).__name__})") from None
-    return target.to(device), meta
-
-
 # Config fields that do not change what trains: evaluation, decoding and run plumbing.
 # Every other field must match a checkpoint's for a run to resume from it.
-NOT_TRAINING = ("preset", "out_dir", "target_path", "device", "crash_at_step", "eval_interval", "eval_batches",
+NOT_TRAINING = ("preset", "out_dir", "target_path", "device", "eval_interval", "eval_batches",
                 "spec_prompts", "spec_prompt_len", "spec_new_tokens", "spec_interval_prompts")
 
 
@@ -153,10 +127,11 @@ class Trainer:
     """The state of one run, and the two stages that advance it."""
 
     def __init__(self, cfg: Config, report: Report | None = None, progress: Progress | None = None,
-                 corpus: Corpus | None = None):
+                 corpus: Corpus | None = None, before_step: BeforeStep | None = None):
         self.cfg = cfg
         self.report = report
         self.progress = progress
+        self.before_step = before_step
         self.device = resolve_device(cfg.device)
         self.autocast = autocast_for(cfg, self.device)
         self.out_dir = Path(cfg.out_dir)
@@ -305,7 +280,7 @@ class Trainer:
             if self.stage == "draft" and self.cfg.spec_prompts:
                 final.update(self.speculative(self.cfg.spec_prompts, full=True))
             self.stage = "done"
-            self.write_plots()
+            training_curves(self.history, self.out_dir / "artifacts")  # carried in the final checkpoint
             self._emit(final, checkpoint=True)
         return self.final_metrics()
 
@@ -318,12 +293,7 @@ class Trainer:
             with self.autocast():
                 logits = self.target(x[:, :-1]).logits
             loss = F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-            _check_finite(loss, "target", self.step)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.target.parameters(), cfg.grad_clip)
-            self.opt.step()
-            self.sched.step()
+            self._optimizer_step(loss, list(self.target.parameters()))
             self.step += 1
             tokens += x[:, :-1].numel()
             self._tick(cfg.target_steps, {"loss": loss.item()})
@@ -342,71 +312,74 @@ class Trainer:
             return strided_anchors(cfg.seq_len, cfg.stride).expand(batch, -1)
         return random_anchors(batch, cfg.anchors_per_seq, cfg.seq_len, cfg.block_size, self.anchor_gen)
 
+    def _optimizer_step(self, loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
+        _check_finite(loss, self.stage, self.step)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        self.opt.step()
+        self.sched.step()
+
     def _train_head(self) -> None:
         cfg = self.cfg
         total = cfg.draft_steps if self.stage == "draft" else cfg.target_steps
-        alphas = (cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf)
         if self.step == 0 and not self.resumed:
             self._emit({**self.evaluate(), "step": self.global_step()}, checkpoint=False)
         tokens, t0, step_s, steps = 0, time.perf_counter(), 0.0, 0
         params = trainable_parameters(self.models)
-        # the backbone stage's pure-CE control (aux_weight 0) runs no head at all, so its
-        # step time is what the LM costs alone ("does the aux head earn its share")
-        pure_ce = self.stage == "joint" and cfg.aux_weight == 0
         while self.step < total:
-            if cfg.crash_at_step and self.step == cfg.crash_at_step and not self.resumed:
-                raise RuntimeError(f"injected crash at step {self.step} (crash_at_step, test only)")
+            if self.before_step is not None:
+                self.before_step(self.step, self.resumed)
             self._train_mode(True)
             x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
             anchors = self._anchors(x.shape[0]).to(self.device)
             ts = time.perf_counter()
-            res = None
-            with self.autocast():
-                if self.stage == "draft":
-                    with torch.no_grad():
-                        lm = self.target(x[:, :-1])
-                    out = draft_blocks(self.models, x, anchors, cfg.window, lm=lm)
-                elif pure_ce:
-                    lm = self.target(x[:, :-1])
-                else:
-                    out = draft_blocks(self.models, x, anchors, cfg.window)
-                    lm = out.lm
-            if not pure_ce:
-                res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid,
-                                  out.conf_logits, cfg.decay_denominator, alphas)
-            if self.stage == "joint":
-                lm_ce = F.cross_entropy(lm.logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-                loss = lm_ce if pure_ce else lm_ce + cfg.aux_weight * res["loss"]
-            else:
-                loss = res["loss"]
-            _check_finite(loss, self.stage, self.step)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            self.opt.step()
-            self.sched.step()
+            loss, parts = self._head_loss(x, anchors)
+            self._optimizer_step(loss, params)
             sync(self.device)
             step_s += time.perf_counter() - ts
             steps += 1
             self.step += 1
             tokens += x[:, :-1].numel()
-            info = {"loss": loss.item()} if res is None else {"loss": loss.item(), "tau_tf": res["tau_tf"].item()}
-            self._tick(total, info)
+            self._tick(total, {"loss": loss.item(), **({"tau_tf": parts["tau_tf"].item()} if "tau_tf" in parts else {})})
             if self.step % cfg.eval_interval == 0 or self.step == total:
+                # forward + backward + optimizer step alone, mean over this stage so far
                 m = {"train/loss": loss.item(), "train/tokens_per_s": tokens / (time.perf_counter() - t0),
-                     # forward + backward + optimizer step alone, mean over this stage so far
                      "train/step_ms": 1000.0 * step_s / steps}
-                if res is not None:
-                    m.update({"train/ce": res["ce"].item(), "train/tv": res["tv"].item(),
-                              "train/conf": res["conf"].item(), "train/tau_tf": res["tau_tf"].item()})
-                if self.stage == "joint":
-                    m["train/lm_ce"] = lm_ce.item()
+                m.update({f"train/{k}": v.item() for k, v in parts.items()})
                 m.update(self.evaluate())
                 if self.stage == "draft" and cfg.spec_interval_prompts and self.step < total:
                     m.update(self.speculative(cfg.spec_interval_prompts, full=False))
                 m["step"] = self.global_step()
                 self._emit(m, checkpoint=True)
         self._train_mode(False)
+
+    def _head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One batch's loss and its logged parts. Draft stage: the DSpark loss on the frozen
+        target. Backbone stage: CE_lm + aux_weight * L_dspark, where the pure-CE control
+        (aux_weight 0) runs no head at all, so its step time is what the LM costs alone."""
+        cfg = self.cfg
+        pure_ce = self.stage == "joint" and cfg.aux_weight == 0
+        with self.autocast():
+            if self.stage == "draft":
+                with torch.no_grad():
+                    lm = self.target(x[:, :-1])
+                out = draft_blocks(self.models, x, anchors, cfg.window, lm=lm)
+            elif pure_ce:
+                lm = self.target(x[:, :-1])
+            else:
+                out = draft_blocks(self.models, x, anchors, cfg.window)
+                lm = out.lm
+        parts: dict[str, torch.Tensor] = {}
+        if not pure_ce:
+            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, out.conf_logits,
+                              cfg.decay_denominator, (cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf))
+            parts = {k: res[k] for k in ("ce", "tv", "conf", "tau_tf")}
+        if self.stage != "joint":
+            return res["loss"], parts
+        lm_ce = F.cross_entropy(lm.logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
+        parts["lm_ce"] = lm_ce
+        return (lm_ce if pure_ce else lm_ce + cfg.aux_weight * res["loss"]), parts
 
     def _train_mode(self, on: bool) -> None:
         self.head.train(on)
@@ -433,26 +406,6 @@ class Trainer:
                                     self.out_dir if full else None, n_prompts=n_prompts, full=full,
                                     progress=phases)
 
-    def write_plots(self) -> None:
-        """Training curves, into out_dir/artifacts (carried inside the final checkpoint)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        art = self.out_dir / "artifacts"
-        art.mkdir(parents=True, exist_ok=True)
-        fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-        for ax, key in zip(axes, ("val/bpb", "train/loss", "tf/tau")):
-            pts = [(h["step"], h[key]) for h in self.history if key in h and "step" in h]
-            if pts:
-                ax.plot(*zip(*pts), marker=".")
-            ax.set_title(key)
-            ax.set_xlabel("step")
-        fig.tight_layout()
-        fig.savefig(art / "training_curves.png", dpi=100)
-        plt.close(fig)
-
     def final_metrics(self) -> dict:
         """The last evaluation's metrics (the responses of the run)."""
         last = next((h for h in reversed(self.history) if "tf/tau" in h), None)
@@ -462,11 +415,11 @@ class Trainer:
 
 
 def train(config: Config | dict[str, Any], report: Report | None = None, resume_from: str | None = None,
-          progress: Progress | None = None) -> dict:
+          progress: Progress | None = None, before_step: BeforeStep | None = None) -> dict:
     """Run both stages; call report(metrics, checkpoint_dir) every eval interval; return
     the final metrics."""
     cfg = config if isinstance(config, Config) else from_dict(config)
-    trainer = Trainer(cfg, report=report, progress=progress)
+    trainer = Trainer(cfg, report=report, progress=progress, before_step=before_step)
     if resume_from:
         trainer.load_checkpoint(resume_from)
     return trainer.run()

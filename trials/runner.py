@@ -38,6 +38,24 @@ DEFAULT_STORAGE = "ray_results"
 TABLE_METRICS = ("tf/tau", "spec/tau", "val/bpb")
 
 
+# Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys
+# to a head-stage step at which that trial raises, unless it resumed from a checkpoint.
+# Read in the trial's worker, which inherits the environment of the driver that started Ray.
+CRASH_ENV = "DSPARK_CRASH_AT_STEP"
+
+
+def _injected_crash(trial_key: str):
+    step = json.loads(os.environ.get(CRASH_ENV) or "{}").get(trial_key)
+    if not step:
+        return None
+
+    def before_step(now: int, resumed: bool) -> None:
+        if now == step and not resumed:
+            raise RuntimeError(f"injected crash at step {now} ({CRASH_ENV}, test only)")
+
+    return before_step
+
+
 def trial_fn(config: dict[str, Any]) -> None:
     """The Tune function trainable: one DSpark training run."""
     from dspark.config import from_dict  # before torch: dspark sets MKL's reproducible mode
@@ -62,14 +80,15 @@ def trial_fn(config: dict[str, Any]) -> None:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
 
     checkpoint = tune.get_checkpoint()
+    hook = _injected_crash(config["trial_key"])
     try:
         if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
             with checkpoint.as_directory() as resume_dir:
-                train(cfg, report=report, resume_from=resume_dir)
+                train(cfg, report=report, resume_from=resume_dir, before_step=hook)
         elif config.get("resume_from"):  # `trials resume`: the trial's last checkpoint in storage
-            train(cfg, report=report, resume_from=config["resume_from"])
+            train(cfg, report=report, resume_from=config["resume_from"], before_step=hook)
         else:
-            train(cfg, report=report)
+            train(cfg, report=report, before_step=hook)
     finally:
         # tune.report has already copied every checkpoint to the sweep's storage
         shutil.rmtree(out_dir, ignore_errors=True)

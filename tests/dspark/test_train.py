@@ -88,9 +88,19 @@ def test_shared_target_is_loaded_not_retrained(corpus_dir, tmp_path):
         train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "c"), target_path=str(path), d_model=32))
 
 
-def test_injected_crash_only_without_resume(corpus_dir, tmp_path):
+def test_before_step_hook_hears_each_head_step_and_can_stop_the_run(corpus_dir, tmp_path):
+    """The hook the sweeps' fault injection uses: called before every head-stage step with
+    (step, resumed); what it raises ends the run."""
+    seen = []
+
+    def hook(step, resumed):
+        seen.append((step, resumed))
+        if step == 5:
+            raise RuntimeError("injected crash at step 5")
+
     with pytest.raises(RuntimeError, match="injected crash at step 5"):
-        train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), crash_at_step=5))
+        train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), target_steps=3), before_step=hook)
+    assert seen == [(i, False) for i in range(6)]
 
 
 def test_pure_ce_control_runs_no_head_and_logs_step_cost(corpus_dir, tmp_path):

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import is_timing_metric
 from trials import runner, spec as specmod
 from tests.trials.conftest import D1_D9, write_spec
 
@@ -82,34 +81,6 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
                                                   {"D1": D1_D9["D1"]})))
     runner.run(spec2, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
     assert targets[0].stat().st_mtime_ns == mtime
-
-
-def test_crashed_trial_resumes_from_its_checkpoint(ray_local, tmp_path, corpus_dir):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    # "once" crashes after the step-5 checkpoint (resumes from it); "always" crashes before
-    # any checkpoint, so every restart starts over and crashes again until max_failures
-    factors = {"crash": {"no": {"crash_at_step": 0}, "once": {"crash_at_step": 7}, "always": {"crash_at_step": 2}}}
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "fault", factors, max_failures=1,
-                                   base={"target_steps": 10, "draft_steps": 12, "eval_interval": 5,
-                                         "eval_batches": 1, "spec_prompts": 2, "spec_new_tokens": 16,
-                                         "spec_prompt_len": 16}))
-    out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
-    assert out["finished"] == 2 and out["failed"] == 1
-    _, parents, kids = children(uri, "fault")
-    assert len(kids) == 3 and parents[0].info.status == "FAILED"
-    by = {r.data.tags["factor.crash"]: r for r in kids}
-    assert by["always"].info.status == "FAILED"
-    assert "injected crash at step 2" in by["always"].data.tags["error"]
-    assert by["no"].info.status == by["once"].info.status == "FINISHED"
-    assert by["once"].data.tags.get("restarts") == "1" and "restarts" not in by["no"].data.tags
-    a = {k: v for k, v in by["no"].data.metrics.items() if not is_timing_metric(k)}
-    b = {k: v for k, v in by["once"].data.metrics.items() if not is_timing_metric(k)}
-    assert a == b  # same seed, resumed from the step-5 checkpoint: identical final metrics
-    client = MlflowClient(uri)
-    for r in kids:  # the restarted trial logs no step twice
-        for key in r.data.metrics:
-            steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
-            assert len(steps) == len(set(steps)), (r.data.tags["trial_key"], key, steps)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
