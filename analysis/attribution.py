@@ -15,6 +15,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from .anova import AnalysisError, check_design, factorial_anova, is_balanced
+from .design import factorial_rows, levels
 from .effects import factorial_effects
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
@@ -82,18 +83,12 @@ class ResponseResult:
     block: str | None = None
 
 
-def factorial_rows(df: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
-    """The runs inside the factorial (control arms have no level for the factors)."""
-    return df.dropna(subset=factors)
-
-
 def empty_cells(df: pd.DataFrame, factors: list[str]) -> list[str]:
     """Cells of the full crossing of the factors' levels that hold no run."""
-    levels = [list(df[f].cat.categories) if hasattr(df[f], "cat") else sorted(df[f].dropna().unique())
-              for f in factors]
     present = set(map(tuple, df[factors].astype(str).to_numpy()))
     return ["|".join(f"{f}={lv}" for f, lv in zip(factors, combo))
-            for combo in itertools.product(*[[str(v) for v in lvls] for lvls in levels]) if combo not in present]
+            for combo in itertools.product(*[[str(v) for v in levels(df, f)] for f in factors])
+            if combo not in present]
 
 
 def analyse(df: pd.DataFrame, responses: list[str], factors: list[str], typ: int | None = None,

@@ -22,38 +22,25 @@ import statsmodels.api as sm
 from scipy import stats
 
 from .anova import AnalysisError, check_design
-
-CORRECTED = {"window": "aligned", "decay_gamma": "block", "confidence_input": "hidden+markov"}
-
+from .design import factorial_rows, levels as factor_levels
 
 CONVENTIONAL = [("-", "+"), ("-1", "1"), ("-1", "+1"), ("low", "high"), ("lo", "hi"), ("0", "1"),
                 ("False", "True"), ("off", "on"), ("no", "yes")]
 
 
 def default_levels(df: pd.DataFrame, factor: str) -> tuple[str, str]:
-    col = df[factor]
-    if hasattr(col, "cat"):
-        levels = [str(v) for v in col.cat.categories]
-    elif pd.api.types.is_numeric_dtype(col):
-        levels = [str(v) for v in sorted(pd.unique(col.dropna()))]
-    else:
-        levels = [str(v) for v in pd.unique(col.dropna())]
-    levels = [lv for lv in levels if lv in set(col.dropna().astype(str))]
-    if len(levels) != 2:
-        raise AnalysisError(f"factor {factor!r} has {len(levels)} levels; effects need exactly two")
-    for low, high in CONVENTIONAL:  # a coding that names its own direction
-        if set(levels) == {low, high} or {lv.lower() for lv in levels} == {low.lower(), high.lower()}:
-            return tuple(sorted(levels, key=lambda lv: lv.lower() != low.lower()))
-    for field, corrected in CORRECTED.items():
-        if field not in df.columns:
-            continue
-        by_level = {lv: set(df.loc[df[factor].astype(str) == lv, field].astype(str)) for lv in levels}
-        if all(len(v) == 1 for v in by_level.values()) and len(set.union(*by_level.values())) == 2:
-            highs = [lv for lv, v in by_level.items() if corrected in v]
-            if len(highs) == 1:
-                low = next(lv for lv in levels if lv != highs[0])
-                return low, highs[0]
-    return levels[0], levels[1]
+    """(low, high) of a two-level factor: a coding that names its own direction (-/+,
+    low/high, off/on, ...), else the spec's level order, which the store records: low is
+    the first level listed, high the second (in the shipped sweeps, the seed's variant
+    first and the paper's second, so an effect reads "what the correction moves")."""
+    present = set(df[factor].dropna().astype(str))
+    names = [str(lv) for lv in factor_levels(df, factor) if str(lv) in present]
+    if len(names) != 2:
+        raise AnalysisError(f"factor {factor!r} has {len(names)} levels; effects need exactly two")
+    for low, high in CONVENTIONAL:
+        if {lv.lower() for lv in names} == {low.lower(), high.lower()}:
+            return tuple(sorted(names, key=lambda lv: lv.lower() != low.lower()))
+    return names[0], names[1]
 
 
 def coded(df: pd.DataFrame, factors: list[str], levels: dict[str, tuple[str, str]] | None = None):
@@ -86,7 +73,7 @@ def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
     fixed nuisance effect, as in the blocked ANOVA."""
     factors = list(factors)
     check_design(df, response, factors)
-    data = df.dropna(subset=factors)
+    data = factorial_rows(df, factors)
     X, used = coded(data, factors, levels)
     y = pd.to_numeric(data[response]).to_numpy(dtype=float)
     # keep estimable columns, lowest order first (a fraction aliases higher-order terms)

@@ -7,6 +7,7 @@ import pandas as pd
 
 from . import power
 from .anova import AnalysisError
+from .design import factorial_rows
 from .report import choose_responses, sensitivity
 from .attribution import analyse
 
@@ -20,7 +21,7 @@ def plan_text(df: pd.DataFrame, effect: float, responses: list[str] | None = Non
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
     chosen, _ = choose_responses(df, responses, factors)
-    data = df.dropna(subset=factors)
+    data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
     results = analyse(df, chosen, factors, block=block, adjust="none")
     lines = [f"{df.attrs.get('experiment', '')}: replicates needed to detect a main effect of {effect:g} "

@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from .design import levels  # noqa: E402
 from .effects import lenth  # noqa: E402
 
 
@@ -27,15 +28,11 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _levels(df, f):
-    return list(df[f].cat.categories) if hasattr(df[f], "cat") else sorted(df[f].dropna().unique())
-
-
 def main_effects(df: pd.DataFrame, response: str, factors: list[str], path) -> Path:
     fig, axes = plt.subplots(1, len(factors), figsize=(3.2 * len(factors), 3.2), sharey=True, squeeze=False)
     grand = df[response].mean()
     for ax, f in zip(axes[0], factors):
-        lv = _levels(df, f)
+        lv = levels(df, f)
         g = df.groupby(f, observed=True)[response]
         means, ses = g.mean().reindex(lv), (g.std() / np.sqrt(g.count())).reindex(lv)
         ax.errorbar(range(len(lv)), means, yerr=ses, marker="o", capsize=3)
@@ -51,8 +48,8 @@ def interactions(df: pd.DataFrame, response: str, factors: list[str], path) -> P
     pairs = list(itertools.combinations(factors, 2)) or [(factors[0], factors[0])]
     fig, axes = plt.subplots(1, len(pairs), figsize=(3.6 * len(pairs), 3.2), sharey=True, squeeze=False)
     for ax, (a, b) in zip(axes[0], pairs):
-        la = _levels(df, a)
-        for lvb in _levels(df, b):
+        la = levels(df, a)
+        for lvb in levels(df, b):
             sub = df[df[b] == lvb]
             means = sub.groupby(a, observed=True)[response].mean().reindex(la)
             ax.plot(range(len(la)), means, marker="o", label=f"{b}={lvb}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import html
-import itertools
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from . import plots, power
 from .anova import AnalysisError
 from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult, analyse,
                           better_direction, control_contrast, degenerate_reason, dunnett_vs_control, significant_effects, stage_of)
+from .design import alias_structure, design_matrix, factorial_rows, levels
 from .load import report_incomplete, responses as metric_columns
 
 POWER = 0.8
@@ -72,7 +72,7 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
             raise AnalysisError(f"every response asked is degenerate in the {stage} stage: {'; '.join(skipped)}")
         return chosen, skipped
     have = set(metric_columns(df))
-    data = df.dropna(subset=factors)
+    data = factorial_rows(df, factors)
     degenerate = sorted(c for c in have if degenerate_reason(stage, c))
     if degenerate:  # say so, once, even when nobody asked for them
         shown = ", ".join(degenerate[:4]) + (f" and {len(degenerate) - 4} more" if len(degenerate) > 4 else "")
@@ -175,13 +175,12 @@ def main_effect_text(data: pd.DataFrame, response: str, factor: str, s: Sensitiv
     """High mean minus low mean of a two-level factor (its levels in the spec's order) with
     a 95% CI from the model's residual sigma; the form `factorial_effects` gives when
     every factor has two levels."""
-    levels = list(data[factor].cat.categories) if hasattr(data[factor], "cat") else sorted(data[factor].unique())
-    levels = [lv for lv in levels if (data[factor] == lv).any()]
-    lo, hi = (data.loc[data[factor] == lv, response] for lv in levels[:2])
+    present = [lv for lv in levels(data, factor) if (data[factor] == lv).any()]
+    lo, hi = (data.loc[data[factor] == lv, response] for lv in present[:2])
     effect = hi.mean() - lo.mean()
     se = s.sigma * np.sqrt(1 / len(hi) + 1 / len(lo))
     t = stats.t.ppf(0.975, power.residual_df(s.n_cells, s.replicates))
-    return f"{levels[0]} -> {levels[1]}: {effect:+.3g} [{effect - t * se:+.3g}, {effect + t * se:+.3g}]"
+    return f"{present[0]} -> {present[1]}: {effect:+.3g} [{effect - t * se:+.3g}, {effect + t * se:+.3g}]"
 
 
 def level_means_text(data: pd.DataFrame, response: str, factor: str, sigma: float, replicates: int,
@@ -236,7 +235,7 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
         raise AnalysisError("no finished runs to analyse")
     stage = stage_of(df)
     chosen, skipped = choose_responses(df, responses, factors)
-    data = df.dropna(subset=factors)
+    data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust=adjust)
     sens, drift = {}, {}
@@ -278,7 +277,7 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
 
 
 def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:
-    data = df.dropna(subset=factors)
+    data = factorial_rows(df, factors)
     q = QUESTIONS.get(stage or "")
     lines = [f"experiment {df.attrs.get('experiment', '')}: "
              + (f"the question is {q[0]} ({q[1]})" if q else "parallel stage mixed or unknown")]
@@ -305,47 +304,6 @@ def _table_html(df: pd.DataFrame) -> str:
 def cell_means(data: pd.DataFrame, response: str, factors: list[str]) -> pd.DataFrame:
     g = data.groupby(factors, observed=True)[response]
     return pd.DataFrame({"n": g.count(), "mean": g.mean(), "sd": g.std()})
-
-
-def design_matrix(data: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
-    """The coded design: one row per cell, -1/+1 for two-level factors (low = first level),
-    the level index otherwise."""
-    rows = []
-    for cell, g in data.groupby("cell", observed=True):
-        row = {"cell": cell}
-        for f in factors:
-            lv = list(data[f].cat.categories) if hasattr(data[f], "cat") else sorted(data[f].dropna().unique())
-            i = lv.index(g[f].iloc[0])
-            row[f] = (-1 if i == 0 else 1) if len(lv) == 2 else i
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("cell")
-
-
-def alias_structure(coded: pd.DataFrame, max_order: int = 2) -> list[str]:
-    """The aliases of every main effect and two-factor interaction, read off the coded
-    design (one row per cell, -1/+1): two terms are aliased when their product columns
-    agree, or are opposite, in every cell. The first line is the defining relation."""
-    factors = list(coded.columns)
-    if not all(set(coded[f].unique()) <= {-1, 1} for f in factors):
-        return ["factors of more than two levels: no alias structure is computed"]
-    x = coded.to_numpy(int)
-
-    def column(term):
-        return np.prod(x[:, [factors.index(f) for f in term]], axis=1) if term else np.ones(len(x), int)
-
-    terms = [t for r in range(len(factors) + 1) for t in itertools.combinations(factors, r)]
-    name = lambda t: ":".join(t) if t else "I"  # noqa: E731
-    sign = lambda a, b: "" if (a == b).all() else "-" if (a == -b).all() else None  # noqa: E731
-    lines = []
-    identity = [f"{sign(column(t), column(())) or ''}{name(t)}" for t in terms
-                if t and sign(column(t), column(())) is not None]
-    lines.append("I = " + " = ".join(identity) if identity else "full factorial: no effect is aliased")
-    if identity:
-        for t in (t for t in terms if 1 <= len(t) <= max_order):
-            aliases = [f"{sign(column(o), column(t))}{name(o)}" for o in terms
-                       if o != t and o and sign(column(o), column(t)) is not None]
-            lines.append(f"{name(t)} = " + " = ".join(aliases) if aliases else f"{name(t)}: not aliased")
-    return lines
 
 
 UI_BASE = "http://127.0.0.1:5000"  # `mlflow ui` on the same store, as the README starts it
@@ -375,7 +333,7 @@ def _run_table_html(df: pd.DataFrame) -> str:
 
 def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alpha: float) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    data = df.dropna(subset=factors)
+    data = factorial_rows(df, factors)
     esc = html.escape
     header = header_text(df, rep.stage, factors)
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
@@ -453,7 +411,7 @@ def _md_table(df: pd.DataFrame) -> str:
 
 
 def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path, alpha: float) -> Path:
-    data = df.dropna(subset=factors)
+    data = factorial_rows(df, factors)
     parts = [f"# Attribution: {df.attrs.get('experiment', '')}", "", header_text(df, rep.stage, factors), "",
              "## Summary", "", "```", rep.summary, "```"]
     for r, res in rep.results.items():

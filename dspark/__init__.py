@@ -4,10 +4,19 @@
 """
 
 import os
+import sys
+import warnings
 
-# bit-reproducible MKL (a resumed run ends exactly where an uninterrupted one does);
-# effective when dspark is imported before torch
-os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+# Bit-reproducible MKL (a resumed run ends exactly where an uninterrupted one does). MKL
+# reads MKL_CBWR when torch loads it, so the variable must be set before torch is imported:
+# here when dspark comes first, in the environment otherwise (the sweeps set it for their
+# Ray workers, which inherit it). Too late, it says so instead of failing silently.
+if "MKL_CBWR" not in os.environ:
+    os.environ["MKL_CBWR"] = "AUTO,STRICT"
+    if "torch" in sys.modules:
+        warnings.warn("dspark: torch was imported before dspark, so MKL's reproducible mode may not apply "
+                      "(resumed runs may differ in the last bits); import dspark first or set "
+                      "MKL_CBWR=AUTO,STRICT in the environment", RuntimeWarning, stacklevel=2)
 
 from .config import PRESETS, Config, from_dict  # noqa: E402
 

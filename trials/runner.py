@@ -58,10 +58,10 @@ def _injected_crash(trial_key: str):
 
 def trial_fn(config: dict[str, Any]) -> None:
     """The Tune function trainable: one DSpark training run."""
-    from dspark.config import from_dict  # before torch: dspark sets MKL's reproducible mode
-    from dspark.train import train
-
     import torch
+
+    from dspark.config import from_dict
+    from dspark.train import train
 
     cpus = int(config.get("cpus", 1)) or 1
     torch.set_num_threads(cpus)

@@ -56,3 +56,25 @@ def test_config_round_trips_through_strings():
     cfg = from_dict({"preset": "tiny", "decay_gamma": 4.0, "context_layers": (0, 1), "data": ("a.txt",)})
     as_strings = {k: str(v) for k, v in cfg.to_dict().items()}
     assert from_dict(parse_overrides([f"{k}={v}" for k, v in as_strings.items()])) == cfg
+
+
+def test_mkl_reproducible_mode_is_set_or_its_absence_is_said():
+    """dspark sets MKL_CBWR before torch loads MKL; imported after torch, it warns."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    code = "import {}, {}, os; print(os.environ['MKL_CBWR'])"
+    first = subprocess.run([sys.executable, "-W", "error", "-c", code.format("dspark", "torch")],
+                           capture_output=True, text=True, env=env)
+    assert first.returncode == 0 and first.stdout.strip() == "AUTO,STRICT", first.stderr
+    late = subprocess.run([sys.executable, "-c", code.format("torch", "dspark")], capture_output=True, text=True, env=env)
+    assert late.returncode == 0 and "torch was imported before dspark" in late.stderr
+
+
+def test_tiny_preset_is_the_field_defaults():
+    from dspark.config import Config
+
+    assert from_dict({"preset": "tiny"}) == Config()
+    assert Config().d_model == 64 and Config().precision == "fp32"
