@@ -332,6 +332,7 @@ def _run_table_html(df: pd.DataFrame) -> str:
 
 
 def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alpha: float) -> Path:
+    """One self-contained file: every plot is embedded (written atomically)."""
     out.mkdir(parents=True, exist_ok=True)
     data = factorial_rows(df, factors)
     esc = html.escape
@@ -343,53 +344,17 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alp
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)
         for i, (r, res) in enumerate(rep.results.items()):
-            slug = f"r{i}"
-            s = rep.sensitivity.get(r)
-            parts.append(f"<h2>{esc(r)} <small>({better_direction(r)} is better)</small></h2>")
-            if s is not None:
-                parts.append(f"<p>Residual sigma {s.sigma:.4g} ({s.n_cells} cells x {s.replicates} replicates); "
-                             f"a two-level main effect of {s.detectable:.4g} or more is detected with "
-                             f"{POWER:.0%} power at alpha {alpha}.</p>")
-            parts.append(f"<h3>ANOVA (Type {res.typ}; p_adj adjusted across responses)</h3>" + _table_html(res.anova))
-            for note in res.warnings:
-                parts.append(f"<p><em>{esc(note)}</em></p>")
-            parts.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
-            figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
-            if len(factors) > 1:
-                figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
-            if res.effects is not None:
-                eff = res.effects.drop(columns=["order"])
-                parts.append("<h3>Effects (high mean minus low mean; 95% CI unadjusted, p_adj adjusted)</h3>"
-                             + _table_html(eff))
-                lv = res.effects.attrs.get("levels", {})
-                parts.append("<p>low -> high: " + esc(", ".join(f"{f}: {a} -> {b}" for f, (a, b) in lv.items()))
-                             + "</p>")
-                figs.append(plots.pareto(res.effects, img / f"{slug}_pareto.png", alpha))
-                figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png"))
-            if r in rep.control:
-                c = rep.control[r]
-                parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
-                             f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
-                             f"95% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}], p={c['p']:.2g}; "
-                             f"{c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
-            if r in rep.dunnett:
-                parts.append("<h3>Each arm against the control (Dunnett; diff_pct relative to the control mean)</h3>"
-                             + _table_html(rep.dunnett[r]))
-            resid = residuals(data, res)
-            if "run_order" in data.columns and len(resid):
-                order = pd.to_numeric(data.loc[resid.index, "run_order"]).to_numpy(float)
-                figs.append(plots.residuals_vs_order(order, resid.to_numpy(float), r, img / f"{slug}_drift.png"))
-            parts += [_img(p) for p in figs]
+            parts += _response_html(data, r, res, rep, factors, img, f"r{i}", alpha)
         if any(c.startswith("spec/accept@") for c in df.columns):
             p = plots.acceptance_curves(df, img / "acceptance_curves.png")
             parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
-        coded = design_matrix(data, factors)
-        parts.append("<h2>Design</h2>" + _table_html(coded))
-        parts.append(f"<p>Design {esc(df.attrs.get('design') or 'full')}; alias structure (aliased terms are "
-                     "left out of the ANOVA, noted per response):</p><pre>"
-                     + esc("\n".join(alias_structure(coded))) + "</pre>")
-        parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI "
-                     f"(<code>mlflow ui</code> on the same store, {UI_BASE}).</p>" + _run_table_html(df))
+    coded = design_matrix(data, factors)
+    parts.append("<h2>Design</h2>" + _table_html(coded))
+    parts.append(f"<p>Design {esc(df.attrs.get('design') or 'full')}; alias structure (aliased terms are "
+                 "left out of the ANOVA, noted per response):</p><pre>"
+                 + esc("\n".join(alias_structure(coded))) + "</pre>")
+    parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI "
+                 f"(<code>mlflow ui</code> on the same store, {UI_BASE}).</p>" + _run_table_html(df))
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
              "img{max-width:100%;display:block;margin:8px 0}pre{white-space:pre-wrap}</style>")
@@ -399,6 +364,46 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alp
                         f"</head><body>{''.join(parts)}</body></html>")
     tmp_path.replace(path)
     return path
+
+
+def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report, factors: list[str],
+                   img: Path, slug: str, alpha: float) -> list[str]:
+    """One response's section: sensitivity, ANOVA, cell means, effects, the control
+    comparisons and its plots (written to `img`, embedded)."""
+    esc = html.escape
+    parts = [f"<h2>{esc(r)} <small>({better_direction(r)} is better)</small></h2>"]
+    s = rep.sensitivity.get(r)
+    if s is not None:
+        parts.append(f"<p>Residual sigma {s.sigma:.4g} ({s.n_cells} cells x {s.replicates} replicates); "
+                     f"a two-level main effect of {s.detectable:.4g} or more is detected with "
+                     f"{POWER:.0%} power at alpha {alpha}.</p>")
+    parts.append(f"<h3>ANOVA (Type {res.typ}; p_adj adjusted across responses)</h3>" + _table_html(res.anova))
+    parts += [f"<p><em>{esc(note)}</em></p>" for note in res.warnings]
+    parts.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
+    figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
+    if len(factors) > 1:
+        figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
+    if res.effects is not None:
+        parts.append("<h3>Effects (high mean minus low mean; 95% CI unadjusted, p_adj adjusted)</h3>"
+                     + _table_html(res.effects.drop(columns=["order"])))
+        lv = res.effects.attrs.get("levels", {})
+        parts.append("<p>low -> high: " + esc(", ".join(f"{f}: {a} -> {b}" for f, (a, b) in lv.items())) + "</p>")
+        figs.append(plots.pareto(res.effects, img / f"{slug}_pareto.png", alpha))
+        figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png"))
+    if r in rep.control:
+        c = rep.control[r]
+        parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
+                     f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
+                     f"95% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}], p={c['p']:.2g}; "
+                     f"{c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
+    if r in rep.dunnett:
+        parts.append("<h3>Each arm against the control (Dunnett; diff_pct relative to the control mean)</h3>"
+                     + _table_html(rep.dunnett[r]))
+    resid = residuals(data, res)
+    if "run_order" in data.columns and len(resid):
+        order = pd.to_numeric(data.loc[resid.index, "run_order"]).to_numpy(float)
+        figs.append(plots.residuals_vs_order(order, resid.to_numpy(float), r, img / f"{slug}_drift.png"))
+    return parts + [_img(p) for p in figs]
 
 
 def _md_table(df: pd.DataFrame) -> str:

@@ -97,18 +97,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"draft stage: {cfg.draft_steps} steps (evaluations included), {cfg.draft_steps * tokens / draft_s:,.0f} "
           f"tokens/s, tf/tau {last['tf/tau']:.3f}")
 
+    speculative(t)
+    print("gpu_check: done")
+    return 0
+
+
+def speculative(t: Trainer) -> None:
+    """tau and speedup against autoregressive decoding, sampled and greedy."""
+    cfg = t.cfg
     for m in (t.target, t.drafter, t.head):
         m.eval()
     prompts = prompts_from(t.corpus.val, cfg.spec_prompts, cfg.spec_prompt_len)
     n_timed = min(len(prompts), 8)
     for temperature, label in ((1.0, "sampled"), (0.0, "greedy")):
         stats, _, spec_s, ar_s = decode_set(t.target, t.drafter, t.head, prompts, cfg.spec_new_tokens,
-                                            temperature, dev, n_timed)
+                                            temperature, t.device, n_timed)
         tau = sum(a + 1 for a in stats.accepted) / len(stats.accepted)
         print(f"speculative {label}: tau {tau:.3f}, speedup {ar_s / spec_s:.2f}x against autoregressive "
               f"({n_timed} prompts x {cfg.spec_new_tokens} tokens, batch 1)")
-    print("gpu_check: done")
-    return 0
 
 
 if __name__ == "__main__":

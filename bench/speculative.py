@@ -1,12 +1,15 @@
-"""Speculative decoding with the `small` preset drafter against autoregressive decoding
-of the same target, in one process.
+"""Speculative decoding with a preset's drafter against autoregressive decoding of the
+same target, in one process.
 
-Trains the small preset once (or loads bench/out/small/checkpoint), then decodes the same
-held-out prompts both ways, interleaved and repeated, and prints medians: spec/tau,
-spec/tau_greedy, the speedup (sampled and greedy) and the time per round split into
-drafter forward, sequential loop, verification and the rest.
+Trains the preset once (or loads bench/out/<preset>/checkpoint), then decodes the same
+held-out prompts both ways, interleaved and repeated, and prints medians and the spread
+over repeats: spec/tau, the speedup (sampled and greedy), the time per round split into
+drafter forward, sequential loop, verification and the rest, and a cost model: with one
+autoregressive step costing `ar` ms, a round that commits tau tokens for one drafter
+forward and one verify forward can at best be tau * ar / (drafter + verify) times faster;
+the loop's efficiency is the measured speedup over that.
 
-    python bench/speculative.py [--prompts 24] [--repeats 3] [--new-tokens 96]
+    python bench/speculative.py [--preset small] [--prompts 24] [--repeats 3] [--new-tokens 96]
 """
 
 from __future__ import annotations
@@ -24,30 +27,29 @@ from dspark.speculative_eval import DECODE_SEED, prompts_from
 from dspark.speculate import RoundStats, autoregressive, generate
 from dspark.train import Trainer
 
-OUT = Path("bench/out/small")
-
-
-def load_or_train() -> Trainer:
-    cfg = from_dict({"preset": "small", "out_dir": str(OUT)})
+def load_or_train(preset: str) -> Trainer:
+    out = Path("bench/out") / preset
+    cfg = from_dict({"preset": preset, "out_dir": str(out)})
     t = Trainer(cfg)
-    ckpt = OUT / "checkpoint"
+    ckpt = out / "checkpoint"
     if (ckpt / "state.pt").is_file():
         t.load_checkpoint(ckpt)
         if t.stage != "done":
             t.run()
     else:
-        print("training the small preset (a few minutes; reused next time)...")
+        print(f"training the {preset} preset (reused next time)...")
         t.run()
     return t
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="small", choices=["tiny", "small"])
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=96)
     args = ap.parse_args()
-    t = load_or_train()
+    t = load_or_train(args.preset)
     cfg = t.cfg
     target, drafter, head = t.target.eval(), t.drafter.eval(), t.head.eval()
     prompts = prompts_from(t.corpus.val, args.prompts, cfg.spec_prompt_len)
@@ -69,20 +71,27 @@ def main() -> None:
                 spec_s += time.perf_counter() - t0
             ratios.append(ar_s / spec_s)
             taus.append(float(np.mean([a + 1 for a in stats.accepted])))
-            stats_all.append(stats)
-        s = stats_all[-1]
+            stats_all.append((stats, ar_s))
+        s, ar_s = stats_all[-1]
         rounds = len(s.accepted)
         rest = s.total_ms - s.draft_ms - s.seq_ms - s.verify_ms
-        results[label] = dict(tau=statistics.median(taus), speedup=statistics.median(ratios),
-                              draft=s.draft_ms / rounds, seq=s.seq_ms / rounds, verify=s.verify_ms / rounds,
-                              rest=rest / rounds, round=s.total_ms / rounds)
-    print(f"small preset, K={cfg.block_size}, {args.prompts} prompts x {n} new tokens, {args.repeats} interleaved "
-          f"repeats (median), {torch.get_num_threads()} threads")
+        ar_step = 1000.0 * ar_s / (len(prompts) * n)  # ms per autoregressive token
+        draft, seq, verify = s.draft_ms / rounds, s.seq_ms / rounds, s.verify_ms / rounds
+        model = statistics.median(taus) * ar_step / (draft + verify)
+        results[label] = dict(tau=statistics.median(taus), speedup=statistics.median(ratios), lo=min(ratios),
+                              hi=max(ratios), draft=draft, seq=seq, verify=verify, rest=rest / rounds,
+                              round=s.total_ms / rounds, ar=ar_step, model=model)
+    print(f"{args.preset} preset, K={cfg.block_size}, {args.prompts} prompts x {n} new tokens, {args.repeats} "
+          f"interleaved repeats (median, min-max), {torch.get_num_threads()} threads")
     for label, r in results.items():
-        print(f"{label:8s} tau {r['tau']:.3f}  speedup {r['speedup']:.2f}x  round {r['round']:.2f} ms = "
-              f"drafter {r['draft']:.2f} + sequential {r['seq']:.2f} ({100 * r['seq'] / r['round']:.1f}%) + "
-              f"verify {r['verify']:.2f} + rest {r['rest']:.2f}")
-    print("goals at K=7: speedup >= 1.5x sampled and >= 2x greedy; sequential loop < 15% of a round")
+        print(f"{label:8s} tau {r['tau']:.3f}  speedup {r['speedup']:.2f}x ({r['lo']:.2f}-{r['hi']:.2f})  "
+              f"round {r['round']:.2f} ms = drafter {r['draft']:.2f} + sequential {r['seq']:.2f} "
+              f"({100 * r['seq'] / r['round']:.1f}%) + verify {r['verify']:.2f} + rest {r['rest']:.2f}")
+        print(f"{'':8s} cost model: AR step {r['ar']:.2f} ms, verify = {r['verify'] / r['ar']:.2f} AR steps, "
+              f"drafter = {r['draft'] / r['ar']:.2f} AR steps -> model speedup {r['model']:.2f}x; "
+              f"loop efficiency {r['speedup'] / r['model']:.2f}")
+    print("goals at K=7: speedup >= 1.0 (tiny), >= 1.5x sampled and >= 2x greedy (small); "
+          "sequential loop < 15% of a round")
 
 
 if __name__ == "__main__":

@@ -23,18 +23,31 @@ from dspark.loss import dspark_loss
 from dspark.train import Trainer
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="small")
-    ap.add_argument("--repeats", type=int, default=15)
-    args = ap.parse_args()
-    cfg = from_dict({"preset": args.preset, "spec_prompts": 0, "out_dir": "bench/out/train_step"})
-    torch.set_num_threads(torch.get_num_threads())
-    t = Trainer(cfg)
-    t.stage = "draft"
-    t._build_optimizer()
-    models, K = t.models, cfg.block_size
-    params = trainable_parameters(models)
+def peak_flops(n: int = 1536, repeats: int = 5) -> float:
+    """The machine's measured fp32 matmul peak (FLOP/s): the best of a few n x n matmuls."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min(_time(lambda: a @ b) for _ in range(repeats))
+    return 2 * n ** 3 / best
+
+
+def target_flops_per_token(cfg) -> float:
+    """Forward + backward of the target LM per token: 6 x the matmul parameters plus the
+    attention scores (6 x n_layers x seq_len x d_model, causal half counted in full)."""
+    d, L, T = cfg.d_model, cfg.n_layers, cfg.seq_len
+    params = L * 12 * d * d + d * VOCAB_SIZE  # attention 4d^2 + MLP 8d^2 per layer, the output head
+    return 6 * params + 6 * L * T * d
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def make_steps(t: Trainer, cfg):
+    """(draft step with heads, draft step without them, target step): each returns seconds."""
+    models, params = t.models, trainable_parameters(t.models)
     opt = torch.optim.AdamW(params, lr=1e-4)
     target_opt = torch.optim.AdamW(t.target.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(0)
@@ -48,16 +61,13 @@ def main() -> None:
         t0 = time.perf_counter()
         with torch.no_grad():
             lm = t.target(x[:, :-1])
-        if with_heads:
-            out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
-            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, out.conf_logits, cfg.decay_denominator)
-        else:
-            # the bare parallel stage: U_k alone, no sequential bias, no confidence head
-            head = models.head
+        head = models.head
+        if not with_heads:  # the bare parallel stage: U_k alone, no sequential bias, no confidence head
             models.head = _Bare()
-            out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
-            models.head = head
-            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, None, cfg.decay_denominator)
+        out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
+        models.head = head
+        res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid,
+                          out.conf_logits if with_heads else None, cfg.decay_denominator)
         opt.zero_grad(set_to_none=True)
         res["loss"].backward()
         opt.step()
@@ -77,23 +87,39 @@ def main() -> None:
             p.requires_grad_(False)
         return time.perf_counter() - t0
 
+    return (lambda: draft_step(True)), (lambda: draft_step(False)), target_step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    cfg = from_dict({"preset": args.preset, "spec_prompts": 0, "out_dir": "bench/out/train_step"})
+    t = Trainer(cfg)
+    t.stage = "draft"
+    t._build_optimizer()
+    steps = make_steps(t, cfg)
     for _ in range(3):  # warm-up
-        draft_step(True), draft_step(False), target_step()
-    with_h, without_h, tgt = [], [], []
-    for _ in range(args.repeats):
-        with_h.append(draft_step(True))
-        without_h.append(draft_step(False))
-        tgt.append(target_step())
-    mw, mo, mt = (statistics.median(v) for v in (with_h, without_h, tgt))
+        [step() for step in steps]
+    times = [[], [], []]
+    for _ in range(args.repeats):  # interleaved, so all three see the same machine state
+        for acc, step in zip(times, steps):
+            acc.append(step())
+    mw, mo, mt = (statistics.median(v) for v in times)
     tokens = cfg.batch_size * cfg.seq_len
+    peak = peak_flops()
+    achieved = tokens / mt * target_flops_per_token(cfg)
     print(f"preset {args.preset}: d={cfg.d_model} L={cfg.n_layers} drafter_layers={cfg.drafter_layers} "
-          f"K={K} head={cfg.head} rank={cfg.markov_rank} batch={cfg.batch_size}x{cfg.seq_len}, "
+          f"K={cfg.block_size} head={cfg.head} rank={cfg.markov_rank} batch={cfg.batch_size}x{cfg.seq_len}, "
           f"{torch.get_num_threads()} threads, {args.repeats} interleaved repeats (medians)")
     print(f"drafter step with heads    {mw * 1e3:8.1f} ms")
     print(f"drafter step without heads {mo * 1e3:8.1f} ms")
     print(f"heads add                  {100 * (mw / mo - 1):+8.2f} %   (goal <= 5%)")
     print(f"drafter stage tokens/s     {tokens / mw:8.0f}")
     print(f"target stage tokens/s      {tokens / mt:8.0f}")
+    print(f"target stage MFU           {100 * achieved / peak:8.1f} %   ({achieved / 1e9:.1f} GFLOP/s of a measured "
+          f"fp32 matmul peak of {peak / 1e9:.1f} GFLOP/s)")
 
 
 class _Bare(torch.nn.Module):

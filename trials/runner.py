@@ -339,12 +339,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     """Run (or resume) a validated sweep. Returns a summary of trial states."""
     root = storage_root(storage)
     exp_dir = root / spec.name
-    if not resume and (exp_dir / "spec.yaml").is_file():
-        saved = specmod.load(exp_dir / "spec.yaml")
-        if not specmod.same_design(saved, spec):
-            raise specmod.SpecError([f"sweep {spec.name!r} already exists in {root} with a different spec: "
-                                     f"rename the sweep, or delete {exp_dir}"])
-        resume = True  # the same sweep again: finish what is unfinished, rerun nothing
+    resume = _same_sweep_again(spec, root, exp_dir) or resume
     if address is None and not ray.is_initialized():
         check_local_resources(spec)  # before Ray starts and logs: the refusal is one line
     signals = _Signals()
@@ -353,60 +348,21 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     try:
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
-            local_cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
-            spec, tags, shared = bind_targets(spec, root, local_cpus)
-            commit = git_commit()
-            for v in tags.values():
-                v["git_commit"] = commit
+            spec, tags, shared = bind_targets(spec, root, None if address else int(ray.cluster_resources().get("CPU", 1)))
             ledger = Ledger(tracking_uri, spec)
             reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
             ledger.claim()
             for h, meta in shared.items():
                 ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
-            tracker = SweepTracker(tracking_uri, spec, tags)
+            commit = git_commit()
+            tracker = SweepTracker(tracking_uri, spec, {k: {**v, "git_commit": commit} for k, v in tags.items()})
             exp_dir.mkdir(parents=True, exist_ok=True)
             _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)
-            # Resuming never unpickles Tune's experiment state (tuner.pkl, trainable.pkl and
-            # the rest could run code written there by anyone who can write the storage):
-            # the unfinished trials are rebuilt from the saved spec and the MLflow store, and
-            # each continues from its newest checkpoint, loaded with weights_only=True.
-            todo, resume_dirs, results = spec.trials, {}, None
-            if resume:
-                runs = ledger.child_runs()
-                todo = [t for t in spec.trials if not (t.key in runs and runs[t.key].info.status == "FINISHED")]
-                resume_dirs = latest_checkpoints(exp_dir, todo)
-            if todo:
-                limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
-                space, points = search_space(spec, todo)
-                tuner = tune.Tuner(
-                    _trainable(spec, resume_dirs),
-                    param_space=space,
-                    tune_config=tune.TuneConfig(
-                        num_samples=len(points), reuse_actors=True, trial_dirname_creator=_dirname_creator(spec),
-                        search_alg=BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0)),
-                    run_config=tune.RunConfig(
-                        name=spec.name, storage_path=str(root), callbacks=[tracker], verbose=verbose,
-                        failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-                        checkpoint_config=tune.CheckpointConfig(num_to_keep=4),
-                    ),
-                )
-                signals.in_tune = True
-                try:
-                    results = tuner.fit()
-                finally:
-                    signals.in_tune = False
-        # count from the store: a trial that Tune stopped on a signal ends neither way
-        runs = ledger.child_runs()
-        status = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
-        states = {"finished": status.count("FINISHED"), "failed": status.count("FAILED")}
-        interrupted = states["finished"] + states["failed"] < len(spec.trials)
-        if interrupted:
-            ledger.close_open_runs("KILLED")
-            ledger.finish(ledger.parent_id, "KILLED")
-            raise Interrupted(signals.signum or signal.SIGINT)
-        ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
-        return {**states, "experiment": spec.name, "tracking_uri": tracking_uri, "storage": str(exp_dir),
-                "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
+            todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
+            limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+            results = _fit(spec, todo, resume_dirs, root, tracker, signals, limit, verbose) if todo else None
+        return {**_close(spec, ledger, signals), "experiment": spec.name, "tracking_uri": tracking_uri,
+                "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
                 "results": results}  # Tune's ResultGrid of the trials run now (None if none was left)
     except BaseException as e:
         if ledger is not None:
@@ -421,6 +377,64 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             ledger.close_open_runs("KILLED")
         if started_ray:
             ray.shutdown()
+
+
+def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path) -> bool:
+    """A sweep already in storage: the same design resumes (rerunning nothing finished),
+    another one under the same name is refused."""
+    if not (exp_dir / "spec.yaml").is_file():
+        return False
+    if not specmod.same_design(specmod.load(exp_dir / "spec.yaml"), spec):
+        raise specmod.SpecError([f"sweep {spec.name!r} already exists in {root} with a different spec: "
+                                 f"rename the sweep, or delete {exp_dir}"])
+    return True
+
+
+def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, dict[str, str]]:
+    """The trials not FINISHED in the store, and each one's newest checkpoint.
+
+    Resuming never unpickles Tune's experiment state (tuner.pkl, trainable.pkl and the rest
+    could run code written there by anyone who can write the storage): the unfinished
+    trials are rebuilt from the saved spec and the MLflow store, and each continues from its
+    newest checkpoint, loaded with weights_only=True."""
+    runs = ledger.child_runs()
+    todo = [t for t in spec.trials if not (t.key in runs and runs[t.key].info.status == "FINISHED")]
+    return todo, latest_checkpoints(exp_dir, todo)
+
+
+def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker: SweepTracker,
+         signals: "_Signals", limit: int, verbose: int):
+    space, points = search_space(spec, todo)
+    tuner = tune.Tuner(
+        _trainable(spec, resume_dirs),
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            num_samples=len(points), reuse_actors=True, trial_dirname_creator=_dirname_creator(spec),
+            search_alg=BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0)),
+        run_config=tune.RunConfig(
+            name=spec.name, storage_path=str(root), callbacks=[tracker], verbose=verbose,
+            failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=4)),
+    )
+    signals.in_tune = True
+    try:
+        return tuner.fit()
+    finally:
+        signals.in_tune = False
+
+
+def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, int]:
+    """End the parent run from the store's counts (a trial that Tune stopped on a signal
+    ends neither FINISHED nor FAILED): KILLED and `Interrupted` when any trial is left."""
+    runs = ledger.child_runs()
+    status = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
+    states = {"finished": status.count("FINISHED"), "failed": status.count("FAILED")}
+    if states["finished"] + states["failed"] < len(spec.trials):
+        ledger.close_open_runs("KILLED")
+        ledger.finish(ledger.parent_id, "KILLED")
+        raise Interrupted(signals.signum or signal.SIGINT)
+    ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
+    return states
 
 
 def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:

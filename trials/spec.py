@@ -110,9 +110,7 @@ class SweepSpec:
 
     def override(self, **changes: Any) -> "SweepSpec":
         """The same design with every trial's config changed (e.g. a smoke test)."""
-        base = {**self.base, **changes}
-        return build(self.name, base, self.factors, self.replicates, self.generators, self.controls,
-                     self.resources, self.max_concurrent, self.max_failures, self.description)
+        return build(dataclasses.replace(self, base={**self.base, **changes}, trials=[]))
 
 
 def same_design(a: SweepSpec, b: SweepSpec) -> bool:
@@ -154,26 +152,44 @@ def load(path: str | Path) -> SweepSpec:
 
 
 def parse(raw: Any) -> SweepSpec:
-    """Validate a whole spec; raise SpecError listing every problem found."""
-    problems: list[str] = []
+    """Validate a whole spec; raise SpecError listing every problem found, in every part
+    of it and in the configs of its cells."""
     if not isinstance(raw, dict):
         raise SpecError(["spec: the top level must be a mapping"])
-    for key in sorted(set(raw) - TOP_KEYS):
-        problems.append(f"spec: unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})")
+    problems: list[str] = [f"spec: unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})"
+                           for key in sorted(set(raw) - TOP_KEYS)]
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         problems.append("name: required; letters, digits, '_', '-' and '.' only")
+    spec = SweepSpec(name=name if isinstance(name, str) else "", base=_parse_base(raw, problems),
+                     factors=_parse_factors(raw, problems))
+    spec.replicates = _parse_replicates(raw, spec.factors, problems)
+    spec.generators = _parse_design(raw, spec.factors, problems)
+    spec.controls = _parse_controls(raw, problems)
+    spec.resources = {"cpu": 1, "gpu": 0, **_parse_resources(raw, problems)}
+    spec.max_concurrent = _count(raw, "max_concurrent", 0, problems)
+    spec.max_failures = _count(raw, "max_failures", 2, problems)
+    spec.description = str(raw.get("description", ""))
+    if problems:
+        raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
+    return build(spec)
+
+
+def _parse_base(raw: dict, problems: list[str]) -> dict:
     base = raw.get("base", {})
     if not isinstance(base, dict):
         problems.append("base: must be a mapping of trainer config fields")
-        base = {}
-    for key in sorted(set(base) - set(FIELD_NAMES)):
-        problems.append(f"base: unknown trainer config field {key!r}")
+        return {}
+    problems += [f"base: unknown trainer config field {key!r}" for key in sorted(set(base) - set(FIELD_NAMES))]
+    return base
+
+
+def _parse_factors(raw: dict, problems: list[str]) -> dict[str, dict[str, dict]]:
     factors = raw.get("factors")
     if not isinstance(factors, dict) or not factors:
         problems.append("factors: required, a mapping of factor -> {level: {overrides}}")
-        factors = {}
-    clean_factors: dict[str, dict[str, dict]] = {}
+        return {}
+    clean: dict[str, dict[str, dict]] = {}
     for fname, levels in factors.items():
         fname = str(fname)
         if not NAME_RE.match(fname):
@@ -184,95 +200,113 @@ def parse(raw: Any) -> SweepSpec:
         if not isinstance(levels, dict) or len(levels) < 2:
             problems.append(f"factors.{fname}: needs at least two levels, each mapping to config overrides")
             continue
-        clean_factors[fname] = {}
+        clean[fname] = {}
         for lname, over in levels.items():
-            lname = str(lname)
             over = over or {}
             if not isinstance(over, dict):
                 problems.append(f"factors.{fname}.{lname}: must map to config overrides")
                 continue
-            for key in sorted(set(over) - set(FIELD_NAMES)):
-                problems.append(f"factors.{fname}.{lname}: unknown trainer config field {key!r}")
-            clean_factors[fname][lname] = over
-    problems += clashing_factors(clean_factors)
+            problems += [f"factors.{fname}.{lname}: unknown trainer config field {key!r}"
+                         for key in sorted(set(over) - set(FIELD_NAMES))]
+            clean[fname][str(lname)] = over
+    problems += clashing_factors(clean)
+    return clean
+
+
+def _parse_replicates(raw: dict, factors: dict, problems: list[str]) -> int:
     replicates = raw.get("replicates", 1)
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
         problems.append(f"replicates: must be an integer >= 1, got {replicates!r}")
-        replicates = 1
-    n_arms = len(controls_raw) if isinstance(controls_raw := raw.get("controls") or {}, dict) else 0
-    n_cells = 1
-    for levels in clean_factors.values():
-        n_cells *= len(levels)
-    if n_cells * replicates + n_arms * replicates > MAX_TRIALS:
+        return 1
+    n_arms = len(controls) if isinstance(controls := raw.get("controls") or {}, dict) else 0
+    n_cells = math.prod(len(levels) for levels in factors.values())
+    if (n_cells + n_arms) * replicates > MAX_TRIALS:  # checked before any trial is built
         problems.append(f"replicates: {n_cells} cells x {replicates} replicates = {n_cells * replicates} trials, "
                         f"more than the {MAX_TRIALS} a sweep may hold")
-        replicates = 1
-    generators: dict[str, list[str]] = {}
+        return 1
+    return replicates
+
+
+def _parse_design(raw: dict, factors: dict, problems: list[str]) -> dict[str, list[str]]:
     design = raw.get("design", "full")
-    if design != "full":
-        gens = design.get("generators") if isinstance(design, dict) and set(design) == {"generators"} else None
-        if not isinstance(gens, dict) or not gens:
-            problems.append("design: 'full' or {generators: {FACTOR: WORD}} (e.g. {generators: {D: ABC}})")
+    if design == "full":
+        return {}
+    gens = design.get("generators") if isinstance(design, dict) and set(design) == {"generators"} else None
+    if not isinstance(gens, dict) or not gens:
+        problems.append("design: 'full' or {generators: {FACTOR: WORD}} (e.g. {generators: {D: ABC}})")
+        return {}
+    generators: dict[str, list[str]] = {}
+    for g, word in gens.items():
+        g = str(g)
+        parts = _parse_generator(word, list(factors))
+        if g not in factors:
+            problems.append(f"design.generators: {g!r} is not a factor")
+        elif parts is None:
+            problems.append(f"design.generators.{g}: {word!r} names a factor that does not exist")
+        elif g in parts:
+            problems.append(f"design.generators.{g}: a factor cannot generate itself")
         else:
-            names = list(clean_factors)
-            for g, word in gens.items():
-                g = str(g)
-                parts = _parse_generator(word, names)
-                if g not in clean_factors:
-                    problems.append(f"design.generators: {g!r} is not a factor")
-                elif parts is None:
-                    problems.append(f"design.generators.{g}: {word!r} names a factor that does not exist")
-                elif g in parts:
-                    problems.append(f"design.generators.{g}: a factor cannot generate itself")
-                else:
-                    generators[g] = parts
-            for g, parts in generators.items():
-                for f in [g, *parts]:
-                    if f in clean_factors and len(clean_factors[f]) != 2:
-                        problems.append(f"design: a fraction needs two-level factors; {f} has {len(clean_factors[f])}")
-                if any(p in generators for p in parts):
-                    problems.append(f"design.generators.{g}: generators must be made of basic (not generated) factors")
+            generators[g] = parts
+    for g, parts in generators.items():
+        for f in [g, *parts]:
+            if f in factors and len(factors[f]) != 2:
+                problems.append(f"design: a fraction needs two-level factors; {f} has {len(factors[f])}")
+        if any(p in generators for p in parts):
+            problems.append(f"design.generators.{g}: generators must be made of basic (not generated) factors")
+    return generators
+
+
+def _parse_controls(raw: dict, problems: list[str]) -> dict[str, dict]:
     controls = raw.get("controls", {}) or {}
     if not isinstance(controls, dict):
         problems.append("controls: must map control names to config overrides")
-        controls = {}
+        return {}
+    clean = {}
     for cname, over in controls.items():
         if not isinstance(over, dict):
             problems.append(f"controls.{cname}: must map to config overrides")
             continue
-        for key in sorted(set(over) - set(FIELD_NAMES)):
-            problems.append(f"controls.{cname}: unknown trainer config field {key!r}")
+        problems += [f"controls.{cname}: unknown trainer config field {key!r}"
+                     for key in sorted(set(over) - set(FIELD_NAMES))]
+        clean[cname] = over
+    return clean
+
+
+def _parse_resources(raw: dict, problems: list[str]) -> dict[str, float]:
     resources = raw.get("resources", {"cpu": 1, "gpu": 0})
     if not isinstance(resources, dict) or set(resources) - {"cpu", "gpu"} or \
             not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
                     for v in resources.values()):
         problems.append("resources: a mapping with cpu and/or gpu counts >= 0")
-        resources = {"cpu": 1, "gpu": 0}
-    elif resources.get("cpu", 1) < 1:
+        return {}
+    if resources.get("cpu", 1) < 1:
         problems.append(f"resources: cpu must be at least 1 (a trial trains on it), got {resources['cpu']!r}")
-    max_concurrent = raw.get("max_concurrent", 0)
-    if not isinstance(max_concurrent, int) or max_concurrent < 0:
-        problems.append(f"max_concurrent: must be an integer >= 0, got {max_concurrent!r}")
-    max_failures = raw.get("max_failures", 2)
-    if not isinstance(max_failures, int) or max_failures < 0:
-        problems.append(f"max_failures: must be an integer >= 0, got {max_failures!r}")
-    if problems:
-        # every stage is checked: also resolve the cells from what is valid so far, so the
-        # problems of the cells' configs are listed with the spec's own
-        known = set(FIELD_NAMES)
-        base_ok = {k: v for k, v in base.items() if k in known}
-        factors_ok = {f: {lv: {k: v for k, v in over.items() if k in known} for lv, over in levels.items()}
-                      for f, levels in clean_factors.items() if len(levels) >= 2}
-        controls_ok = {c: {k: v for k, v in over.items() if k in known} for c, over in controls.items()
-                       if isinstance(over, dict)}
-        if factors_ok and not clashing_factors(factors_ok):
-            try:
-                build("check", base_ok, factors_ok, 1, {}, controls_ok, {"cpu": 1, "gpu": 0}, 0, 0)
-            except SpecError as e:
-                problems += [p for p in e.problems if p not in problems]
-        raise SpecError(problems)
-    return build(name, base, clean_factors, replicates, generators, controls,
-                 {"cpu": 1, "gpu": 0, **resources}, max_concurrent, max_failures, str(raw.get("description", "")))
+    return resources
+
+
+def _count(raw: dict, key: str, default: int, problems: list[str]) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        problems.append(f"{key}: must be an integer >= 0, got {value!r}")
+        return default
+    return value
+
+
+def _cell_problems(spec: SweepSpec) -> list[str]:
+    """Every stage is checked: the cells are resolved from what is valid so far, so the
+    problems of their configs are listed with the spec's own."""
+    known = set(FIELD_NAMES)
+    factors = {f: {lv: {k: v for k, v in over.items() if k in known} for lv, over in levels.items()}
+               for f, levels in spec.factors.items() if len(levels) >= 2}
+    if not factors or clashing_factors(factors):
+        return []
+    check = SweepSpec(name="check", base={k: v for k, v in spec.base.items() if k in known}, factors=factors,
+                      controls={c: {k: v for k, v in over.items() if k in known} for c, over in spec.controls.items()})
+    try:
+        _resolve_arms(check)
+    except SpecError as e:
+        return e.problems
+    return []
 
 
 def clashing_factors(factors: dict[str, dict[str, dict]]) -> list[str]:
@@ -335,17 +369,33 @@ def _cells(factors: dict[str, dict], generators: dict[str, list[str]]) -> list[d
     return cells
 
 
-def build(name, base, factors, replicates, generators, controls, resources, max_concurrent,
-          max_failures, description="") -> SweepSpec:
-    problems: list[str] = []
+def build(spec: SweepSpec) -> SweepSpec:
+    """The spec with its trials: every cell of the design (and each control arm) resolved
+    to a validated config, times the replicates, in randomised run order."""
+    resolved = _resolve_arms(spec)
     trials: list[Trial] = []
+    # randomised run order: one block per replicate, the arms shuffled inside it (seeded),
+    # so that drift over a sweep is not confounded with any factor
+    for r in range(spec.replicates):
+        seed = replicate_seed(spec.name, r)
+        for i in run_order(spec.name, r, len(resolved)):
+            cell, levels, arm, cfg = resolved[i]
+            trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels),
+                                arm=arm, config=cfg.replace(seed=seed), run_order=len(trials)))
+    return dataclasses.replace(spec, base=dict(spec.base), controls=dict(spec.controls),
+                               resources=dict(spec.resources), trials=trials)
+
+
+def _resolve_arms(spec: SweepSpec) -> list[tuple[str, dict[str, str], str, Config]]:
+    """(cell, levels, arm, config) per arm; SpecError naming every cell that does not
+    resolve, a control that trains a cell's objective, and every dead factor."""
     arms: list[tuple[str, dict[str, str], str, dict]] = []
-    for levels in _cells(factors, generators):
+    for levels in _cells(spec.factors, spec.generators):
         cell = "|".join(f"{f}={lv}" for f, lv in levels.items())
-        over = _resolve(base, *(factors[f][lv] for f, lv in levels.items()))
-        arms.append((cell, levels, "factorial", over))
-    for cname, over in controls.items():
-        arms.append((f"control={cname}", {f: "" for f in factors}, f"control:{cname}", _resolve(base, over)))
+        arms.append((cell, levels, "factorial", _resolve(spec.base, *(spec.factors[f][lv] for f, lv in levels.items()))))
+    for cname, over in spec.controls.items():
+        arms.append((f"control={cname}", {f: "" for f in spec.factors}, f"control:{cname}", _resolve(spec.base, over)))
+    problems: list[str] = []
     seen: dict[str, str] = {}
     resolved: list[tuple[str, dict[str, str], str, Config]] = []
     for cell, levels, arm, over in arms:
@@ -360,20 +410,10 @@ def build(name, base, factors, replicates, generators, controls, resources, max_
         seen.setdefault(sig, cell)
         resolved.append((cell, levels, arm, cfg))
     if not problems:
-        problems += dead_factors(factors, [(lv, cfg) for _, lv, arm, cfg in resolved if arm == "factorial"])
+        problems += dead_factors(spec.factors, [(lv, cfg) for _, lv, arm, cfg in resolved if arm == "factorial"])
     if problems:
         raise SpecError(problems)
-    # randomised run order: one block per replicate, the arms shuffled inside it (seeded),
-    # so that drift over a sweep is not confounded with any factor
-    for r in range(replicates):
-        seed = replicate_seed(name, r)
-        for i in run_order(name, r, len(resolved)):
-            cell, levels, arm, cfg = resolved[i]
-            trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels),
-                                arm=arm, config=cfg.replace(seed=seed), run_order=len(trials)))
-    return SweepSpec(name=name, base=dict(base), factors=factors, replicates=replicates, generators=generators,
-                     controls=dict(controls), resources=dict(resources), max_concurrent=max_concurrent,
-                     max_failures=max_failures, description=description, trials=trials)
+    return resolved
 
 
 def alias_structure(spec: SweepSpec, max_order: int = 2) -> list[str]:
