@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 import sysconfig
 import warnings
 from dataclasses import dataclass
@@ -48,14 +49,14 @@ def stdlib_files() -> list[Path]:
     return sorted(files)
 
 
-def _read_parquet(path: Path, column: str) -> list[tuple[str, bytes]]:
+def _read_parquet(path: Path, column: str, name: str) -> list[tuple[str, bytes]]:
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
     if column not in table.column_names:
         raise ValueError(f"data: {path} has no column {column!r} (columns: {', '.join(table.column_names)})")
     texts = table.column(column).to_pylist()
-    return [(f"{path}#{i}", (t or "").encode("utf-8")) for i, t in enumerate(texts)]
+    return [(f"{name}#{i}", (t or "").encode("utf-8")) for i, t in enumerate(texts)]
 
 
 def load_documents(sources: tuple[str, ...] | list[str], text_column: str = "text") -> list[tuple[str, bytes]]:
@@ -63,29 +64,41 @@ def load_documents(sources: tuple[str, ...] | list[str], text_column: str = "tex
     if not sources:
         root = Path(sysconfig.get_paths()["stdlib"])
         return [(str(p.relative_to(root)), p.read_bytes()) for p in stdlib_files()]
-    paths: list[Path] = []
+    # (path, name): a document is named relative to its source (a folder, a glob's fixed
+    # part, or the file itself), so the split and the corpus hash do not depend on where
+    # the corpus lies on a machine
+    paths: list[tuple[Path, str]] = []
     for src in sources:
         if any(ch in src for ch in "*?["):
             matched = sorted(Path(p) for p in glob.glob(src, recursive=True) if os.path.isfile(p))
             if not matched:
                 raise ValueError(f"data: glob {src!r} matches no file")
-            paths.extend(matched)
+            fixed = re.split(r"[*?\[]", src, maxsplit=1)[0]  # "data/x*.txt" -> "data/x"
+            root = Path(fixed) if fixed.endswith(os.sep) or not fixed else Path(fixed).parent
+            paths.extend((p, _relative(p, root)) for p in matched)
         elif os.path.isdir(src):
             found = sorted(p for p in Path(src).rglob("*") if p.is_file())
             if not found:
                 raise ValueError(f"data: folder {src!r} holds no file")
-            paths.extend(found)
+            paths.extend((p, _relative(p, Path(src))) for p in found)
         elif os.path.isfile(src):
-            paths.append(Path(src))
+            paths.append((Path(src), Path(src).name))
         else:
             raise ValueError(f"data: {src!r} is not a file, folder or glob that exists")
     docs: list[tuple[str, bytes]] = []
-    for p in paths:
+    for p, name in paths:
         if p.suffix == ".parquet":
-            docs.extend(_read_parquet(p, text_column))
+            docs.extend(_read_parquet(p, text_column, name))
         else:
-            docs.append((str(p), p.read_bytes()))
+            docs.append((name, p.read_bytes()))
     return docs
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def non_text_fraction(body: bytes) -> float:

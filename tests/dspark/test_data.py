@@ -90,3 +90,25 @@ def test_a_corpus_that_is_not_text_is_refused_and_a_partly_binary_one_warned(tmp
         warnings.simplefilter("always")
         build_corpus([str(mixed)], min_len=64)
     assert any("of the corpus's bytes are not text" in str(x.message) for x in w)
+
+
+def test_the_same_corpus_elsewhere_has_the_same_hash_and_split(corpus_dir, tmp_path):
+    """Documents are named relative to their source, so a corpus copied to another place
+    (another machine's mount, another test's temp folder) splits and hashes the same."""
+    import shutil
+
+    moved = tmp_path / "elsewhere" / "deeper"
+    shutil.copytree(corpus_dir, moved)
+    a, b = build_corpus((str(corpus_dir),)), build_corpus((str(moved),))
+    assert a.sha256 == b.sha256 and a.n_docs == b.n_docs
+    assert all(bool((a_s == b_s).all()) for a_s, b_s in ((a.train, b.train), (a.val, b.val)))
+    by_glob = build_corpus((str(moved / "*.py"),))
+    assert by_glob.sha256 == a.sha256
+    names = [n for n, _ in load_documents((str(moved),))]
+    assert names and all("/" not in n and n.endswith(".py") for n in names)
+    table = pa.table({"text": ["alpha " * 20, "beta " * 20]})
+    for where in (tmp_path / "p1", tmp_path / "p2" / "q"):
+        where.mkdir(parents=True)
+        pq.write_table(table, where / "docs.parquet")
+    assert load_documents((str(tmp_path / "p1" / "docs.parquet"),)) == \
+        load_documents((str(tmp_path / "p2" / "q" / "docs.parquet"),))
