@@ -57,11 +57,17 @@ def _injected_crash(trial_key: str):
 
 
 def trial_fn(config: dict[str, Any]) -> None:
-    """The Tune function trainable: one DSpark training run."""
+    """The Tune function trainable: one DSpark training run. Besides the trainer's metrics
+    it reports what the sweep costs the trial: `trial/import_s` (torch and dspark imports
+    in this worker) and `trial/report_s` (seconds in `tune.report`, which persists each
+    checkpoint to the sweep's storage), so far."""
+    entered = time.perf_counter()
     import torch
 
     from dspark.config import from_dict
     from dspark.train import train
+
+    cost = {"trial/import_s": time.perf_counter() - entered, "trial/report_s": 0.0}
 
     cpus = int(config.get("cpus", 1)) or 1
     torch.set_num_threads(cpus)
@@ -73,11 +79,13 @@ def trial_fn(config: dict[str, Any]) -> None:
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         lead = {k: metrics.get(k, float("nan")) for k in TABLE_METRICS}
-        metrics = {**lead, **metrics, **node}  # node: where the trial ran, for the run's tags
+        metrics = {**lead, **metrics, **cost, **node}  # node: where the trial ran, for the run's tags
+        t0 = time.perf_counter()
         if checkpoint_dir is None:
             tune.report(metrics)
         else:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
+        cost["trial/report_s"] += time.perf_counter() - t0
 
     checkpoint = tune.get_checkpoint()
     hook = _injected_crash(config["trial_key"])
@@ -363,7 +371,8 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             results = _fit(spec, todo, resume_dirs, root, tracker, signals, limit, verbose) if todo else None
         return {**_close(spec, ledger, signals), "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
-                "results": results}  # Tune's ResultGrid of the trials run now (None if none was left)
+                "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
+                "tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()}}
     except BaseException as e:
         if ledger is not None:
             ledger.close_open_runs("KILLED")

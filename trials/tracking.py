@@ -8,8 +8,10 @@ Tune callback: it runs in the driver and turns trial events into MLflow writes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +145,19 @@ class Ledger:
         return n
 
 
+def _timed(method):
+    """Add the callback's time to the tracker's `seconds` (the driver's MLflow cost)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    return wrapper
+
+
 class SweepTracker(Callback):
     """Ray Tune callback (driver side) writing each trial's life into MLflow."""
 
@@ -155,6 +170,8 @@ class SweepTracker(Callback):
         self._nodes: dict[str, str] = {}
         self._done: set[str] = set()
         self._last_step: dict[str, dict[str, int]] = {}  # run -> metric -> last step logged
+        self.seconds = 0.0  # time spent writing MLflow in the driver (bench/sweep_overhead.py)
+        self.trial_wall: dict[str, list[float]] = {}  # trial key -> [start, end] (perf_counter)
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment; the client is rebuilt
         state = dict(self.__dict__)
@@ -163,6 +180,8 @@ class SweepTracker(Callback):
         state["_nodes"] = {}
         state["_done"] = set()
         state["_last_step"] = {}
+        state["seconds"] = 0.0
+        state["trial_wall"] = {}
         return state
 
     @property
@@ -189,12 +208,16 @@ class SweepTracker(Callback):
         run_id = self._run_id(trial)
         return None if run_id in self._done else run_id
 
+    @_timed
     def on_trial_start(self, iteration, trials, trial, **info):
         self._run_id(trial)
+        self.trial_wall[self._trial(trial).key] = [time.perf_counter(), float("nan")]
 
+    @_timed
     def on_trial_restore(self, iteration, trials, trial, **info):
         self._run_id(trial)
 
+    @_timed
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run_id = self._writable(trial)
         if run_id is None:
@@ -215,6 +238,7 @@ class SweepTracker(Callback):
             if node not in nodes.split(","):
                 self.ledger.client.set_tag(run_id, "ray_nodes", ",".join(p for p in (nodes, node) if p))
 
+    @_timed
     def on_trial_recover(self, iteration, trials, trial, **info):
         run_id = self._writable(trial)
         if run_id is None:
@@ -223,6 +247,7 @@ class SweepTracker(Callback):
         restarts = int(client.get_run(run_id).data.tags.get("restarts", "0")) + 1
         client.set_tag(run_id, "restarts", str(restarts))
 
+    @_timed
     def on_trial_complete(self, iteration, trials, trial, **info):
         run_id = self._writable(trial)
         if run_id is None:
@@ -234,8 +259,11 @@ class SweepTracker(Callback):
         plots = Path(ckpt.path) / "artifacts" if ckpt is not None and ckpt.path else None
         log_run_files(client, run_id, t.config.to_dict(), last, plots)
         self.ledger.finish(run_id, "FINISHED")
+        if t.key in self.trial_wall:
+            self.trial_wall[t.key][1] = time.perf_counter()
         self._runs.pop(trial.trial_id, None)
 
+    @_timed
     def on_trial_error(self, iteration, trials, trial, **info):
         run_id = self._writable(trial)
         if run_id is None:
