@@ -13,6 +13,7 @@ import argparse
 import statistics
 import time
 
+import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible mode)
 import torch
 import torch.nn.functional as F
 

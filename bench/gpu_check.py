@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible mode)
 import torch
 
 from dspark.config import from_dict

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible mode)
 import torch
 
 from dspark.config import from_dict

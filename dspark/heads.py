@@ -183,12 +183,19 @@ class DraftHead(nn.Module):
         D = h.shape[-1]
         w = self.conf.proj.weight[0]
         conf_h = h @ w[:D].to(h.dtype) + self.conf.proj.bias.to(h.dtype)  # (B, K): the w_h . h_k part of Eq 7
+        noise = None
+        if temperature > 0:
+            # Gumbel-max: argmax(l / T + g) with g ~ Gumbel(0, 1) is a sample of softmax(l / T).
+            # One draw for the whole block keeps the sequential loop to a lookup, an add and
+            # an argmax per slot (no softmax, no multinomial, no RNG call inside the loop).
+            u = torch.rand(B, K, V, generator=generator, device=U.device if generator is None else generator.device)
+            noise = -torch.log(-torch.log(u.to(U.device).clamp_min(1e-20)))  # (B, K, V)
         prev = first_prev
         tokens, logits, confs = [], [], []
         for k in range(K):
             lk = U[:, k] + bias[prev].to(U.dtype)  # (B, V)
             confs.append(conf_h[:, k] + conf_prev[prev].to(h.dtype) if conf_prev is not None else conf_h[:, k])
-            tok = draw(lk, temperature, generator)
+            tok = lk.argmax(-1) if noise is None else (lk.float() / temperature + noise[:, k]).argmax(-1)
             tokens.append(tok)
             logits.append(lk)
             prev = tok

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -352,11 +353,18 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
         check_local_resources(spec)  # before Ray starts and logs: the refusal is one line
     signals = _Signals()
     ledger = None
+    # a new SQLite store spends seconds creating its tables: let that overlap Ray's start
+    warming = threading.Thread(target=_warm_store, args=(tracking_uri,), daemon=True)
+    warming.start()
+    t0 = time.perf_counter()
     started_ray = _init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
+    ray_start_s = time.perf_counter() - t0
     try:
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
-            spec, tags, shared = bind_targets(spec, root, None if address else int(ray.cluster_resources().get("CPU", 1)))
+            cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
+            spec, tags, shared = bind_targets(spec, root, cpus)
+            warming.join()
             ledger = Ledger(tracking_uri, spec)
             reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
             ledger.claim()
@@ -372,7 +380,8 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
         return {**_close(spec, ledger, signals), "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
                 "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
-                "tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()}}
+                "tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()},
+                "trials_span_s": _span(tracker.trial_wall.values()), "ray_start_s": ray_start_s}
     except BaseException as e:
         if ledger is not None:
             ledger.close_open_runs("KILLED")
@@ -386,6 +395,23 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             ledger.close_open_runs("KILLED")
         if started_ray:
             ray.shutdown()
+
+
+def _warm_store(tracking_uri: str) -> None:
+    """Open the store once (MLflow creates a new SQLite store's tables on first use); any
+    error is left for the Ledger to raise in the driver's thread."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(tracking_uri).search_experiments(max_results=1)
+    except Exception:
+        pass
+
+
+def _span(intervals) -> float:
+    """From the first trial's start to the last one's end (0 when none ran)."""
+    intervals = list(intervals)
+    return max(b for _, b in intervals) - min(a for a, _ in intervals) if intervals else 0.0
 
 
 def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path) -> bool:

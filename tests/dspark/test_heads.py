@@ -103,3 +103,26 @@ def test_ce_tv_gradient_reaches_w1_at_step_0_in_both_d9_arms(head, confidence_in
     with torch.no_grad():  # the old init: W2 = 0 starves W1 of the CE/TV gradient
         dh.seq.W2.weight.zero_()
     assert w1_grad() == 0
+
+
+def test_markov_fast_path_samples_each_slot_from_its_distribution():
+    """The inference path draws a block with Gumbel-max noise; each slot's token must
+    follow softmax(logits / T) given the token drawn before it."""
+    torch.manual_seed(0)
+    V, K, D, B, T = 6, 3, 8, 40000, 0.7
+    head = DraftHead("markov", "hidden+markov", V, D, 4).eval()
+    with torch.no_grad():
+        head.seq.W1.weight.normal_(0, 1.0)
+        head.seq.W2.weight.normal_(0, 1.0)
+        h = torch.randn(1, K, D).expand(B, K, D)
+        U = torch.randn(1, K, V).expand(B, K, V)
+        first = torch.zeros(B, dtype=torch.long)
+        tokens, logits, _ = head.sample_block_tokens(h, U, first, T, torch.Generator().manual_seed(1))
+    p0 = torch.softmax(logits[0, 0] / T, -1)
+    f0 = torch.bincount(tokens[:, 0], minlength=V).float() / B
+    assert (f0 - p0).abs().max() < 0.015
+    a = int(p0.argmax())  # slot 2 given slot 1 drew a
+    rows = tokens[:, 0] == a
+    p1 = torch.softmax(logits[rows][0, 1] / T, -1)
+    f1 = torch.bincount(tokens[rows, 1], minlength=V).float() / rows.sum()
+    assert (f1 - p1).abs().max() < 0.03
