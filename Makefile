@@ -22,7 +22,7 @@ demo: $(BIN)/.installed
 	$(BIN)/analysis report demo-seed
 	@echo; echo "=== Question 2: the paper's architecture (experiment demo) ==="
 	$(BIN)/analysis report demo
-	@echo "MLflow UI on the same store: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db  (then open http://127.0.0.1:5000)"
+	@echo "MLflow UI on the same store: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db  (open the links trials run printed above; at http://127.0.0.1:5000 choose Model training)"
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q tests
