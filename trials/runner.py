@@ -57,22 +57,19 @@ def _injected_crash(trial_key: str):
     return before_step
 
 
-def trial_fn(config: dict[str, Any]) -> None:
-    """The Tune function trainable: one DSpark training run. Besides the trainer's metrics
+def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
+    """One DSpark training run inside Tune's trainable. Besides the trainer's metrics
     it reports what the sweep costs the trial: `trial/import_s` (torch and dspark imports
     in this worker) and `trial/report_s` (seconds in `tune.report`, which persists each
     checkpoint to the sweep's storage), so far."""
     entered = time.perf_counter()
     import torch
 
-    from dspark.config import from_dict
     from dspark.train import train
 
     cost = {"trial/import_s": time.perf_counter() - entered, "trial/report_s": 0.0}
 
-    cpus = int(config.get("cpus", 1)) or 1
-    torch.set_num_threads(cpus)
-    cfg = from_dict(config["trainer"])
+    torch.set_num_threads(max(1, int(cpus)))
     out_dir = tempfile.mkdtemp(prefix="dspark-trial-")
     cfg = cfg.replace(out_dir=out_dir)
 
@@ -89,13 +86,13 @@ def trial_fn(config: dict[str, Any]) -> None:
         cost["trial/report_s"] += time.perf_counter() - t0
 
     checkpoint = tune.get_checkpoint()
-    hook = _injected_crash(config["trial_key"])
+    hook = _injected_crash(trial_key)
     try:
         if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
             with checkpoint.as_directory() as resume_dir:
                 train(cfg, report=report, resume_from=resume_dir, before_step=hook)
-        elif config.get("resume_from"):  # `trials resume`: the trial's last checkpoint in storage
-            train(cfg, report=report, resume_from=config["resume_from"], before_step=hook)
+        elif resume_from:  # `trials resume`: the trial's last checkpoint in storage
+            train(cfg, report=report, resume_from=resume_from, before_step=hook)
         else:
             train(cfg, report=report, before_step=hook)
     finally:
@@ -210,15 +207,13 @@ def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
 
 def _trainable(spec: SweepSpec, resume_dirs: dict[str, str]):
     """The function Tune runs: it resolves the point's levels to the trial's config."""
-    cpus = spec.resources.get("cpu", 1)
+    res = {"cpu": spec.resources.get("cpu", 1), "gpu": spec.resources.get("gpu", 0)}
 
     def fn(params):
         t = spec.trial_for(params)
-        trial_fn({"trial_key": t.key, "cpus": cpus, "trainer": t.config.to_dict(),
-                  "resume_from": resume_dirs.get(t.key)})
+        trial_fn(t.key, t.config, res["cpu"], resume_dirs.get(t.key))
 
     fn.__name__ = "dspark_trial"
-    res = {"cpu": spec.resources.get("cpu", 1), "gpu": spec.resources.get("gpu", 0)}
     return tune.with_resources(fn, res)
 
 

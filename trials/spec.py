@@ -23,6 +23,7 @@ cell of one replicate shares its seed (a blocked design) and a rerun reproduces.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import math
@@ -102,11 +103,20 @@ class SweepSpec:
         return params
 
     def trial_for(self, params: dict[str, Any]) -> Trial:
-        """The trial at a point of Tune's search space (the inverse of `tune_params`)."""
-        for t in self.trials:
-            if all(params.get(k) == v for k, v in self.tune_params(t).items()):
-                return t
-        raise KeyError(f"no trial of sweep {self.name!r} at {params}")
+        """The trial at a point of Tune's search space (the inverse of `tune_params`).
+        Called for every trial event, so it looks the point up in an index built once."""
+        try:
+            return self._trials_by_point[self._point(params)]
+        except KeyError:
+            raise KeyError(f"no trial of sweep {self.name!r} at {params}") from None
+
+    def _point(self, params: dict[str, Any]) -> tuple:
+        keys = [*self.factors, "replicate", *(["arm"] if self.controls else [])]
+        return tuple(params.get(k) for k in keys)
+
+    @functools.cached_property
+    def _trials_by_point(self) -> dict[tuple, Trial]:
+        return {self._point(self.tune_params(t)): t for t in self.trials}
 
     def override(self, **changes: Any) -> "SweepSpec":
         """The same design with every trial's config changed (e.g. a smoke test)."""
