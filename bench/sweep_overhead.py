@@ -2,7 +2,7 @@
 trials run one after another in a plain loop (dspark.train, no Ray, no tracking), the
 loop's time divided by the sweep's parallelism.
 
-    python bench/sweep_overhead.py [--draft-steps 600]
+    python bench/sweep_overhead.py [--draft-steps 600] [--checkpoint-every-s 60]
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from trials.spec import parse
 PARALLEL = 2
 
 
-def spec(draft_steps: int):
+def spec(draft_steps: int, checkpoint_every_s: float):
     return parse({
         "name": "overhead", "max_concurrent": PARALLEL, "replicates": 1,
         "base": {"preset": "tiny", "target_steps": 200, "draft_steps": draft_steps, "eval_interval": 50,
-                 "spec_prompts": 4},
+                 "spec_prompts": 4, "checkpoint_every_s": checkpoint_every_s},
         "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}},
                     "D9": {"hidden": {"confidence_input": "hidden"}, "markov": {"confidence_input": "hidden+markov"}}},
     })
@@ -68,6 +68,9 @@ def through_ray(s, target: Path, tmp: str) -> dict:
     # the sweep's own set-up and end: corpus hash for the target address, MLflow experiment
     # and parent (their tables created while Ray starts), Tune's start and stop, Ray's shutdown
     around = total - ray_start - out["trials_span_s"]
+    ph, ends, (first, last) = out["phases_s"], out["phase_ends"], out["trial_bounds"]
+    parts = {"targets": ph["targets"], "store": ph["store"], "tune_start": first - ends["store"],
+             "tune_end": ends["tune"] - last, "close": ph["close"], "ray_shutdown": ph["ray_shutdown"]}
     df = out["results"].get_dataframe()
     t0 = time.perf_counter()
     from analysis.attribution import analyse
@@ -80,7 +83,7 @@ def through_ray(s, target: Path, tmp: str) -> dict:
         pass
     analysis_s = time.perf_counter() - t0
     wall = out["trial_wall_s"]
-    return {"total": total, "ray_start": ray_start, "around": around, "tracking": out["tracking_s"], "analysis": analysis_s,
+    return {"total": total, "ray_start": ray_start, "around": around, "parts": parts, "tracking": out["tracking_s"], "analysis": analysis_s,
             "wall": sum(wall.values()) / len(wall), "in_trainable": float(df["time_total_s"].mean()),
             "import": float(df["trial/import_s"].mean()), "report": float(df["trial/report_s"].mean()),
             "reports": float(df["training_iteration"].mean())}
@@ -89,24 +92,34 @@ def through_ray(s, target: Path, tmp: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--draft-steps", type=int, default=600)
+    ap.add_argument("--checkpoint-every-s", type=float, default=60.0,
+                    help="the trials' checkpoint_every_s (0: a checkpoint at every eval)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        s = spec(args.draft_steps)
+        s = spec(args.draft_steps, args.checkpoint_every_s)
         target = Path(tmp) / "target.pt"
         train_shared_target(s.trials[0].config, target)
         loop, pool_s = plain(s, target, tmp)
-        r = through_ray(spec(args.draft_steps), target, tmp)
+        r = through_ray(spec(args.draft_steps, args.checkpoint_every_s), target, tmp)
     n = len(s.trials)
     actor = r["wall"] - r["in_trainable"]  # actor start, handing over, teardown: Tune's, not the trainer's
     per_trial = actor + r["report"] + r["tracking"] / n
-    print(f"{n} tiny trials ({args.draft_steps} draft steps each), parallelism {PARALLEL}, one thread each")
+    print(f"{n} tiny trials ({args.draft_steps} draft steps each, checkpoint_every_s {args.checkpoint_every_s:g}), "
+          f"parallelism {PARALLEL}, one thread each")
     print(f"plain loop              {loop:7.1f} s  -> loop / {PARALLEL} = {loop / PARALLEL:.1f} s")
     print(f"2 plain processes       {pool_s:7.1f} s  (what {PARALLEL} cores give without Ray: {loop / pool_s:.2f}x)")
     print(f"Ray Tune + MLflow       {r['total']:7.1f} s")
     print("where Ray's extra time goes (seconds; per sweep, or mean per trial):")
     print(f"  Ray start (per sweep)                    {r['ray_start']:6.2f}")
     print("  shared-target task                         0.00  (reused from storage; its training is common to both)")
-    print(f"  sweep set-up and end (hash, MLflow, Tune, Ray shutdown) {r['around']:6.2f} per sweep")
+    p = r["parts"]
+    print(f"  sweep set-up and end                     {r['around']:6.2f} per sweep:")
+    print(f"    target addressing (corpus hash)        {p['targets']:6.2f}")
+    print(f"    MLflow parent, git, sweep files        {p['store']:6.2f}")
+    print(f"    Tune start, to the first trial's start {p['tune_start']:6.2f}")
+    print(f"    Tune end, after the last trial's end   {p['tune_end']:6.2f}")
+    print(f"    closing the parent run                 {p['close']:6.2f}")
+    print(f"    Ray shutdown                           {p['ray_shutdown']:6.2f}")
     print(f"  trial actor start, handover, teardown    {actor:6.2f} per trial (driver wall {r['wall']:.1f} s "
           f"- in trainable {r['in_trainable']:.1f} s)")
     print(f"  imports in the trial's worker            {r['import']:6.2f} per trial (a plain process pays them too)")

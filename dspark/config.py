@@ -79,6 +79,7 @@ class Config:
     spec_new_tokens: int = 48
     spec_interval_prompts: int = 0  # prompts for speculative eval at eval intervals (0 = end only)
     # --- run plumbing ---
+    checkpoint_every_s: float = 0.0  # seconds between checkpoints at evals (0: every eval); a stage's end always writes one
     target_path: str = ""  # load a trained target instead of training one
     out_dir: str = "runs/dspark"
 
@@ -145,7 +146,7 @@ class Config:
         for name in ("lr", "target_lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
-        for name in ("aux_weight", "weight_decay", "alpha_ce", "alpha_tv", "alpha_conf"):
+        for name in ("aux_weight", "weight_decay", "alpha_ce", "alpha_tv", "alpha_conf", "checkpoint_every_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if self.spec_prompts and self.spec_prompt_len + self.spec_new_tokens + self.block_size + 1 > self.seq_len:

@@ -177,26 +177,39 @@ class DraftHead(nn.Module):
             self._table_key, self._table = key, (bias, conf)
         return self._table
 
+    def _scaled_bias(self, temperature: float) -> torch.Tensor:
+        """B(p, .) / T (V, V) in fp32, kept for the last temperature used."""
+        bias, _ = self._tables()
+        key = (self._table_key, temperature)
+        if getattr(self, "_scaled_key", None) != key:
+            self._scaled_key, self._scaled = key, bias.float() / temperature
+        return self._scaled
+
     def _sample_markov(self, h, U, first_prev, temperature, generator):
         B, K, V = U.shape
         bias, conf_prev = self._tables()
+        scores, table = U, bias.to(U.dtype)  # greedy: argmax of U_k + B(prev)
+        if temperature > 0:
+            # Gumbel-max: argmax(l / T + g), g ~ Gumbel(0, 1), is a sample of softmax(l / T),
+            # and l / T + g = (U_k / T + g_k) + B(prev) / T. The first term is drawn for the
+            # whole block at once, so each slot of the loop is a lookup, an add and an
+            # argmax, with no softmax, multinomial or RNG call inside it. g = -log E with
+            # E ~ Exp(1).
+            e = torch.empty(B, K, V, device=U.device if generator is None else generator.device)
+            e = e.exponential_(generator=generator).clamp_min_(torch.finfo(torch.float32).tiny).to(U.device)
+            scores = U.float() / temperature - e.log()  # (B, K, V)
+            table = self._scaled_bias(temperature)
+        prev, tokens = first_prev, []
+        for s_k in scores.unbind(1):  # (B, V) per slot
+            prev = (s_k + table[prev]).argmax(-1)  # (B,)
+            tokens.append(prev)
+        tokens = torch.stack(tokens, 1)  # (B, K)
+        # each slot's logits and confidence, given the token actually drawn before it
+        prevs = torch.cat([first_prev[:, None], tokens[:, :-1]], 1)  # (B, K)
+        logits = U + bias[prevs].to(U.dtype)  # (B, K, V)
         D = h.shape[-1]
         w = self.conf.proj.weight[0]
-        conf_h = h @ w[:D].to(h.dtype) + self.conf.proj.bias.to(h.dtype)  # (B, K): the w_h . h_k part of Eq 7
-        noise = None
-        if temperature > 0:
-            # Gumbel-max: argmax(l / T + g) with g ~ Gumbel(0, 1) is a sample of softmax(l / T).
-            # One draw for the whole block keeps the sequential loop to a lookup, an add and
-            # an argmax per slot (no softmax, no multinomial, no RNG call inside the loop).
-            u = torch.rand(B, K, V, generator=generator, device=U.device if generator is None else generator.device)
-            noise = -torch.log(-torch.log(u.to(U.device).clamp_min(1e-20)))  # (B, K, V)
-        prev = first_prev
-        tokens, logits, confs = [], [], []
-        for k in range(K):
-            lk = U[:, k] + bias[prev].to(U.dtype)  # (B, V)
-            confs.append(conf_h[:, k] + conf_prev[prev].to(h.dtype) if conf_prev is not None else conf_h[:, k])
-            tok = lk.argmax(-1) if noise is None else (lk.float() / temperature + noise[:, k]).argmax(-1)
-            tokens.append(tok)
-            logits.append(lk)
-            prev = tok
-        return torch.stack(tokens, 1), torch.stack(logits, 1), torch.stack(confs, 1)
+        conf = h @ w[:D].to(h.dtype) + self.conf.proj.bias.to(h.dtype)  # (B, K): the w_h . h_k part of Eq 7
+        if conf_prev is not None:
+            conf = conf + conf_prev[prevs].to(h.dtype)
+        return tokens, logits, conf

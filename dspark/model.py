@@ -31,11 +31,25 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+_INV_FREQ: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _inv_freq(head_dim: int, device: torch.device) -> torch.Tensor:
+    """The rotary frequencies (E/2,), computed once per width and device: decoding calls
+    rope_angles several times per token, and these four small ops cost as much as the
+    rotation itself on a small model."""
+    freq = _INV_FREQ.get((head_dim, device))
+    if freq is None:
+        with torch.inference_mode(False):  # a cached tensor must stay usable outside inference mode
+            freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+        _INV_FREQ[(head_dim, device)] = freq
+    return freq
+
+
 def rope_angles(pos: torch.Tensor, head_dim: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of the rotary angles at absolute positions pos (T,) or (B, T); shaped to
     broadcast against (B, H, T, E/2)."""
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=pos.device, dtype=torch.float32) / head_dim))
-    angles = pos.to(torch.float32)[..., None] * inv_freq  # (T, E/2) or (B, T, E/2)
+    angles = pos.to(torch.float32)[..., None] * _inv_freq(head_dim, pos.device)  # (T, E/2) or (B, T, E/2)
     if angles.dim() == 3:
         angles = angles[:, None]  # (B, 1, T, E/2)
     return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -46,9 +60,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding. x (B, H, T, E); pos (T,) or (B, T) absolute positions."""
-    return apply_rope(x, *rope_angles(pos, x.shape[-1], x.dtype))
+def rope(x: torch.Tensor, rot) -> torch.Tensor:
+    """Rotary position embedding of x (B, H, T, E) with rot = rope_angles(...) of its
+    positions, computed once per forward and cast to x's dtype (autocast may make it bf16)."""
+    cos, sin = rot
+    return apply_rope(x, cos.to(x.dtype), sin.to(x.dtype))
 
 
 class MLP(nn.Module):
@@ -191,25 +207,45 @@ class DrafterLayer(nn.Module):
         self.proj = nn.Linear(d, d, bias=False)
         self.mlp = MLP(d)
 
-    def context_kv(self, ctx: torch.Tensor, pos: torch.Tensor):
-        """W_K H_ctx, W_V H_ctx with RoPE at the context positions: 2 x (B, H, T, E)."""
+    def context_kv(self, ctx: torch.Tensor, rot):
+        """W_K H_ctx, W_V H_ctx with RoPE at the context positions (rot: their cos, sin):
+        2 x (B, H, T, E)."""
         B, T, D = ctx.shape
         k, v = self.kv(ctx).split(D, dim=-1)
         k, v = (t.view(B, T, self.H, D // self.H).transpose(1, 2) for t in (k, v))
-        return rope(k, pos), v
+        return rope(k, rot), v
 
-    def forward(self, x, pos, ctx_k, ctx_v, mask):
+    def _block_qkv(self, x, rot):
+        """Queries, keys and values of the block slots x (B, Q, D): 3 x (B, H, Q, E)."""
         B, Q, D = x.shape  # Q = A*K block slots
         hn = self.norm1(x)
         q = self.q(hn).view(B, Q, self.H, D // self.H).transpose(1, 2)  # (B, H, Q, E)
         k, v = self.kv(hn).split(D, dim=-1)
         k, v = (t.view(B, Q, self.H, D // self.H).transpose(1, 2) for t in (k, v))
-        q, k = rope(q, pos), rope(k, pos)
-        kk = torch.cat([ctx_k.to(k.dtype), k], dim=2)  # (B, H, Tc+Q, E)
-        vv = torch.cat([ctx_v.to(v.dtype), v], dim=2)
-        y = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+        return rope(q, rot), rope(k, rot), v
+
+    def _finish(self, x, y):
+        B, Q, D = x.shape
         x = x + self.proj(y.transpose(1, 2).reshape(B, Q, D))
         return x + self.mlp(self.norm2(x))
+
+    def forward(self, x, rot, ctx_k, ctx_v, mask):
+        """Training: x (B, Q, D) block slots, rot the cos, sin of their positions."""
+        q, k, v = self._block_qkv(x, rot)
+        kk = torch.cat([ctx_k.to(k.dtype), k], dim=2)  # (B, H, Tc+Q, E)
+        vv = torch.cat([ctx_v.to(v.dtype), v], dim=2)
+        return self._finish(x, F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask))
+
+    def decode(self, x, rot, cache: KVCache, layer: int):
+        """Inference, one block (batch 1) that sees all cached context and itself: its keys
+        and values are written just past the context's end, where the next extension
+        overwrites them, so attention reads one slice rather than a fresh concatenation."""
+        q, k, v = self._block_qkv(x, rot)
+        L, Q = cache.length, x.shape[1]
+        cache.k[layer][:, :, L:L + Q] = k.to(cache.k[layer].dtype)
+        cache.v[layer][:, :, L:L + Q] = v.to(cache.v[layer].dtype)
+        kk, vv = cache.k[layer][:, :, :L + Q], cache.v[layer][:, :, :L + Q]  # (1, H, L+Q, E)
+        return self._finish(x, F.scaled_dot_product_attention(q, kk.to(q.dtype), vv.to(q.dtype)))
 
 
 # At inference the drafter reads target context strictly before the anchor, so after
@@ -260,9 +296,11 @@ class Drafter(nn.Module):
         block_id = torch.arange(A, device=ctx.device).repeat_interleave(K)
         see_block = (block_id[:, None] == block_id[None, :]).expand(B, A * K, A * K)
         mask = torch.cat([see_ctx, see_block], dim=2)[:, None]  # (B, 1, A*K, T+A*K)
+        E = D // self.n_heads
+        rot, ctx_rot = rope_angles(qpos, E, x.dtype), rope_angles(ctx_pos, E, ctx.dtype)
         for layer in self.layers:
-            ck, cv = layer.context_kv(ctx, ctx_pos)
-            x = layer(x, qpos, ck, cv, mask)
+            ck, cv = layer.context_kv(ctx, ctx_rot)
+            x = layer(x, rot, ck, cv, mask)
         return self.norm(x).view(B, A, K, D)
 
     # ---- inference: one block at a time, batch 1, context extended incrementally ----
@@ -278,9 +316,9 @@ class Drafter(nn.Module):
         L = cache.length
         if L + T > cache.max_len:
             raise ValueError(f"drafter context cache full: {L} + {T} > {cache.max_len}")
-        pos = torch.arange(L, L + T, device=ctx.device)
+        rot = rope_angles(torch.arange(L, L + T, device=ctx.device), ctx.shape[-1] // self.n_heads, ctx.dtype)
         for i, layer in enumerate(self.layers):
-            k, v = layer.context_kv(ctx, pos)
+            k, v = layer.context_kv(ctx, rot)
             cache.k[i][:, :, L:L + T] = k.to(cache.k[i].dtype)
             cache.v[i][:, :, L:L + T] = v.to(cache.v[i].dtype)
         cache.length = L + T
@@ -290,9 +328,11 @@ class Drafter(nn.Module):
         if cache.length != anchor_pos:
             raise ValueError(f"drafter context holds {cache.length} positions; the anchor is at {anchor_pos}")
         K = self.K
+        if anchor_pos + K > cache.max_len:
+            raise ValueError(f"drafter context cache full: {anchor_pos} + {K} > {cache.max_len}")
         x = self.block_inputs(anchor_emb.view(1, 1, -1)).view(1, K, -1)  # (1, K, D)
-        qpos = torch.arange(anchor_pos, anchor_pos + K, device=x.device)
+        rot = rope_angles(torch.arange(anchor_pos, anchor_pos + K, device=x.device), x.shape[-1] // self.n_heads,
+                          x.dtype)
         for i, layer in enumerate(self.layers):
-            ck, cv = cache.k[i][:, :, :anchor_pos], cache.v[i][:, :, :anchor_pos]
-            x = layer(x, qpos, ck, cv, None)  # the block sees all cached context and itself
+            x = layer.decode(x, rot, cache, i)
         return self.norm(x)

@@ -37,6 +37,45 @@ def distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits.float() / temperature, dim=-1)
 
 
+def _race(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """The exponential race argmax_i w_i / E_i, E_i ~ Exp(1): index i wins with
+    probability w_i / sum(w). A 0-dim tensor on the weights' device."""
+    e = torch.empty(weights.shape, dtype=torch.float32, device=weights.device if generator is None else generator.device)
+    e = e.exponential_(generator=generator).clamp_min_(torch.finfo(torch.float32).tiny)  # E = 0 would pick a zero weight
+    return (weights.float() / e.to(weights.device)).argmax()
+
+
+def sample(weights: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """One index drawn with probability proportional to weights (V,), which need not sum
+    to one. It is the draw torch.multinomial makes for one sample (the same tokens from
+    the same generator), without its input checks, which cost as much as the draw on a
+    CPU; both decoders use it."""
+    return int(_race(weights, generator))
+
+
+def verify_on_device(p_target: torch.Tensor, p_draft: torch.Tensor, draft_tokens: torch.Tensor,
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`verify` without a host round trip: (n, token) as 0-dim tensors on the device."""
+    K, V = p_draft.shape
+    if p_target.shape[0] != K + 1 or draft_tokens.shape[0] != K:
+        raise ValueError(f"verify: p_target needs K+1={K + 1} rows and draft_tokens K={K}, "
+                         f"got {p_target.shape[0]} and {draft_tokens.shape[0]}")
+    device = p_target.device
+    u = torch.rand(K, generator=generator, device=device if generator is None else generator.device)
+    rows = torch.arange(K, device=device)
+    pt = p_target[rows, draft_tokens]
+    pd = p_draft[rows, draft_tokens]
+    # accept x_k with probability min(1, p_target / p_draft); n = the first rejection
+    n = (u.to(device) * pd < pt).long().cumprod(0).sum()
+    # the draft's row past the block is zero, so when all K are accepted the residual is
+    # p_target[K] itself: the bonus token, drawn by the same code
+    p_draft = torch.cat([p_draft, p_draft.new_zeros(1, V)])  # (K+1, V)
+    residual = (p_target[n] - p_draft[n]).clamp_min(0)  # sampled in proportion: no normalising
+    # p_target == p_draft leaves nothing: a rejection cannot happen there in exact arithmetic
+    residual = torch.where(residual.any(), residual, p_target[n])
+    return n, _race(residual, generator)
+
+
 def verify(p_target: torch.Tensor, p_draft: torch.Tensor, draft_tokens: torch.Tensor,
            generator: torch.Generator | None = None) -> tuple[int, int]:
     """One verification step (standard speculative sampling).
@@ -45,24 +84,31 @@ def verify(p_target: torch.Tensor, p_draft: torch.Tensor, draft_tokens: torch.Te
     position; p_draft (K, V): the drafter's; draft_tokens (K,). Returns (n, token): n
     accepted draft tokens and the token committed after them.
     """
-    K = draft_tokens.shape[0]
-    if p_target.shape[0] != K + 1 or p_draft.shape[0] != K:
-        raise ValueError(f"verify: p_target needs K+1={K + 1} rows and p_draft K={K}, "
-                         f"got {p_target.shape[0]} and {p_draft.shape[0]}")
-    device = p_target.device
-    u = torch.rand(K, generator=generator, device=device if generator is None else generator.device)
-    rows = torch.arange(K, device=device)
-    pt = p_target[rows, draft_tokens]
-    pd = p_draft[rows, draft_tokens]
-    # accept x_k with probability min(1, p_target / p_draft); n = the first rejection
-    accepted = (u.to(device) * pd < pt).long()
-    n = int(accepted.cumprod(0).sum())
-    if n < K:
-        residual = (p_target[n] - p_draft[n]).clamp_min(0)
-        if residual.sum() <= 0:  # p_target == p_draft: a rejection cannot happen in exact arithmetic
-            residual = p_target[n]
-        return n, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
-    return K, int(torch.multinomial(p_target[K], 1, generator=generator))
+    n, token = torch.stack(verify_on_device(p_target, p_draft, draft_tokens, generator)).tolist()
+    return n, token
+
+
+class _CompiledDrafter:
+    """A drafter whose two decoding methods run compiled; everything else is the drafter's."""
+
+    def __init__(self, drafter: Drafter, backend: str):
+        self._drafter = drafter
+        self.draft_hidden = torch.compile(drafter.draft_hidden, dynamic=True, backend=backend)
+        self.extend_context = torch.compile(drafter.extend_context, dynamic=True, backend=backend)
+
+    def __getattr__(self, name):
+        return getattr(self._drafter, name)
+
+
+def compiled(target: TargetLM, drafter: Drafter | None = None, backend: str = "inductor"):
+    """`torch.compile`d decoding paths (inductor, dynamic shapes, so a growing KV cache
+    does not recompile): the target's forward, and the drafter's context extension and
+    block pass. Returns (target, drafter) to pass to `generate` and `autoregressive`, so
+    that both decoders run compiled and the speedup stays a like-for-like ratio. The first
+    call of each shape compiles (about 20 s per graph on a 2-core CPU; inductor caches the
+    kernels on disk for later processes)."""
+    return (torch.compile(target, dynamic=True, backend=backend),
+            _CompiledDrafter(drafter, backend) if drafter is not None else None)
 
 
 @dataclass
@@ -84,10 +130,6 @@ class RoundStats:
     total_ms: float = 0.0
 
 
-def _sample(p: torch.Tensor, generator) -> int:
-    return int(torch.multinomial(p, 1, generator=generator).item())
-
-
 @torch.inference_mode()
 def prefill(target: TargetLM, drafter: Drafter | None, prompt: torch.Tensor, max_len: int,
             temperature: float, generator=None) -> DecodeState:
@@ -95,7 +137,7 @@ def prefill(target: TargetLM, drafter: Drafter | None, prompt: torch.Tensor, max
     and fill the drafter's context with the prompt's features."""
     cache = target.new_cache(1, max_len)
     out = target(prompt, cache)
-    first = _sample(distribution(out.logits[0, -1:], temperature)[0], generator)
+    first = sample(distribution(out.logits[0, -1:], temperature)[0], generator)
     ctx = None
     if drafter is not None:
         ctx = drafter.new_context_cache(max_len)
@@ -112,11 +154,12 @@ def draft(target: TargetLM, drafter: Drafter, head: DraftHead, state: DecodeStat
     anchor = torch.tensor([state.anchor], device=device)
     h = drafter.draft_hidden(state.ctx_cache, target.wte(anchor), state.target_cache.length)  # (1, K, D)
     U = target.lm_head(h)  # (1, K, V)
-    sync(device)
+    if stats is not None:
+        sync(device)  # only to time the parts: decoding itself never waits for the device here
     t1 = time.perf_counter()
     tokens, logits, conf = head.sample_block_tokens(h, U, anchor, temperature, generator)
-    sync(device)
     if stats is not None:
+        sync(device)
         stats.draft_ms += (t1 - t0) * 1e3
         stats.seq_ms += (time.perf_counter() - t1) * 1e3
     return tokens[0], distribution(logits[0], temperature), conf[0]
@@ -140,14 +183,15 @@ def one_round(target: TargetLM, drafter: Drafter, head: DraftHead, state: Decode
     inp = torch.cat([torch.tensor([state.anchor], device=device), draft_tokens])[None]  # (1, l+1)
     out = target(inp, state.target_cache)
     p_target = distribution(out.logits[0], temperature)  # (l+1, V)
-    n, token = verify(p_target, p_draft, draft_tokens, generator)
-    sync(device)
+    n, token = verify_on_device(p_target, p_draft, draft_tokens, generator)
+    # the round's one host round trip: how many were accepted, the token after them, the drafts
+    n, token, *drafts = torch.cat([n[None], token[None], draft_tokens]).tolist()
     t1 = time.perf_counter()
     # keep the anchor and the n accepted drafts; the rejected suffix is overwritten later
     state.target_cache.crop(L + 1 + n)
     if drafter is not None:
         drafter.extend_context(state.ctx_cache, [h[:, :n + 1] for h in out.layer_hidden])
-    committed = draft_tokens[:n].tolist() + [token]
+    committed = drafts[:n] + [token]
     state.tokens.extend(committed)
     state.anchor = token
     if stats is not None:
@@ -183,7 +227,7 @@ def autoregressive(target: TargetLM, prompt: torch.Tensor, max_new_tokens: int, 
     P = prompt.shape[1]
     while len(state.tokens) - P < max_new_tokens:
         out = target(torch.tensor([[state.anchor]], device=device), state.target_cache)
-        token = _sample(distribution(out.logits[0, -1:], temperature)[0], generator)
+        token = sample(distribution(out.logits[0, -1:], temperature)[0], generator)
         state.tokens.append(token)
         state.anchor = token
     return state.tokens[P:P + max_new_tokens]

@@ -57,7 +57,7 @@ def autocast_for(cfg: Config, device: torch.device):
 
 # Config fields that do not change what trains: evaluation, decoding and run plumbing.
 # Every other field must match a checkpoint's for a run to resume from it.
-NOT_TRAINING = ("preset", "out_dir", "target_path", "device", "eval_interval", "eval_batches",
+NOT_TRAINING = ("preset", "out_dir", "target_path", "device", "checkpoint_every_s", "eval_interval", "eval_batches",
                 "spec_prompts", "spec_prompt_len", "spec_new_tokens", "spec_interval_prompts")
 
 
@@ -151,6 +151,7 @@ class Trainer:
         self.stage = "target" if cfg.parallel_stage == "drafter" else "joint"
         self.step = 0
         self.resumed = False
+        self._checkpointed_at = time.perf_counter()  # a run's start counts as its last checkpoint
         self.history: list[dict] = []
         self.target_loaded = False
         self.head = DraftHead(cfg.head, cfg.confidence_input, VOCAB_SIZE, cfg.d_model, cfg.markov_rank).to(self.device)
@@ -210,6 +211,7 @@ class Trainer:
             shutil.copytree(self.out_dir / "artifacts", tmp / "artifacts")
         shutil.rmtree(ckpt, ignore_errors=True)
         os.replace(tmp, ckpt)
+        self._checkpointed_at = time.perf_counter()
         return str(ckpt)
 
     def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
@@ -249,10 +251,14 @@ class Trainer:
         self.target_loaded = True
 
     # ---- reporting ----
-    def _emit(self, metrics: dict, checkpoint: bool) -> None:
+    def _emit(self, metrics: dict, checkpoint: bool, stage_end: bool = False) -> None:
+        """Record and report an evaluation. A checkpoint asked for is written at a stage's
+        end, and otherwise once `checkpoint_every_s` has passed since the last one: a sweep
+        of short trials need not persist (and Tune snapshot) a checkpoint per evaluation."""
         metrics = {k: float(v) for k, v in metrics.items()}
         self.history.append(metrics)
-        ckpt = self.save_checkpoint() if checkpoint else None
+        due = stage_end or time.perf_counter() - self._checkpointed_at >= self.cfg.checkpoint_every_s
+        ckpt = self.save_checkpoint() if checkpoint and due else None
         if self.report is not None:
             self.report(metrics, ckpt)
 
@@ -281,7 +287,7 @@ class Trainer:
                 final.update(self.speculative(self.cfg.spec_prompts, full=True))
             self.stage = "done"
             training_curves(self.history, self.out_dir / "artifacts")  # carried in the final checkpoint
-            self._emit(final, checkpoint=True)
+            self._emit(final, checkpoint=True, stage_end=True)
         return self.final_metrics()
 
     def _train_target(self) -> None:
@@ -303,7 +309,7 @@ class Trainer:
                      "val/bpb": lm_bpb(self.target, self.val_batches, self.device, self.autocast),
                      "target/tokens_per_s": tokens / (time.perf_counter() - t0), "step": self.step}
                 self.target.train()
-                self._emit(m, checkpoint=True)
+                self._emit(m, checkpoint=True, stage_end=self.step == cfg.target_steps)
         self.target.eval()
 
     def _anchors(self, batch: int) -> torch.Tensor:
@@ -351,7 +357,7 @@ class Trainer:
                 if self.stage == "draft" and cfg.spec_interval_prompts and self.step < total:
                     m.update(self.speculative(cfg.spec_interval_prompts, full=False))
                 m["step"] = self.global_step()
-                self._emit(m, checkpoint=True)
+                self._emit(m, checkpoint=True, stage_end=self.step == total)
         self._train_mode(False)
 
     def _head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

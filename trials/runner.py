@@ -12,11 +12,9 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import signal
-import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,85 +29,10 @@ from dspark.record import DEFAULT_TRACKING_URI, check_store
 from . import spec as specmod
 
 from .spec import SweepSpec
+from .trainable import shared_target_task, trainable
 from .tracking import Ledger, SweepTracker, git_commit, reap_dead_driver
 
 DEFAULT_STORAGE = "ray_results"
-# Tune's progress table shows the first four metrics of the first result it sees, so every
-# result leads with these, NaN until measured (the tracker logs no NaN to MLflow)
-TABLE_METRICS = ("tf/tau", "spec/tau", "val/bpb")
-
-
-# Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys
-# to a head-stage step at which that trial raises, unless it resumed from a checkpoint.
-# Read in the trial's worker, which inherits the environment of the driver that started Ray.
-CRASH_ENV = "DSPARK_CRASH_AT_STEP"
-
-
-def _injected_crash(trial_key: str):
-    step = json.loads(os.environ.get(CRASH_ENV) or "{}").get(trial_key)
-    if not step:
-        return None
-
-    def before_step(now: int, resumed: bool) -> None:
-        if now == step and not resumed:
-            raise RuntimeError(f"injected crash at step {now} ({CRASH_ENV}, test only)")
-
-    return before_step
-
-
-def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
-    """One DSpark training run inside Tune's trainable. Besides the trainer's metrics
-    it reports what the sweep costs the trial: `trial/import_s` (torch and dspark imports
-    in this worker) and `trial/report_s` (seconds in `tune.report`, which persists each
-    checkpoint to the sweep's storage), so far."""
-    entered = time.perf_counter()
-    import torch
-
-    from dspark.train import train
-
-    cost = {"trial/import_s": time.perf_counter() - entered, "trial/report_s": 0.0}
-
-    torch.set_num_threads(max(1, int(cpus)))
-    out_dir = tempfile.mkdtemp(prefix="dspark-trial-")
-    cfg = cfg.replace(out_dir=out_dir)
-
-    node = {"node_id": ray.get_runtime_context().get_node_id()}
-
-    def report(metrics: dict, checkpoint_dir: str | None) -> None:
-        lead = {k: metrics.get(k, float("nan")) for k in TABLE_METRICS}
-        metrics = {**lead, **metrics, **cost, **node}  # node: where the trial ran, for the run's tags
-        t0 = time.perf_counter()
-        if checkpoint_dir is None:
-            tune.report(metrics)
-        else:
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
-        cost["trial/report_s"] += time.perf_counter() - t0
-
-    checkpoint = tune.get_checkpoint()
-    hook = _injected_crash(trial_key)
-    try:
-        if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
-            with checkpoint.as_directory() as resume_dir:
-                train(cfg, report=report, resume_from=resume_dir, before_step=hook)
-        elif resume_from:  # `trials resume`: the trial's last checkpoint in storage
-            train(cfg, report=report, resume_from=resume_from, before_step=hook)
-        else:
-            train(cfg, report=report, before_step=hook)
-    finally:
-        # tune.report has already copied every checkpoint to the sweep's storage
-        shutil.rmtree(out_dir, ignore_errors=True)
-
-
-@ray.remote(max_retries=1)
-def _shared_target_task(config: dict, path: str) -> dict:
-    import torch
-
-    from dspark.train import train_shared_target
-
-    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    return train_shared_target(config, path)
-
-
 def storage_root(storage: str | None) -> Path:
     return Path(storage or DEFAULT_STORAGE).expanduser().resolve()
 
@@ -118,14 +41,20 @@ def _needs_shared_target(cfg) -> bool:
     return cfg.parallel_stage == "drafter" and not cfg.target_path
 
 
-def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None
-                 ) -> tuple[SweepSpec, dict[str, dict[str, str]], dict[str, dict]]:
-    """Address every trial's target (`dspark.targets`), train the shared ones that storage
-    lacks, and point each drafter-stage trial at its file. Returns a new spec (the one
-    given is left as it is), each trial's tags (`target_hash`, `data_sha256`) and the
-    shared targets by hash."""
+def target_addresses(spec: SweepSpec) -> dict[str, tuple[str, str]]:
+    """trial key -> (target hash, corpus hash), `dspark.targets.address` of its config."""
     cache: dict[str, str] = {}  # corpus hashes: each corpus is read once
-    addresses = {t.key: targets.address(t.config, cache) for t in spec.trials}
+    return {t.key: targets.address(t.config, cache) for t in spec.trials}
+
+
+def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,
+                 addresses: dict[str, tuple[str, str]] | None = None
+                 ) -> tuple[SweepSpec, dict[str, dict[str, str]], dict[str, dict]]:
+    """Address every trial's target (or take `addresses`, `target_addresses(spec)`), train
+    the shared ones that storage lacks, and point each drafter-stage trial at its file.
+    Returns a new spec (the one given is left as it is), each trial's tags (`target_hash`,
+    `data_sha256`) and the shared targets by hash."""
+    addresses = addresses if addresses is not None else target_addresses(spec)
     needed = {addresses[t.key][0]: t.config for t in spec.trials if _needs_shared_target(t.config)}
     shared = ensure_targets(needed, storage, spec.resources, cpus)
     tags, trials = {}, []
@@ -156,7 +85,7 @@ def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, f
         n_cpu = max(resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
         opts = {"num_cpus": n_cpu, "num_gpus": resources.get("gpu", 0)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        pending[h] = (path, _shared_target_task.options(**opts).remote(cfg.to_dict(), str(path)))
+        pending[h] = (path, shared_target_task.options(**opts).remote(cfg.to_dict(), str(path)))
     for h, (path, ref) in pending.items():
         meta = ray.get(ref)
         if meta["target_hash"] != h:
@@ -203,18 +132,6 @@ def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
         if found:
             out[t.key] = str(max(found, key=lambda p: p.stat().st_mtime_ns).parent)
     return out
-
-
-def _trainable(spec: SweepSpec, resume_dirs: dict[str, str]):
-    """The function Tune runs: it resolves the point's levels to the trial's config."""
-    res = {"cpu": spec.resources.get("cpu", 1), "gpu": spec.resources.get("gpu", 0)}
-
-    def fn(params):
-        t = spec.trial_for(params)
-        trial_fn(t.key, t.config, res["cpu"], resume_dirs.get(t.key))
-
-    fn.__name__ = "dspark_trial"
-    return tune.with_resources(fn, res)
 
 
 def _dirname_creator(spec: SweepSpec):
@@ -348,18 +265,21 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
         check_local_resources(spec)  # before Ray starts and logs: the refusal is one line
     signals = _Signals()
     ledger = None
-    # a new SQLite store spends seconds creating its tables: let that overlap Ray's start
-    warming = threading.Thread(target=_warm_store, args=(tracking_uri,), daemon=True)
-    warming.start()
-    t0 = time.perf_counter()
+    clock = _Clock()  # where a sweep's own time goes, for bench/sweep_overhead.py
+    # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
+    # for a large one) and let a new SQLite store create its tables (seconds too)
+    background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweep-setup")
+    addressing = background.submit(target_addresses, spec)
+    warming = background.submit(_warm_store, tracking_uri)
     started_ray = _init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
-    ray_start_s = time.perf_counter() - t0
+    clock.lap("ray_start")
     try:
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
             cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
-            spec, tags, shared = bind_targets(spec, root, cpus)
-            warming.join()
+            spec, tags, shared = bind_targets(spec, root, cpus, addressing.result())
+            clock.lap("targets")
+            warming.result()
             ledger = Ledger(tracking_uri, spec)
             reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
             ledger.claim()
@@ -370,13 +290,18 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             exp_dir.mkdir(parents=True, exist_ok=True)
             _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
+            clock.lap("store")
             limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
             results = _fit(spec, todo, resume_dirs, root, tracker, signals, limit, verbose) if todo else None
-        return {**_close(spec, ledger, signals), "experiment": spec.name, "tracking_uri": tracking_uri,
+            clock.lap("tune")
+        states = _close(spec, ledger, signals)
+        clock.lap("close")
+        return {**states, "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
                 "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
                 "tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()},
-                "trials_span_s": _span(tracker.trial_wall.values()), "ray_start_s": ray_start_s}
+                "trials_span_s": _span(tracker.trial_wall.values()), "ray_start_s": clock.seconds["ray_start"],
+                "phases_s": clock.seconds, "phase_ends": clock.ends, "trial_bounds": _bounds(tracker.trial_wall.values())}
     except BaseException as e:
         if ledger is not None:
             ledger.close_open_runs("KILLED")
@@ -386,10 +311,26 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             raise Interrupted(signals.signum or signal.SIGINT) from None
         raise
     finally:
+        background.shutdown(wait=False)
         if ledger is not None:
             ledger.close_open_runs("KILLED")
         if started_ray:
             ray.shutdown()
+            clock.lap("ray_shutdown")  # the returned dict holds this same `seconds` mapping
+
+
+class _Clock:
+    """Laps of perf_counter time, by name."""
+
+    def __init__(self):
+        self._last = time.perf_counter()
+        self.seconds: dict[str, float] = {}  # name -> the lap's length
+        self.ends: dict[str, float] = {}  # name -> perf_counter at its end
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name], self.ends[name] = now - self._last, now
+        self._last = now
 
 
 def _warm_store(tracking_uri: str) -> None:
@@ -401,6 +342,12 @@ def _warm_store(tracking_uri: str) -> None:
         MlflowClient(tracking_uri).search_experiments(max_results=1)
     except Exception:
         pass
+
+
+def _bounds(intervals) -> tuple[float, float] | None:
+    """The first trial's start and the last one's end (perf_counter), None when none ran."""
+    intervals = list(intervals)
+    return (min(a for a, _ in intervals), max(b for _, b in intervals)) if intervals else None
 
 
 def _span(intervals) -> float:
@@ -436,7 +383,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker
          signals: "_Signals", limit: int, verbose: int):
     space, points = search_space(spec, todo)
     tuner = tune.Tuner(
-        _trainable(spec, resume_dirs),
+        trainable(spec, resume_dirs),
         param_space=space,
         tune_config=tune.TuneConfig(
             num_samples=len(points), reuse_actors=True, trial_dirname_creator=_dirname_creator(spec),

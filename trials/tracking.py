@@ -226,7 +226,7 @@ class SweepTracker(Callback):
         last = self._last_step.setdefault(run_id, {})
         # a metric is logged once per step: a trial resumed from a checkpoint older than
         # what was logged, or a final report repeating the last evaluation, adds nothing
-        # (NaN is Tune's "not measured yet", see trials.runner.TABLE_METRICS: never logged)
+        # (NaN is Tune's "not measured yet", see trials.trainable.TABLE_METRICS: never logged)
         metrics = {k: v for k, v in result.items()
                    if is_metric(k) and finite(v) and step > last.get(k, -1)}
         self.ledger.log_metrics(run_id, metrics, step)

@@ -7,12 +7,24 @@ from scipy.stats import chisquare
 
 from dspark.heads import DraftHead
 from dspark.model import Drafter, TargetLM
-from dspark.speculate import autoregressive, generate, one_round, prefill, verify
+from dspark.speculate import autoregressive, compiled, generate, one_round, prefill, sample, verify
 from dspark.train import Trainer
 from tests.conftest import tiny
 
 
 # ---------- verify() with stub distributions of fixed logits ----------
+
+def test_sample_draws_what_multinomial_draws_and_never_a_zero_weight():
+    """`sample` is torch.multinomial's one-sample draw without its checks: the same index
+    from the same generator state, on unnormalised weights too."""
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for _ in range(200):
+        w = torch.rand(50, generator=g1) * (torch.rand(50, generator=g1) < 0.3)
+        w[7] = 0.5  # at least one positive weight
+        g2.set_state(g1.get_state())
+        got = sample(w * 3.0, g1)  # unnormalised
+        assert got == int(torch.multinomial(w / w.sum(), 1, generator=g2)) and w[got] > 0
+
 
 def test_verify_always_accepts_an_agreeing_drafter():
     p = torch.softmax(torch.randn(4, 6), -1)
@@ -147,6 +159,20 @@ def test_greedy_speculative_equals_greedy_trained_drafter(trained):
     for i in range(3):
         prompt = corpus.val[i * 200:i * 200 + 24].long()[None]
         assert generate(target, drafter, head, prompt, 48, temperature=0) == autoregressive(target, prompt, 48, 0)
+
+
+def test_compiled_decoding_traces_and_stays_greedy_exact():
+    """`compiled` runs both decoders through torch.compile (dynamo's tracing of the KV
+    caches' in-place writes and lengths; the eager backend spares CI inductor's C++
+    compile): greedy speculative decoding still equals greedy autoregressive decoding."""
+    torch._dynamo.reset()
+    target, drafter, head = _random_models(seed=3)
+    ct, cd = compiled(target, drafter, backend="eager")
+    for prompt in _prompts(9, n=2):
+        ref = autoregressive(target, prompt, 30, temperature=0)
+        assert autoregressive(ct, prompt, 30, temperature=0) == ref
+        assert generate(ct, cd, head, prompt, 30, temperature=0) == ref
+    assert cd.K == drafter.K  # the wrapper hands every other attribute to the drafter
 
 
 def test_target_cache_matches_full_forward_after_accepts_and_rollbacks():

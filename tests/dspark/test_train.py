@@ -31,6 +31,20 @@ def test_tiny_run_learns(corpus_dir, tmp_path):
     assert all(c is not None for m, c in reports if "train/loss" in m or "target/loss" in m)
 
 
+def test_checkpoint_every_s_keeps_only_stage_ends_within_the_interval(corpus_dir, tmp_path):
+    """A long interval skips the checkpoints at evaluations inside a stage; each stage's
+    end and the final report still carry one, and the run ends with the same metrics."""
+    kw = dict(data=(str(corpus_dir),), target_steps=40, draft_steps=40, eval_interval=10)
+    every, sparse = [], []
+    full = train(tiny(out_dir=str(tmp_path / "every"), **kw), report=lambda m, c: every.append((m["step"], c)))
+    few = train(tiny(out_dir=str(tmp_path / "sparse"), checkpoint_every_s=1e6, **kw),
+                report=lambda m, c: sparse.append((m["step"], c)))
+    assert [s for s, c in every if c] == [10, 20, 30, 40, 50, 60, 70, 80, 80]
+    assert [s for s, c in sparse if c] == [40, 80, 80]  # target end, draft end, final
+    assert [s for s, _ in sparse] == [s for s, _ in every]  # every evaluation is still reported
+    assert _strip(few) == _strip(full)
+
+
 @pytest.mark.parametrize("stop_at", [30, 90])  # inside the target stage, inside the draft stage
 def test_resume_ends_with_the_same_metrics(corpus_dir, tmp_path, stop_at):
     kw = dict(data=(str(corpus_dir),), target_steps=60, draft_steps=60, eval_interval=30)

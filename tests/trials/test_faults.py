@@ -1,6 +1,6 @@
 """A trial that crashes once resumes from its checkpoint and ends where an uninterrupted
 run ends; one that crashes always ends FAILED with its error. Faults are injected through
-the trial wrapper's environment variable (`trials.runner.CRASH_ENV`), not the config, so
+the trial wrapper's environment variable (`trials.trainable.CRASH_ENV`), not the config, so
 this module starts its own Ray, after setting it (the workers inherit the driver's
 environment)."""
 
@@ -16,7 +16,7 @@ from dspark.train import train
 from tests.conftest import is_timing_metric
 from tests.trials.conftest import write_spec
 from tests.trials.test_runner import children
-from trials import runner, spec as specmod
+from trials import runner, spec as specmod, trainable
 
 WINDOWS = {"D1": {w: {"window": w} for w in ("shifted", "ids_only", "aligned")}}
 
@@ -31,7 +31,7 @@ def test_crashed_trial_resumes_from_its_checkpoint(tmp_path, corpus_dir, monkeyp
     key = {t.levels["D1"]: t.key for t in spec.trials}
     # "shifted" crashes after the step-5 checkpoint (resumes from it); "ids_only" crashes
     # before any checkpoint, so every restart starts over and crashes again
-    monkeypatch.setenv(runner.CRASH_ENV, json.dumps({key["shifted"]: 7, key["ids_only"]: 2}))
+    monkeypatch.setenv(trainable.CRASH_ENV, json.dumps({key["shifted"]: 7, key["ids_only"]: 2}))
     out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
     assert out["finished"] == 2 and out["failed"] == 1
     _, parents, kids = children(uri, "fault")

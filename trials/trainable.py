@@ -1,0 +1,106 @@
+"""What runs in a sweep's Ray workers: the trial function Tune calls and the task that
+trains a shared target.
+
+Kept apart from `trials.runner` so that a worker imports what a trial needs (torch,
+dspark, Ray Tune) and not the driver's MLflow and tracking code: Tune unpickles the
+trainable in every trial actor, which imports the module that defines it, and MLflow's
+import alone took 2.7 s on the 2-core test machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import ray
+from ray import tune
+
+# Tune's progress table shows the first four metrics of the first result it sees, so every
+# result leads with these, NaN until measured (the tracker logs no NaN to MLflow)
+TABLE_METRICS = ("tf/tau", "spec/tau", "val/bpb")
+
+
+# Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys
+# to a head-stage step at which that trial raises, unless it resumed from a checkpoint.
+# Read in the trial's worker, which inherits the environment of the driver that started Ray.
+CRASH_ENV = "DSPARK_CRASH_AT_STEP"
+
+
+def _injected_crash(trial_key: str):
+    step = json.loads(os.environ.get(CRASH_ENV) or "{}").get(trial_key)
+    if not step:
+        return None
+
+    def before_step(now: int, resumed: bool) -> None:
+        if now == step and not resumed:
+            raise RuntimeError(f"injected crash at step {now} ({CRASH_ENV}, test only)")
+
+    return before_step
+
+
+def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
+    """One DSpark training run inside Tune's trainable. Besides the trainer's metrics
+    it reports what the sweep costs the trial: `trial/import_s` (torch and dspark imports
+    in this worker) and `trial/report_s` (seconds in `tune.report`, which persists each
+    checkpoint to the sweep's storage), so far."""
+    entered = time.perf_counter()
+    import torch
+
+    from dspark.train import train
+
+    cost = {"trial/import_s": time.perf_counter() - entered, "trial/report_s": 0.0}
+
+    torch.set_num_threads(max(1, int(cpus)))
+    out_dir = tempfile.mkdtemp(prefix="dspark-trial-")
+    cfg = cfg.replace(out_dir=out_dir)
+
+    node = {"node_id": ray.get_runtime_context().get_node_id()}
+
+    def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        lead = {k: metrics.get(k, float("nan")) for k in TABLE_METRICS}
+        metrics = {**lead, **metrics, **cost, **node}  # node: where the trial ran, for the run's tags
+        t0 = time.perf_counter()
+        if checkpoint_dir is None:
+            tune.report(metrics)
+        else:
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
+        cost["trial/report_s"] += time.perf_counter() - t0
+
+    checkpoint = tune.get_checkpoint()
+    hook = _injected_crash(trial_key)
+    try:
+        if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
+            with checkpoint.as_directory() as resume_dir:
+                train(cfg, report=report, resume_from=resume_dir, before_step=hook)
+        elif resume_from:  # `trials resume`: the trial's last checkpoint in storage
+            train(cfg, report=report, resume_from=resume_from, before_step=hook)
+        else:
+            train(cfg, report=report, before_step=hook)
+    finally:
+        # tune.report has already copied every checkpoint to the sweep's storage
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+@ray.remote(max_retries=1)
+def shared_target_task(config: dict, path: str) -> dict:
+    import torch
+
+    from dspark.train import train_shared_target
+
+    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    return train_shared_target(config, path)
+
+
+def trainable(spec, resume_dirs: dict[str, str]):
+    """The function Tune runs: it resolves the point's levels to the trial's config."""
+    res = {"cpu": spec.resources.get("cpu", 1), "gpu": spec.resources.get("gpu", 0)}
+
+    def fn(params):
+        t = spec.trial_for(params)
+        trial_fn(t.key, t.config, res["cpu"], resume_dirs.get(t.key))
+
+    fn.__name__ = "dspark_trial"
+    return tune.with_resources(fn, res)
