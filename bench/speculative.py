@@ -12,9 +12,10 @@ the loop's efficiency is the measured speedup over that.
     python bench/speculative.py [--preset small] [--prompts 24] [--repeats 3] [--new-tokens 96]
     python bench/speculative.py --sweep sweeps/demo.yaml --cell D1=aligned,D2=block,D9=markov
     python bench/speculative.py --preset tiny --compile
+    python bench/speculative.py --sweep sweeps/demo.yaml --set draft_steps=1500
 
 `--sweep` takes one cell of a sweep (replicate 0) instead of a preset, e.g. the demo's, and
-decodes on one thread, as a trial with `cpu: 1` does.
+decodes on one thread, as a trial with `cpu: 1` does; `--set` changes config fields.
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ def sweep_cell(path: str, cell: str):
     raise SystemExit(f"--cell: no cell of {path} has levels {cell!r}")
 
 
-def load_or_train(preset: str, sweep: str | None = None, cell: str = "") -> Trainer:
+def load_or_train(preset: str, sweep: str | None = None, cell: str = "", overrides: list[str] = ()) -> Trainer:
     if sweep:
         cfg, name = sweep_cell(sweep, cell)
-        out = Path("bench/out") / name
-        cfg = from_dict({**cfg.to_dict(), "out_dir": str(out)})
+        raw = cfg.to_dict()
     else:
-        out = Path("bench/out") / preset
-        cfg = from_dict({"preset": preset, "out_dir": str(out)})
+        name, raw = preset, {"preset": preset}
+    changes = dict(kv.split("=", 1) for kv in overrides)
+    name += "".join(f"-{k}_{v}" for k, v in changes.items())
+    out = Path("bench/out") / name
+    cfg = from_dict({**raw, **changes, "out_dir": str(out)})
     t = Trainer(cfg)
     ckpt = out / "checkpoint"
     if (ckpt / "state.pt").is_file():
@@ -118,16 +121,18 @@ def main() -> None:
     ap.add_argument("--cell", default="", help="with --sweep: levels as D1=aligned,D2=block (default: the first cell)")
     ap.add_argument("--compile", action="store_true",
                     help="both decoders through torch.compile (dspark.speculate.compiled), warmed up before timing")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="change a config field (repeatable), e.g. draft_steps=1500; trains into its own folder")
     args = ap.parse_args()
+    t = load_or_train(args.preset, args.sweep, args.cell, args.set)
     if args.sweep:
         torch.set_num_threads(1)
-    t = load_or_train(args.preset, args.sweep, args.cell)
     cfg = t.cfg
     target, drafter, head = t.target.eval(), t.drafter.eval(), t.head.eval()
     prompts = prompts_from(t.corpus.val, args.prompts, cfg.spec_prompt_len)
     mode = "eager"
     if args.compile:
-        target, drafter = compiled(target, drafter)
+        target, drafter, head = compiled(target, drafter, head)
         mode = f"compiled (warm-up {warm_up((target, drafter, head), prompts[0], args.new_tokens):.0f} s)"
     results = {label: measure((target, drafter, head), prompts, args.new_tokens, args.repeats, temperature)
                for temperature, label in ((1.0, "sampled"), (0.0, "greedy"))}
