@@ -103,6 +103,17 @@ class ConfidenceHead(nn.Module):
         return self.proj(f).squeeze(-1)
 
 
+def markov_chain(scores: torch.Tensor, table: torch.Tensor, first_prev: torch.Tensor) -> torch.Tensor:
+    """The sequential part of Markov sampling: x_k = argmax(scores_k + table[x_{k-1}]).
+    scores (B, K, V), table (V, V), first_prev (B,) -> tokens (B, K). A function of
+    tensors alone, so that `dspark.speculate.compiled` can compile it into one kernel."""
+    prev, tokens = first_prev, []
+    for s_k in scores.unbind(1):  # (B, V) per slot
+        prev = (s_k + table[prev]).argmax(-1)  # (B,)
+        tokens.append(prev)
+    return torch.stack(tokens, 1)
+
+
 def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of logits (B, V): argmax at temperature 0, else a sample."""
     if temperature == 0:
@@ -128,6 +139,7 @@ class DraftHead(nn.Module):
         if with_markov and self.seq is None:
             raise ValueError("confidence_input: 'hidden+markov' needs a sequential head")
         self.conf = ConfidenceHead(d_model, rank if with_markov else None)
+        self.chain = markov_chain  # the Markov sampling loop; `dspark.speculate.compiled` swaps in a compiled one
 
     def _prev_emb(self, prev: torch.Tensor):
         return self.seq.W1(prev) if self.conf.with_markov else None
@@ -199,11 +211,7 @@ class DraftHead(nn.Module):
             e = e.exponential_(generator=generator).clamp_min_(torch.finfo(torch.float32).tiny).to(U.device)
             scores = U.float() / temperature - e.log()  # (B, K, V)
             table = self._scaled_bias(temperature)
-        prev, tokens = first_prev, []
-        for s_k in scores.unbind(1):  # (B, V) per slot
-            prev = (s_k + table[prev]).argmax(-1)  # (B,)
-            tokens.append(prev)
-        tokens = torch.stack(tokens, 1)  # (B, K)
+        tokens = self.chain(scores, table, first_prev)  # (B, K)
         # each slot's logits and confidence, given the token actually drawn before it
         prevs = torch.cat([first_prev[:, None], tokens[:, :-1]], 1)  # (B, K)
         logits = U + bias[prevs].to(U.dtype)  # (B, K, V)

@@ -21,6 +21,7 @@ Letters: K block slots, V vocab, P prompt length.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -100,15 +101,22 @@ class _CompiledDrafter:
         return getattr(self._drafter, name)
 
 
-def compiled(target: TargetLM, drafter: Drafter | None = None, backend: str = "inductor"):
+def compiled(target: TargetLM, drafter: Drafter | None = None, head: DraftHead | None = None,
+             backend: str = "inductor"):
     """`torch.compile`d decoding paths (inductor, dynamic shapes, so a growing KV cache
-    does not recompile): the target's forward, and the drafter's context extension and
-    block pass. Returns (target, drafter) to pass to `generate` and `autoregressive`, so
-    that both decoders run compiled and the speedup stays a like-for-like ratio. The first
-    call of each shape compiles (about 20 s per graph on a 2-core CPU; inductor caches the
-    kernels on disk for later processes)."""
+    does not recompile): the target's forward, the drafter's context extension and block
+    pass, and the Markov head's sampling loop. Returns (target, drafter, head) to pass to
+    `generate` and `autoregressive`, so that both decoders run compiled and the speedup
+    stays a like-for-like ratio; the models given are left as they are (the head returned
+    is a shallow copy sharing its weights). The first call of each shape compiles (about
+    20 s per graph on a 2-core CPU; inductor caches the kernels on disk for later
+    processes)."""
+    head_c = None
+    if head is not None:
+        head_c = copy.copy(head)
+        head_c.chain = torch.compile(head.chain, backend=backend)
     return (torch.compile(target, dynamic=True, backend=backend),
-            _CompiledDrafter(drafter, backend) if drafter is not None else None)
+            _CompiledDrafter(drafter, backend) if drafter is not None else None, head_c)
 
 
 @dataclass

@@ -167,12 +167,13 @@ def test_compiled_decoding_traces_and_stays_greedy_exact():
     compile): greedy speculative decoding still equals greedy autoregressive decoding."""
     torch._dynamo.reset()
     target, drafter, head = _random_models(seed=3)
-    ct, cd = compiled(target, drafter, backend="eager")
+    ct, cd, ch = compiled(target, drafter, head, backend="eager")
     for prompt in _prompts(9, n=2):
         ref = autoregressive(target, prompt, 30, temperature=0)
         assert autoregressive(ct, prompt, 30, temperature=0) == ref
-        assert generate(ct, cd, head, prompt, 30, temperature=0) == ref
+        assert generate(ct, cd, ch, prompt, 30, temperature=0) == ref
     assert cd.K == drafter.K  # the wrapper hands every other attribute to the drafter
+    assert ch.seq is head.seq and head.chain is not ch.chain  # the copy shares weights; the head is unchanged
 
 
 def test_target_cache_matches_full_forward_after_accepts_and_rollbacks():
