@@ -21,6 +21,7 @@ from typing import Any
 import ray
 import yaml
 from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from dspark import targets
@@ -379,6 +380,9 @@ def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, d
     return todo, latest_checkpoints(exp_dir, todo)
 
 
+_AUTO_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
+
+
 def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker: SweepTracker,
          signals: "_Signals", limit: int, verbose: int):
     space, points = search_space(spec, todo)
@@ -389,15 +393,24 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker
             num_samples=len(points), reuse_actors=True, trial_dirname_creator=_dirname_creator(spec),
             search_alg=BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0)),
         run_config=tune.RunConfig(
-            name=spec.name, storage_path=str(root), callbacks=[tracker], verbose=verbose,
+            name=spec.name, storage_path=str(root), verbose=verbose,
+            # Tune's CSV and JSON result files (its ExperimentAnalysis reads them), but not its
+            # TensorBoard logger, which MLflow replaces and whose import alone took 1.4 s here
+            callbacks=[tracker, CSVLoggerCallback(), JsonLoggerCallback()],
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=4)),
     )
     signals.in_tune = True
+    auto_loggers = os.environ.get(_AUTO_LOGGERS)
+    os.environ[_AUTO_LOGGERS] = "1"  # read when fit() assembles its callbacks
     try:
         return tuner.fit()
     finally:
         signals.in_tune = False
+        if auto_loggers is None:
+            os.environ.pop(_AUTO_LOGGERS, None)
+        else:
+            os.environ[_AUTO_LOGGERS] = auto_loggers
 
 
 def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, int]:

@@ -37,6 +37,10 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
     assert sorted(zip(df["config/D1"], df["config/D9"])) == sorted(
         (a, b) for a in ("shifted", "aligned") for b in ("hidden", "markov"))
     assert df["tf/tau"].notna().all() and df["spec/tau"].notna().all()
+    # Tune keeps its CSV and JSON result files, but writes no TensorBoard events (MLflow has them)
+    logged = [d for d in Path(out["storage"]).iterdir() if (d / "progress.csv").is_file() and (d / "result.json").is_file()]
+    assert len(logged) == 4
+    assert not list(Path(out["storage"]).rglob("events.out.tfevents*"))
     header = [line for line in capsys.readouterr().out.splitlines() if "Trial name" in line][-1].split()
     assert {"D1", "D9", "replicate", "tf/tau", "spec/tau"} <= set(header), header
     c, parents, kids = children(uri, "smoke-smoke")
