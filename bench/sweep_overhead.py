@@ -64,11 +64,11 @@ def through_ray(s, target: Path, tmp: str, tag: str = "cold") -> dict:
     t0 = time.perf_counter()
     out = runner.run(s, tracking_uri=f"sqlite:///{tmp}/m-{tag}.db", storage=f"{tmp}/st-{tag}", verbose=0)
     total = time.perf_counter() - t0  # as `trials run` pays it: Ray's start and shutdown included
-    ray_start = out["ray_start_s"]
+    ph, ends, (first, last) = out["phases_s"], out["phase_ends"], out["trial_bounds"]
+    ray_start = ph["ray_start"]
     # the sweep's own set-up and end: corpus hash for the target address, MLflow experiment
     # and parent (their tables created while Ray starts), Tune's start and stop, Ray's shutdown
-    around = total - ray_start - out["trials_span_s"]
-    ph, ends, (first, last) = out["phases_s"], out["phase_ends"], out["trial_bounds"]
+    around = total - ray_start - (last - first)
     parts = {"targets": ph["targets"], "store": ph["store"], "tune_start": first - ends["store"],
              "tune_end": ends["tune"] - last, "close": ph["close"], "ray_shutdown": ph.get("ray_shutdown", 0.0)}
     df = out["results"].get_dataframe()
@@ -100,8 +100,8 @@ def main() -> None:
         target = Path(tmp) / "target.pt"
         train_shared_target(s.trials[0].config, target)
         loop, pool_s = plain(s, target, tmp)
-        r = through_ray(spec(args.draft_steps, args.checkpoint_every_s), target, tmp)
-        warm = warm_ray(spec(args.draft_steps, args.checkpoint_every_s), target, tmp)
+        r = through_ray(s, target, tmp)
+        warm = warm_ray(s, target, tmp)
     n = len(s.trials)
     actor = r["wall"] - r["in_trainable"]  # actor start, handing over, teardown: Tune's, not the trainer's
     per_trial = actor + r["report"] + r["tracking"] / n

@@ -92,6 +92,16 @@ class KVCache:
         self.length = 0
         self.max_len = max_len
 
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store one layer's keys and values (B, H, T, E) for the T positions after the
+        `length` filled ones, and return that layer's keys and values up to them
+        (B, H, length+T, E). Advancing `length` is the caller's: a forward pass writes
+        every layer first, and a drafted block is scratch that the next write overwrites."""
+        L, T = self.length, k.shape[2]
+        self.k[layer][:, :, L:L + T] = k.to(self.k[layer].dtype)
+        self.v[layer][:, :, L:L + T] = v.to(self.v[layer].dtype)
+        return self.k[layer][:, :, :L + T], self.v[layer][:, :, :L + T]
+
     def crop(self, n: int) -> None:
         if not 0 <= n <= self.length:
             raise ValueError(f"crop: {n} outside 0..{self.length}")
@@ -115,10 +125,7 @@ class CausalSelfAttention(nn.Module):
         if cache is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            L = cache.length
-            cache.k[layer][:, :, L:L + T] = k.to(cache.k[layer].dtype)
-            cache.v[layer][:, :, L:L + T] = v.to(cache.v[layer].dtype)
-            kk, vv = cache.k[layer][:, :, :L + T], cache.v[layer][:, :, :L + T]  # (B, H, L+T, E)
+            kk, vv = cache.write(layer, k, v)  # (B, H, L+T, E)
             y = F.scaled_dot_product_attention(q, kk.to(q.dtype), vv.to(q.dtype), attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, D))
 
@@ -241,10 +248,7 @@ class DrafterLayer(nn.Module):
         and values are written just past the context's end, where the next extension
         overwrites them, so attention reads one slice rather than a fresh concatenation."""
         q, k, v = self._block_qkv(x, rot)
-        L, Q = cache.length, x.shape[1]
-        cache.k[layer][:, :, L:L + Q] = k.to(cache.k[layer].dtype)
-        cache.v[layer][:, :, L:L + Q] = v.to(cache.v[layer].dtype)
-        kk, vv = cache.k[layer][:, :, :L + Q], cache.v[layer][:, :, :L + Q]  # (1, H, L+Q, E)
+        kk, vv = cache.write(layer, k, v)  # (1, H, L+Q, E)
         return self._finish(x, F.scaled_dot_product_attention(q, kk.to(q.dtype), vv.to(q.dtype)))
 
 
@@ -318,9 +322,7 @@ class Drafter(nn.Module):
             raise ValueError(f"drafter context cache full: {L} + {T} > {cache.max_len}")
         rot = rope_angles(torch.arange(L, L + T, device=ctx.device), ctx.shape[-1] // self.n_heads, ctx.dtype)
         for i, layer in enumerate(self.layers):
-            k, v = layer.context_kv(ctx, rot)
-            cache.k[i][:, :, L:L + T] = k.to(cache.k[i].dtype)
-            cache.v[i][:, :, L:L + T] = v.to(cache.v[i].dtype)
+            cache.write(i, *layer.context_kv(ctx, rot))
         cache.length = L + T
 
     def draft_hidden(self, cache: KVCache, anchor_emb: torch.Tensor, anchor_pos: int) -> torch.Tensor:

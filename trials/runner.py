@@ -301,7 +301,6 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
                 "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
                 "tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()},
-                "trials_span_s": _span(tracker.trial_wall.values()), "ray_start_s": clock.seconds["ray_start"],
                 "phases_s": clock.seconds, "phase_ends": clock.ends, "trial_bounds": _bounds(tracker.trial_wall.values())}
     except BaseException as e:
         if ledger is not None:
@@ -349,12 +348,6 @@ def _bounds(intervals) -> tuple[float, float] | None:
     """The first trial's start and the last one's end (perf_counter), None when none ran."""
     intervals = list(intervals)
     return (min(a for a, _ in intervals), max(b for _, b in intervals)) if intervals else None
-
-
-def _span(intervals) -> float:
-    """From the first trial's start to the last one's end (0 when none ran)."""
-    intervals = list(intervals)
-    return max(b for _, b in intervals) - min(a for a, _ in intervals) if intervals else 0.0
 
 
 def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path) -> bool:
