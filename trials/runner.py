@@ -292,16 +292,14 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             clock.lap("store")
-            limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
-            results = _fit(spec, todo, resume_dirs, root, tracker, signals, limit, verbose) if todo else None
+            results = _fit(spec, todo, resume_dirs, root, tracker, signals, max_concurrent, verbose) if todo else None
             clock.lap("tune")
         states = _close(spec, ledger, signals)
         clock.lap("close")
         return {**states, "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
                 "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
-                "tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()},
-                "phases_s": clock.seconds, "phase_ends": clock.ends, "trial_bounds": _bounds(tracker.trial_wall.values())}
+                **_timings(tracker, clock)}
     except BaseException as e:
         if ledger is not None:
             ledger.close_open_runs("KILLED")
@@ -344,10 +342,15 @@ def _warm_store(tracking_uri: str) -> None:
         pass
 
 
-def _bounds(intervals) -> tuple[float, float] | None:
-    """The first trial's start and the last one's end (perf_counter), None when none ran."""
-    intervals = list(intervals)
-    return (min(a for a, _ in intervals), max(b for _, b in intervals)) if intervals else None
+def _timings(tracker: SweepTracker, clock: _Clock) -> dict[str, Any]:
+    """Where the sweep's time went, for bench/sweep_overhead.py: the driver's MLflow writes,
+    each trial's wall time, the run's phases (the clock's own mappings, so Ray's shutdown
+    lands there too) and the first trial's start and the last one's end (perf_counter),
+    None when none ran."""
+    walls = tracker.trial_wall.values()
+    return {"tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()},
+            "phases_s": clock.seconds, "phase_ends": clock.ends,
+            "trial_bounds": (min(a for a, _ in walls), max(b for _, b in walls)) if walls else None}
 
 
 def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path) -> bool:
@@ -377,7 +380,8 @@ _AUTO_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
 
 
 def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker: SweepTracker,
-         signals: "_Signals", limit: int, verbose: int):
+         signals: "_Signals", max_concurrent: int | None, verbose: int):
+    limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
     space, points = search_space(spec, todo)
     tuner = tune.Tuner(
         trainable(spec, resume_dirs),
