@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from .config import PRESETS, Config, from_dict, parse_overrides
+from .metrics import DEFAULT_RESPONSES, HEADLINE
 from .record import absolute_uri, ui_url
 
 
@@ -73,7 +74,7 @@ class Console:
 
     def report(self, metrics: dict, checkpoint) -> None:
         step = int(metrics.get("step", 0))
-        keys = [k for k in ("val/bpb", "tf/tau", "spec/tau") if k in metrics and (step, k) not in self.printed]
+        keys = [k for k in HEADLINE if k in metrics and (step, k) not in self.printed]
         if keys:
             self.printed.update((step, k) for k in keys)
             self.tqdm.write(f"step {step:>6}: " + "  ".join(f"{k} {metrics[k]:.4f}" for k in keys))
@@ -135,7 +136,8 @@ def cmd_train(args) -> int:
 
         save_target(args.save_target, trainer.target, {"target_hash": trainer.target_hash,
                                                        "data_sha256": trainer.data_sha256})
-    shown = [k for k in ("val/bpb", "tf/tau", "spec/tau", "spec/tau_greedy", "spec/speedup") if k in final]
+    shown = [k for k in (*HEADLINE, *DEFAULT_RESPONSES["drafter"]) if k in final]
+    shown = list(dict.fromkeys(shown))
     print("final: " + "  ".join(f"{k} {final[k]:.4f}" for k in shown))
     print(f"metrics written to {out / 'final_metrics.json'}")
     if tracked is not None:

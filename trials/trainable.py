@@ -18,9 +18,12 @@ import time
 import ray
 from ray import tune
 
+from dspark.metrics import HEADLINE
+
 # Tune's progress table shows the first four metrics of the first result it sees, so every
-# result leads with these, NaN until measured (the tracker logs no NaN to MLflow)
-TABLE_METRICS = ("tf/tau", "spec/tau", "val/bpb")
+# result leads with the registry's headline metrics, NaN until measured (the tracker logs
+# no NaN to MLflow)
+TABLE_METRICS = HEADLINE
 
 
 # Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys

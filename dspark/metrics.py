@@ -1,0 +1,168 @@
+"""What every metric means, in one table: its name, which direction is better, its unit,
+the stages that measure it, where it is degenerate or constant, and whether it is a
+headline column. Attribution, the report, Tune's progress columns, the trainer's console
+line and the README's Responses table all read it; adding a response means adding a row
+here and the code that computes it.
+
+Names are the trainer's (`tf/accept@3`); a family row (`tf/accept@k`) covers every slot
+or threshold suffix, and a `_sts` suffix (after Sequential Temperature Scaling) shares its
+base metric's row. Plain data only: importing it loads neither torch nor MLflow.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+STAGES = ("drafter", "backbone")
+
+# In the backbone stage the teacher-forced evaluator compares the draft (the LM's own
+# logits plus the head's bias) with the LM's own logits, so tf/* measure only how small
+# the bias is (an aligned head drives it to zero: tf/tau -> K+1).
+BACKBONE_TF = ("degenerate in the backbone stage: the draft is the LM's own logits plus a bias and is "
+               "scored against those same logits, so it measures only the size of the bias "
+               "(aligned: tf/tau = K+1 by construction)")
+SHARED_TARGET = "constant in the drafter stage: every trial of a sweep shares one frozen target"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the trainer's name; `@k` / `@t` stands for a slot or threshold family
+    better: str  # "higher", "lower" or "" (a diagnostic with no better direction)
+    unit: str
+    stages: tuple[str, ...]  # the parallel stages that measure it
+    meaning: str
+    degenerate_in: dict[str, str] | None = None  # stage -> why it cannot rank arms there
+    constant_in: dict[str, str] | None = None  # stage -> why it does not vary across a sweep
+    headline: bool = False  # a column of the progress table and the console line
+
+    def __post_init__(self):
+        if self.better not in ("higher", "lower", ""):
+            raise ValueError(f"metric {self.name}: better must be 'higher', 'lower' or '', got {self.better!r}")
+        bad = set(self.stages) - set(STAGES)
+        if not self.stages or bad:
+            raise ValueError(f"metric {self.name}: stages must be among {STAGES}, got {self.stages!r}")
+
+
+BOTH = STAGES
+DRAFTER = ("drafter",)
+_TF_DEGENERATE = {"backbone": BACKBONE_TF}
+
+REGISTRY: tuple[Metric, ...] = (
+    Metric("val/bpb", "lower", "bits/byte", BOTH, "the LM's bits per byte on the validation split",
+           constant_in={"drafter": SHARED_TARGET}, headline=True),
+    Metric("train/step_ms", "lower", "ms", BOTH,
+           "mean wall time of one training step (forward, backward, optimizer) over the stage"),
+    Metric("train/tokens_per_s", "higher", "tokens/s", BOTH, "training throughput over the stage"),
+    Metric("train/loss", "lower", "nats", BOTH, "the training loss at the evaluation step"),
+    Metric("train/ce", "lower", "nats", BOTH, "the draft CE term of the DSpark loss (Eq 9)"),
+    Metric("train/tv", "lower", "L1", BOTH, "the TV term of the DSpark loss (Eq 10)", degenerate_in=_TF_DEGENERATE),
+    Metric("train/conf", "lower", "nats", BOTH, "the confidence BCE term (Eq 11)", degenerate_in=_TF_DEGENERATE),
+    Metric("train/tau_tf", "higher", "tokens", BOTH, "teacher-forced tau on the training batch",
+           degenerate_in=_TF_DEGENERATE),
+    Metric("train/lm_ce", "lower", "nats", ("backbone",), "the LM's own CE in the joint loss"),
+    Metric("tf/tau", "higher", "tokens", BOTH, "teacher-forced tau on validation blocks, aligned frame",
+           degenerate_in=_TF_DEGENERATE, headline=True),
+    Metric("tf/accept@k", "higher", "probability", BOTH, "teacher-forced acceptance of slot k (mean c*)",
+           degenerate_in=_TF_DEGENERATE),
+    Metric("tf/ce", "lower", "nats", BOTH, "draft CE on validation blocks", degenerate_in=_TF_DEGENERATE),
+    Metric("tf/tv", "lower", "L1", BOTH, "draft-target L1 distance on validation blocks",
+           degenerate_in=_TF_DEGENERATE),
+    Metric("tf/conf", "lower", "nats", BOTH, "confidence BCE on validation blocks", degenerate_in=_TF_DEGENERATE),
+    Metric("tf/conf_ece", "lower", "probability", BOTH, "confidence ECE against c*", degenerate_in=_TF_DEGENERATE),
+    Metric("tf/conf_brier", "lower", "probability^2", BOTH, "confidence Brier score against c*",
+           degenerate_in=_TF_DEGENERATE),
+    Metric("tf/conf_auroc", "higher", "probability", BOTH, "confidence AUROC against c* > 0.5",
+           degenerate_in=_TF_DEGENERATE),
+    Metric("spec/tau", "higher", "tokens", DRAFTER,
+           "mean tokens committed per speculative round at temperature 1, bonus included", headline=True),
+    Metric("spec/tau_se", "", "tokens", DRAFTER, "standard error of spec/tau over the run's prompts"),
+    Metric("spec/tau_greedy", "higher", "tokens", DRAFTER, "spec/tau with greedy decoding"),
+    Metric("spec/accept@k", "higher", "probability", DRAFTER,
+           "conditional acceptance of slot k, over rounds whose slots 1..k-1 were accepted (Fig 2)"),
+    Metric("spec/accept_rate@k", "higher", "probability", DRAFTER,
+           "unconditional acceptance: the fraction of rounds whose slots 1..k were all accepted"),
+    Metric("spec/speedup", "higher", "ratio", DRAFTER,
+           "wall-clock tokens/s against autoregressive decoding of the same target, temperature 1"),
+    Metric("spec/speedup_greedy", "higher", "ratio", DRAFTER, "spec/speedup with greedy decoding"),
+    Metric("spec/tokens_per_s", "higher", "tokens/s", DRAFTER, "speculative decoding throughput"),
+    Metric("spec/ar_tokens_per_s", "", "tokens/s", DRAFTER, "the autoregressive baseline's throughput"),
+    Metric("spec/round_ms", "lower", "ms", DRAFTER, "wall time of one speculative round"),
+    Metric("spec/draft_ms", "lower", "ms", DRAFTER, "the drafter's parallel forward per round"),
+    Metric("spec/seq_ms", "lower", "ms", DRAFTER, "the sequential head's sampling loop per round"),
+    Metric("spec/seq_frac", "lower", "fraction", DRAFTER, "the sequential loop's share of a round"),
+    Metric("spec/verify_ms", "lower", "ms", DRAFTER, "the target's verification pass per round"),
+    Metric("conf/ece_mean", "lower", "probability", DRAFTER,
+           "ECE of the predicted prefix survival, mean over slots (DeepSpec's per-position mean)"),
+    Metric("conf/auroc_mean", "higher", "probability", DRAFTER, "AUROC of the predicted prefix survival, mean over slots"),
+    Metric("conf/brier_mean", "lower", "probability^2", DRAFTER, "Brier score of the predicted prefix survival, mean over slots"),
+    Metric("conf/ece", "lower", "probability", DRAFTER, "ECE pooled over every (round, slot) record"),
+    Metric("conf/auroc", "higher", "probability", DRAFTER, "AUROC pooled over every (round, slot) record"),
+    Metric("conf/brier", "lower", "probability^2", DRAFTER, "Brier score pooled over every (round, slot) record"),
+    Metric("conf/ece@k", "lower", "probability", DRAFTER, "ECE of slot k's predicted prefix survival"),
+    Metric("conf/auroc@k", "higher", "probability", DRAFTER, "AUROC of slot k's predicted prefix survival"),
+    Metric("conf/brier@k", "lower", "probability^2", DRAFTER, "Brier score of slot k's predicted prefix survival"),
+    Metric("sched/verified@t", "", "tokens", DRAFTER, "tokens verified per round, calibrated threshold t (Fig 5)"),
+    Metric("sched/accepted@t", "higher", "tokens", DRAFTER, "tokens accepted per round, calibrated threshold t"),
+    Metric("sched/static_verified@t", "", "tokens", DRAFTER, "tokens verified per round, DeepSpec's static rule"),
+    Metric("sched/static_accepted@t", "higher", "tokens", DRAFTER, "tokens accepted per round, static rule"),
+    Metric("sched/alg1_throughput", "higher", "tokens/step", DRAFTER, "Algorithm 1's throughput over 4 requests"),
+    Metric("sched/full_throughput", "higher", "tokens/step", DRAFTER, "full verification's throughput over 4 requests"),
+    Metric("sched/alg1_gain", "higher", "ratio", DRAFTER, "Algorithm 1 against full verification"),
+    Metric("sched/alg1_tokens_per_step", "higher", "tokens", DRAFTER, "tokens per step under Algorithm 1"),
+    Metric("sched/full_tokens_per_step", "higher", "tokens", DRAFTER, "tokens per step under full verification"),
+    Metric("sched/alg1_len", "", "tokens", DRAFTER, "mean verified length Algorithm 1 chose"),
+    Metric("target/loss", "lower", "nats", DRAFTER, "the shared target's training loss"),
+    Metric("target/tokens_per_s", "higher", "tokens/s", DRAFTER, "the shared target's training throughput"),
+)
+
+_BY_NAME = {m.name: m for m in REGISTRY}
+_SUFFIX = re.compile(r"@[^/@]+$")
+
+# The responses a report analyses by default, per stage, primary first (what the
+# question of that stage is about; see README "Two questions").
+DEFAULT_RESPONSES = {
+    "backbone": ("val/bpb", "train/step_ms"),
+    "drafter": ("spec/tau", "spec/tau_greedy", "spec/speedup", "conf/ece_mean", "conf/auroc_mean",
+                "conf/brier_mean", "tf/tau"),
+}
+HEADLINE = tuple(m.name for m in REGISTRY if m.headline)
+
+
+def lookup(name: str) -> Metric | None:
+    """The registry row of a metric name, or None for a name it does not know."""
+    base = name.replace("_sts", "", 1) if "_sts" in name else name  # conf/ece_mean_sts, conf/ece_sts@2
+    if base in _BY_NAME:
+        return _BY_NAME[base]
+    m = _SUFFIX.search(base)
+    if m:
+        family = base[:m.start()] + ("@t" if base.startswith("sched/") else "@k")
+        return _BY_NAME.get(family)
+    return None
+
+
+def better(name: str) -> str:
+    """'higher' or 'lower' is better ('higher' for a name the registry does not know)."""
+    m = lookup(name)
+    return m.better if m is not None and m.better else "higher"
+
+
+def degenerate_reason(stage: str | None, name: str) -> str | None:
+    """Why a metric cannot rank arms in a stage, or None."""
+    m = lookup(name)
+    return (m.degenerate_in or {}).get(stage or "") if m is not None else None
+
+
+def unmeasured_reason(stage: str | None, name: str) -> str | None:
+    """Why a stage cannot give a metric at all (not measured there, degenerate or constant), or None."""
+    m = lookup(name)
+    if m is None or stage is None:
+        return None
+    if stage not in m.stages:
+        return f"not measured in the {stage} stage (measured in: {', '.join(m.stages)})"
+    return (m.degenerate_in or {}).get(stage) or (m.constant_in or {}).get(stage)
+
+
+def headline(stage: str | None = None) -> tuple[str, ...]:
+    """The headline columns, those a stage measures and can rank first when given."""
+    return tuple(n for n in HEADLINE if stage is None or unmeasured_reason(stage, n) is None)

@@ -1,0 +1,68 @@
+"""The metric registry: one row per metric, and the README's Responses table agrees with it."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dspark import metrics
+from dspark.metrics import REGISTRY, Metric, better, degenerate_reason, lookup, unmeasured_reason
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_rows():
+    text = README.read_text()
+    start = text.index("| metric | better | unit | stages | ranks arms in | meaning |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_the_readme_table_is_the_registry():
+    rows = _readme_rows()
+    assert list(rows) == [m.name for m in REGISTRY]
+    for m in REGISTRY:
+        name, direction, unit, stages, ranks, meaning = rows[m.name]
+        assert direction == (m.better or "-") and unit == m.unit
+        assert stages == ", ".join(m.stages)
+        ranking = [s for s in m.stages if unmeasured_reason(s, m.name) is None]
+        assert ranks == (", ".join(ranking) or "-"), m.name
+        assert meaning.startswith(m.meaning) and meaning.endswith("(headline)") == m.headline
+
+
+def test_names_find_their_rows():
+    assert lookup("tf/accept@3").name == "tf/accept@k"
+    assert lookup("sched/accepted@0.5").name == "sched/accepted@t"
+    assert lookup("conf/ece_mean_sts").name == "conf/ece_mean"
+    assert lookup("conf/ece@2_sts").name == "conf/ece@k"
+    assert lookup("nope/x") is None
+    assert better("val/bpb") == "lower" and better("spec/tau") == "higher" and better("train/step_ms") == "lower"
+    assert degenerate_reason("backbone", "tf/tau") and degenerate_reason("drafter", "tf/tau") is None
+    assert "constant" in unmeasured_reason("drafter", "val/bpb")
+    assert "not measured" in unmeasured_reason("backbone", "spec/speedup")
+    assert metrics.HEADLINE == ("val/bpb", "tf/tau", "spec/tau")
+
+
+def test_every_name_the_trainer_reports_has_a_row():
+    """The names the trainer and evaluators write (read from the committed studies' runs)."""
+    import pandas as pd
+
+    root = README.parent / "results"
+    names = set()
+    for path in root.glob("*/runs.parquet"):
+        names |= {c for c in pd.read_parquet(path).columns if "/" in c}
+    assert names, "no committed runs to read"
+    missing = sorted(n for n in names if lookup(n) is None and not n.startswith("trial/"))
+    assert not missing, missing
+
+
+def test_a_row_validates_itself():
+    with pytest.raises(ValueError, match="better"):
+        Metric("x/y", "up", "", ("drafter",), "")
+    with pytest.raises(ValueError, match="stages"):
+        Metric("x/y", "higher", "", ("target",), "")
