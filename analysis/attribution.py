@@ -14,6 +14,8 @@ import pandas as pd
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from dspark import metrics
+
 from .anova import AnalysisError, check_design, factorial_anova, is_balanced
 from .design import factorial_rows, levels
 from .effects import factorial_effects
@@ -31,27 +33,10 @@ QUESTIONS = {
                 "window bug transplanted into the paper's drafter (the whole parallel stage trains one "
                 "slot off)"),
 }
-# Default responses per stage, primary first. The calibration responses are DeepSpec's
-# per-position means; the pooled conf/ece|auroc|brier stay available as secondary ones.
-DEFAULT_RESPONSES_BY_STAGE = {
-    "backbone": ("val/bpb", "train/step_ms"),
-    "drafter": ("spec/tau", "spec/tau_greedy", "spec/speedup", "conf/ece_mean", "conf/auroc_mean",
-                "conf/brier_mean", "tf/tau"),
-}
+# What each metric means (better direction, degenerate stages, default responses) is
+# dspark.metrics' registry; these names are kept for the callers that import them here.
+DEFAULT_RESPONSES_BY_STAGE = metrics.DEFAULT_RESPONSES
 DEFAULT_RESPONSES = tuple(dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
-SECONDARY_RESPONSES = ("conf/ece", "conf/auroc", "conf/brier")
-# Responses that are degenerate by construction in a stage: the report does not rank
-# effects on them. In the backbone stage the teacher-forced evaluator compares the draft
-# (the LM's own logits plus the head's bias) with the LM's own logits, so tf/* measure only
-# how small the bias is (an aligned head drives it to zero: tf/tau -> K+1).
-DEGENERATE = {
-    "backbone": (("tf/", "train/tau_tf", "train/tv", "train/conf"),
-                 "degenerate in the backbone stage: the draft is the LM's own logits plus a bias and is "
-                 "scored against those same logits, so it measures only the size of the bias "
-                 "(aligned: tf/tau = K+1 by construction)"),
-}
-LOWER_IS_BETTER = ("val/bpb", "_ms", "conf/ece", "conf/brier", "tf/ce", "tf/tv", "tf/conf_ece", "tf/conf_brier",
-                   "loss", "train/ce", "train/lm_ce")
 
 
 def stage_of(df: pd.DataFrame) -> str | None:
@@ -63,13 +48,12 @@ def stage_of(df: pd.DataFrame) -> str | None:
 
 
 def degenerate_reason(stage: str | None, response: str) -> str | None:
-    prefixes, reason = DEGENERATE.get(stage or "", ((), ""))
-    return reason if any(response.startswith(p) for p in prefixes) else None
+    return metrics.degenerate_reason(stage, response)
 
 
 def better_direction(response: str) -> str:
     """'lower' or 'higher' is better."""
-    return "lower" if any(k in response for k in LOWER_IS_BETTER) else "higher"
+    return metrics.better(response)
 
 
 @dataclass
@@ -150,7 +134,7 @@ def _adjust(results: dict[str, ResponseResult], method: str | None, skip: set) -
 
 def dunnett_vs_control(df: pd.DataFrame, response: str, control: str, arm_column: str = "cell") -> pd.DataFrame:
     """Every arm against the control arm (Dunnett's many-to-one test, scipy): difference
-    of means, its confidence interval and the adjusted p-value."""
+    of means, its 95% confidence interval and the adjusted p-value."""
     if arm_column not in df.columns:
         raise AnalysisError(f"no {arm_column!r} column to find arms in")
     groups = {a: pd.to_numeric(g[response]).to_numpy() for a, g in df.groupby(arm_column, observed=True)}

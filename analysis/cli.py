@@ -24,15 +24,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
     r.add_argument("--out", default="reports", help="folder for <experiment>/report.html")
     r.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
-    r.add_argument("--adjust", default="holm", choices=["holm", "bh", "none"],
-                   help="p-value adjustment across responses")
+    r.add_argument("--adjust", default="bonferroni", choices=["bonferroni", "none"],
+                   help="multiplicity adjustment over every (primary response, term) verdict")
+    r.add_argument("--alpha", type=float, default=0.05, help="the familywise level of every verdict")
+    r.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
+                   help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
     r.add_argument("--no-log", action="store_true",
                    help="do not log the effects and the report on the sweep's parent run")
     pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma",
                        formatter_class=fmt)
     pl.add_argument("experiment", help=EXP_HELP)
-    pl.add_argument("--effect", type=float, required=True, help="the effect (high minus low) to detect")
+    pl.add_argument("--effect", type=float,
+                    help="the effect (high minus low) to detect (none: plan what would decide each undecided term)")
+    pl.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
+                    help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     pl.add_argument("--response", action="append", help="response(s) to plan for (none: the stage's primary ones)")
     pl.add_argument("--power", type=float, default=0.8, help="the power wanted")
     pl.add_argument("--alpha", type=float, default=0.05, help="two-sided test level")
@@ -45,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
     nb.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
     nb.add_argument("--out", default="reports", help="folder for <experiment>/<name>.ipynb, the executed notebook")
+    nb.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
+                    help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     e = sub.add_parser("export", help="write the runs of an experiment to parquet",
                        formatter_class=fmt)
     e.add_argument("experiment", help=EXP_HELP)
@@ -68,27 +76,34 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.command == "notebook":
             from .notebook import execute
+            from .verdicts import parse_margins
 
-            path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses)
+            path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
+                           margins=parse_margins(args.margin))
             print(f"executed notebook: {path}")
             return 0
         from .load import load_runs, read_parquet
         from .report import build_report
+        from .verdicts import parse_margins
+
+        margins = parse_margins(args.margin)  # refused before any work
 
         df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
         if args.command == "plan":
             from .plan import plan_text
 
-            print(plan_text(df, args.effect, args.response, args.alpha, args.power))
+            print(plan_text(df, args.effect, args.response, args.alpha, args.power, margins))
             return 0
-        rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust)
+        rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust, alpha=args.alpha,
+                           margins=margins)
         print(rep.summary)
         print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
         if not args.no_log and not args.parquet:
             from .report import log_to_parent
 
             n = log_to_parent(rep, df, args.tracking_uri)
-            print(f"logged {n} attribution metrics and the report on the parent run {df.attrs['parent_run_id']}")
+            print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
+                  f"{df.attrs['parent_run_id']}")
         return 0
     except AnalysisError as e:
         print(f"analysis: cannot analyse: {e}", file=sys.stderr)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dspark.record import FACTOR_PREFIX, SWEEP_PARENT_TAG, check_store, metric_name
+from dspark.record import FACTOR_PREFIX, RESPONSES_TAG, SWEEP_PARENT_TAG, check_store, metric_name
 
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
@@ -97,7 +97,17 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     df.attrs["experiment_id"] = exp.experiment_id
     df.attrs["parent_run_id"] = parent.info.run_id if parent is not None else ""
     df.attrs["design"] = parent.data.params.get("design", "") if parent is not None else ""
+    df.attrs["responses"] = _responses(parent)
     return df
+
+
+def _responses(parent) -> dict:
+    """The spec's primary responses with their margins, as the parent run records them."""
+    try:
+        given = json.loads(parent.data.tags.get(RESPONSES_TAG, "{}")) if parent is not None else {}
+    except json.JSONDecodeError:
+        return {}
+    return given if isinstance(given, dict) else {}
 
 
 def _row(r) -> dict:
@@ -106,6 +116,8 @@ def _row(r) -> dict:
            "cell": tags.get("cell", ""), "replicate": int(tags.get("replicate", 0)),
            "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial"),
            "run_order": int(tags.get("run_order", -1))}
+    if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
+        row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
     for k, v in tags.items():
         if k.startswith(FACTOR_PREFIX):
             row[k] = v
@@ -159,6 +171,7 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
         "factors": df.attrs.get("factors", []), "experiment": df.attrs.get("experiment", ""),
         "description": df.attrs.get("description", ""), "experiment_id": df.attrs.get("experiment_id", ""),
         "parent_run_id": df.attrs.get("parent_run_id", ""), "design": df.attrs.get("design", ""),
+        "responses": df.attrs.get("responses", {}),
         "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
     }).encode()
     pq.write_table(table.replace_schema_metadata(meta), path)
@@ -193,6 +206,7 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     df.attrs["description"] = attrs.get("description", "")
     for key in ("experiment_id", "parent_run_id", "design"):
         df.attrs[key] = attrs.get(key, "")
+    df.attrs["responses"] = attrs.get("responses", {})
     df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
     return df
 

@@ -48,6 +48,31 @@ def effect_se(sigma: float, n_cells: int, replicates: int, levels: int = 2) -> f
     return sigma * math.sqrt(2.0 * levels / (n_cells * replicates))
 
 
+def t_power(effect: float, se: float, df: float, alpha: float) -> float:
+    """The power of a two-sided t-test at `alpha` of an estimate with standard error `se`
+    and `df` degrees of freedom, when the true value is `effect` (noncentral t)."""
+    nc = abs(effect) / se
+    tcrit = stats.t.ppf(1 - alpha / 2, df)
+    lower = stats.nct.cdf(-tcrit, df, nc)
+    if not math.isfinite(lower):  # scipy's nct returns NaN far out in the tail, where it is ~0
+        lower = 0.0
+    return float(stats.nct.sf(tcrit, df, nc) + lower)
+
+
+def t_detectable(se: float, df: float, alpha: float, power: float = 0.8) -> float:
+    """The smallest true effect that the two-sided t-test at `alpha` rejects with at least
+    `power`, for an estimate with standard error `se` and `df` degrees of freedom."""
+    if not (math.isfinite(se) and se > 0 and df >= 1):
+        return float("nan")
+    if power <= alpha:
+        return 0.0  # even no effect is rejected with probability alpha
+    hi = se
+    while t_power(hi, se, df, alpha) < power:
+        hi *= 2.0
+    return float(optimize.brentq(lambda e: t_power(e, se, df, alpha) - power, 0.0, hi,
+                                 xtol=1e-12 * max(1.0, hi), rtol=1e-12))
+
+
 def power(effect: float, sigma: float, n_cells: int, replicates: int, alpha: float = 0.05,
           levels: int = 2) -> float:
     """The probability that the two-sided t-test at `alpha` rejects "no effect" when the
@@ -57,10 +82,7 @@ def power(effect: float, sigma: float, n_cells: int, replicates: int, alpha: flo
         raise ValueError(f"replicates: must be an integer >= 2 (one leaves no residual), got {replicates!r}")
     if not math.isfinite(effect):
         raise ValueError(f"effect: must be finite, got {effect!r}")
-    df = residual_df(n_cells, replicates)
-    nc = abs(effect) / effect_se(sigma, n_cells, replicates, levels)
-    tcrit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(tcrit, df, nc) + stats.nct.cdf(-tcrit, df, nc))
+    return t_power(effect, effect_se(sigma, n_cells, replicates, levels), residual_df(n_cells, replicates), alpha)
 
 
 def detectable_effect(sigma: float, n_cells: int, replicates: int, alpha: float = 0.05,
@@ -69,14 +91,8 @@ def detectable_effect(sigma: float, n_cells: int, replicates: int, alpha: float 
     target = power
     if not 0 < target < 1:
         raise ValueError(f"power: must lie in (0, 1), got {target!r}")
-    if target <= alpha:
-        return 0.0  # even no effect is rejected with probability alpha
-    se = effect_se(sigma, n_cells, replicates, levels)
-    hi = se
-    while _power(hi, sigma, n_cells, replicates, alpha, levels) < target:
-        hi *= 2.0
-    return float(optimize.brentq(lambda e: _power(e, sigma, n_cells, replicates, alpha, levels) - target,
-                                 0.0, hi, xtol=1e-12 * max(1.0, hi), rtol=1e-12))
+    _check(sigma, n_cells, alpha, levels)
+    return t_detectable(effect_se(sigma, n_cells, replicates, levels), residual_df(n_cells, replicates), alpha, target)
 
 
 def replicates_needed(effect: float, sigma: float, n_cells: int, alpha: float = 0.05,

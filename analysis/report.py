@@ -1,7 +1,8 @@
 """The attribution report: one self-contained HTML file (images embedded), a Markdown
-summary with the same tables, and a terminal summary. Per response it says which of the
-factors moved it, by how much, with what confidence, and, for every term not detected,
-how large an effect the sweep could have detected (its power).
+summary with the same tables, and a terminal summary. It leads with the answer: every term
+of every primary response ends "matters", "negligible" or "undecided" (`analysis.verdicts`),
+with the estimate and the interval the decision used, and for an undecided term what would
+decide it. The details follow: the model's fit, ANOVA tables, cell means and plots.
 
 The header says which question the sweep answers (the seed's system or the paper's
 architecture, from the runs' parallel stage). A response that is degenerate by
@@ -22,10 +23,11 @@ from scipy import stats
 
 from . import plots, power
 from .anova import AnalysisError
-from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult, analyse,
-                          better_direction, control_contrast, degenerate_reason, dunnett_vs_control, significant_effects, stage_of)
-from .design import alias_structure, design_matrix, factorial_rows, levels
+from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult, analyse, control_contrast,
+                          degenerate_reason, dunnett_vs_control, stage_of)
+from .design import alias_structure, design_matrix, factorial_rows
 from .load import report_incomplete, responses as metric_columns
+from .verdicts import Decision, decide_all, margins_for
 
 POWER = 0.8
 DRIFT_ALPHA = 0.01  # a check run on every response: flag only clear trends
@@ -53,15 +55,28 @@ class Report:
     sensitivity: dict[str, Sensitivity] = field(default_factory=dict)
     drift: dict[str, tuple[float, float]] = field(default_factory=dict)  # response -> (slope per run, p)
     markdown_path: Path | None = None
+    decision: Decision | None = None
 
 
-def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[str]) -> tuple[list[str], list[str]]:
-    """Asked responses are checked strictly (errors surface later); by default, the
-    stage's primary responses that exist and vary, the others listed as skipped with the
-    reason. Degenerate responses are never analysed: they are listed as skipped."""
+def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[str],
+                     primary: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The primary responses (those with a margin) always, first and strictly; then the
+    asked ones, checked strictly too (errors surface later); if none is asked, the stage's
+    usual responses that exist and vary, the others listed as skipped with the reason.
+    Degenerate responses are never analysed: they are listed as skipped."""
     stage = stage_of(df)
-    chosen, skipped = [], []
+    primary = list(primary or [])
+    for r in primary:
+        reason = degenerate_reason(stage, r)
+        if reason:
+            raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
+        if r not in df.columns:
+            raise AnalysisError(f"primary response {r} is not among the runs' metrics")
     if asked:
+        asked = list(dict.fromkeys(primary + list(asked)))
+    chosen, skipped = list(primary), []
+    if asked:
+        chosen = []
         for r in asked:
             reason = degenerate_reason(stage, r)
             if reason:
@@ -80,7 +95,7 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     defaults = DEFAULT_RESPONSES_BY_STAGE.get(stage or "") or tuple(
         dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
     for r in defaults:
-        if r not in have:
+        if r not in have or r in chosen:
             continue
         if data[r].nunique() <= 1:
             skipped.append(f"{r} (constant across runs)")
@@ -119,81 +134,48 @@ def sensitivity(data: pd.DataFrame, res: ResponseResult, factors: list[str], alp
     return Sensitivity(float(sigma), n_cells, reps, float(base), by_term)
 
 
-def _term_words(term: str, data: pd.DataFrame) -> str:
-    L = max(_n_levels(data, f) for f in term.split(":"))
-    return "" if L == 2 else f" (a difference between two of its {L} levels)"
+def verdict_table_text(decision: Decision) -> str:
+    """The answer at a glance: terms against the primary responses (every response where
+    none is primary), each cell the verdict, the estimate and the interval it used."""
+    cols = [r for r, c in decision.checks.items() if c.margin is not None] or list(decision.checks)
+    grid = verdict_grid(decision)[cols]
+    heads = [f"{c} ({'+-' + format(decision.checks[c].margin, 'g') if decision.checks[c].margin else 'no margin'})"
+             for c in cols]
+    term_w = max(len("term"), *(len(str(t)) for t in grid.index))
+    widths = [max(len(h), *(len(v) for v in grid[c])) for h, c in zip(heads, cols)]
+    lines = ["verdicts (estimate [interval the decision used]):",
+             "  " + "term".ljust(term_w) + "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths))]
+    for term, row in grid.iterrows():
+        lines.append("  " + str(term).ljust(term_w) + "  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    return "\n".join(line.rstrip() for line in lines)
 
 
-def summarise(results: dict[str, ResponseResult], alpha: float = 0.05,
-              sens: dict[str, Sensitivity] | None = None, data: pd.DataFrame | None = None,
+def summarise(decision: Decision, results: dict[str, ResponseResult],
               drift: dict[str, tuple[float, float]] | None = None) -> str:
-    sens, drift = sens or {}, drift or {}
-    lines = []
-    for r, res in results.items():
-        s = sens.get(r)
-        head = f"{r} ({better_direction(r)} is better; Type {res.typ}{'' if res.balanced else ', unbalanced'}"
-        if s is not None:
-            head += f"; residual sigma {s.sigma:.3g}, {s.n_cells} cells x {s.replicates} replicates"
-        lines.append(head + ")")
-        sig = significant_effects(res, alpha)
-        sig_terms = set(sig["term"]) if not sig.empty else set()
-        for row in sig.itertuples():
-            if hasattr(row, "effect") and np.isfinite(getattr(row, "effect", np.nan)):
-                lines.append(f"    {row.term}: {row.effect:+.4g} [{row.ci_low:+.4g}, {row.ci_high:+.4g}] "
-                             f"p_adj={row.p_adj:.2g}")
-            else:
-                lines.append(f"    {row.term}: moved it (eta_p^2 {row.partial_eta_sq:.2f}) p_adj={row.p_adj:.2g}")
-                if data is not None and ":" not in row.term and s is not None:
-                    lines.append("        level means: " + level_means_text(data, r, row.term, s.sigma, s.replicates,
-                                                                           s.n_cells))
-        for term in res.anova.index:
-            if term in ("Residual", res.block) or term in sig_terms:
-                continue
-            estimate = ""
-            if data is not None and s is not None and ":" not in term:
-                if _n_levels(data, term) == 2:
-                    estimate = " (" + main_effect_text(data, r, term, s) + ")"
-                else:
-                    estimate = " (level means " + level_means_text(data, r, term, s.sigma, s.replicates,
-                                                                   s.n_cells) + ")"
-            if s is not None and term in s.by_term:
-                words = _term_words(term, data) if data is not None else ""
-                lines.append(f"    {term}: not detected{estimate}; this sweep detects {s.by_term[term]:.3g} or more"
-                             f"{words} with {POWER:.0%} power")
-            else:
-                lines.append(f"    {term}: not detected{estimate} (unreplicated: no power estimate)")
+    """Per response: what its verdicts rest on, then one line per term that starts with
+    `<term>: matters`, `<term>: negligible` or `<term>: undecided`."""
+    drift = drift or {}
+    lines = [decision.method()]
+    for r, check in decision.checks.items():
+        res = results.get(r)
+        head = check.text(decision.alpha_star)
+        if res is not None and not res.balanced:
+            head = head[:-1] + "; unbalanced)"
+        any_margin = any(c.margin is not None for c in decision.checks.values())
+        prefix = "primary: " if check.margin is not None else "secondary: " if any_margin else ""
+        lines.append(prefix + head)
+        lines += [f"    {v.text()}" for v in decision.of(r)]
+        lines.append(f"    {check.lobo}")
         if r in drift:
             slope, p = drift[r]
             flag = "  <- drift" if p < DRIFT_ALPHA else ""
             lines.append(f"    drift check: residual slope {slope:+.3g} per run within blocks, p={p:.2g}{flag}")
-        for note in res.warnings:
+        for note in (res.warnings if res is not None else []):
             lines.append(f"    note: {note}")
+    c = decision.counts()
+    kind = "primary verdicts" if any(ch.margin is not None for ch in decision.checks.values()) else "verdicts"
+    lines.append(f"{kind}: {c['matters']} matters, {c['negligible']} negligible, {c['undecided']} undecided")
     return "\n".join(lines)
-
-
-def main_effect_text(data: pd.DataFrame, response: str, factor: str, s: Sensitivity) -> str:
-    """High mean minus low mean of a two-level factor (its levels in the spec's order) with
-    a 95% CI from the model's residual sigma; the form `factorial_effects` gives when
-    every factor has two levels."""
-    present = [lv for lv in levels(data, factor) if (data[factor] == lv).any()]
-    lo, hi = (data.loc[data[factor] == lv, response] for lv in present[:2])
-    effect = hi.mean() - lo.mean()
-    se = s.sigma * np.sqrt(1 / len(hi) + 1 / len(lo))
-    t = stats.t.ppf(0.975, power.residual_df(s.n_cells, s.replicates))
-    return f"{present[0]} -> {present[1]}: {effect:+.3g} [{effect - t * se:+.3g}, {effect + t * se:+.3g}]"
-
-
-def level_means_text(data: pd.DataFrame, response: str, factor: str, sigma: float, replicates: int,
-                     n_cells: int) -> str:
-    """Each level's mean with a 95% CI from the model's residual sigma (a factor of more
-    than two levels has no single high-minus-low effect)."""
-    df_resid = power.residual_df(n_cells, replicates)
-    t = stats.t.ppf(0.975, df_resid) if df_resid > 0 else float("nan")
-    parts = []
-    for level, g in data.groupby(factor, observed=True)[response]:
-        half = t * sigma / np.sqrt(len(g))
-        parts.append(f"{level} {g.mean():.4g} [{g.mean() - half:.4g}, {g.mean() + half:.4g}]")
-    return "; ".join(parts)
 
 
 def residuals(data: pd.DataFrame, res: ResponseResult) -> pd.Series:
@@ -220,46 +202,50 @@ def drift_check(data: pd.DataFrame, res: ResponseResult) -> tuple[float, float] 
 
 
 def _control_table(df: pd.DataFrame, response: str, control: str) -> pd.DataFrame:
-    d = dunnett_vs_control(df, response, control)
+    """Each arm against the control: Dunnett's difference and p. Its intervals are left out:
+    the verdicts' level (alpha*) is the one the report prints, and scipy's Dunnett
+    interval does not converge that far out."""
+    d = dunnett_vs_control(df, response, control).drop(columns=["ci_low", "ci_high"])
     base = pd.to_numeric(df.loc[df["cell"] == control, response]).mean()
     d["diff_pct"] = 100.0 * d["diff"] / base if base else np.nan
     return d
 
 
 def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] | None = None,
-                 adjust: str = "holm", typ: int | None = None, alpha: float = 0.05) -> Report:
+                 adjust: str = "bonferroni", typ: int | None = None, alpha: float = 0.05,
+                 margins: dict[str, float] | None = None) -> Report:
+    """The whole attribution of a sweep. `margins` (`--margin`) supply or override the
+    spec's; every response with a margin is primary."""
     factors = list(df.attrs.get("factors") or [])
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
     if len(df) == 0:
         raise AnalysisError("no finished runs to analyse")
     stage = stage_of(df)
-    chosen, skipped = choose_responses(df, responses, factors)
+    declared = margins_for(df, margins)
+    chosen, skipped = choose_responses(df, responses, factors, primary=list(declared))
     data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
-    results = analyse(df, chosen, factors, typ=typ, block=block, adjust=adjust)
+    results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none")
+    controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
+    decision = decide_all(df, chosen, factors, declared, alpha, adjust, controls[0] if controls else None)
     sens, drift = {}, {}
     for r, res in results.items():
-        s = sensitivity(data, res, factors, alpha)
+        s = sensitivity(data, res, factors, decision.alpha_star)
         if s is not None:
             sens[r] = s
         d = drift_check(data, res)
         if d is not None:
             drift[r] = d
     dunnett, pooled = {}, {}
-    controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
-    if controls:
-        for r in chosen:
-            try:
-                dunnett[r] = _control_table(df, r, controls[0])
-                pooled[r] = control_contrast(df, r, controls[0], alpha=alpha)
-            except AnalysisError:
-                pass
-    summary = header_text(df, stage, factors) + "\n" + summarise(results, alpha, sens, data, drift)
-    for r, c in pooled.items():
-        summary += (f"\n{r}: every factorial arm against {controls[0]} (pooled, replicate as block): "
-                    f"{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control's {c['control_mean']:.4g}) "
-                    f"[{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] p={c['p']:.2g}")
+    for r in chosen if controls else []:
+        try:
+            dunnett[r] = _control_table(df, r, controls[0])
+            pooled[r] = control_contrast(df, r, controls[0], alpha=decision.alpha_star)
+        except AnalysisError:
+            pass
+    summary = (header_text(df, stage, factors) + "\n" + verdict_table_text(decision) + "\n"
+               + summarise(decision, results, drift))
     if dunnett:
         summary += "\neach arm against the control (Dunnett): see the report"
     inc = report_incomplete(df)
@@ -268,11 +254,11 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     if skipped:
         summary += "\nskipped: " + "; ".join(skipped)
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, sensitivity=sens,
-                 drift=drift)
+                 drift=drift, decision=decision)
     if out is not None:
         out = Path(out)
-        rep.html_path = write_html(df, rep, factors, out, alpha)
-        rep.markdown_path = write_markdown(df, rep, factors, out / "report.md", alpha)
+        rep.html_path = write_html(df, rep, factors, out)
+        rep.markdown_path = write_markdown(df, rep, factors, out / "report.md")
     return rep
 
 
@@ -284,9 +270,10 @@ def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:
     if df.attrs.get("description"):
         lines.append(f"sweep: {df.attrs['description']}")
     reps = data["replicate"].nunique() if len(data) else 0
-    lines.append(f"{len(data)} finished factorial runs ({len(df) - len(data)} control), factors "
-                 f"{', '.join(factors)}, {reps} replicate(s) as blocks, run order randomised within each block; "
-                 "p-values adjusted across responses (p_adj); CIs are 95% and unadjusted")
+    n_control = len(df) - len(data)
+    lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")
+                 + f", factors {', '.join(factors)}, {reps} replicate(s) as blocks, run order randomised within "
+                 "each block")
     return "\n".join(lines)
 
 
@@ -331,20 +318,63 @@ def _run_table_html(df: pd.DataFrame) -> str:
     return "".join(rows) + "</table>"
 
 
-def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alpha: float) -> Path:
-    """One self-contained file: every plot is embedded (written atomically)."""
+VERDICT_COLOURS = {"matters": "#f6c9c4", "negligible": "#cfe8cf", "undecided": "#f3e6b3"}
+
+
+def verdict_cell(v) -> str:
+    """A verdict with its estimate and the interval its decision used."""
+    lo, hi = (v.eq_low, v.eq_high) if v.verdict == "negligible" else (v.ci_low, v.ci_high)
+    return f"{v.verdict}: {v.estimate:+.3g} [{lo:+.3g}, {hi:+.3g}]" + (" (fragile)" if v.fragile else "")
+
+
+def verdict_grid(decision: Decision) -> pd.DataFrame:
+    """Terms against responses (primary first), each cell `verdict: estimate [interval]`."""
+    rows: dict[str, dict[str, str]] = {}
+    for v in decision.verdicts:
+        rows.setdefault(v.term, {})[v.response] = verdict_cell(v)
+    cols = list(decision.checks)
+    return pd.DataFrame.from_dict(rows, orient="index").reindex(columns=cols).fillna("")
+
+
+def _verdict_table_html(decision: Decision) -> str:
+    esc = html.escape
+    grid = verdict_grid(decision)
+    head = "".join(f"<th>{esc(c)}<br><small>{esc(_col_note(decision.checks[c]))}</small></th>" for c in grid.columns)
+    rows = []
+    for term, row in grid.iterrows():
+        cells = []
+        for text in row:
+            colour = VERDICT_COLOURS.get(text.split(":", 1)[0], "#fff")
+            cells.append(f"<td style='background:{colour}'>{esc(text)}</td>")
+        rows.append(f"<tr><th>{esc(str(term))}</th>{''.join(cells)}</tr>")
+    return f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def _col_note(check) -> str:
+    margin = f"margin +-{check.margin:g}" if check.margin is not None else "secondary, no margin"
+    return f"{check.better} is better; {margin}"
+
+
+def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path) -> Path:
+    """One self-contained file: every plot is embedded (written atomically). The question
+    and the verdict table come first."""
     out.mkdir(parents=True, exist_ok=True)
     data = factorial_rows(df, factors)
     esc = html.escape
+    d = rep.decision
     header = header_text(df, rep.stage, factors)
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
     parts = [f"<h1>Attribution: {esc(str(df.attrs.get('experiment', '')))}</h1>",
-             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()),
+             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
+             _verdict_table_html(d),
+             f"<p><small>{esc(d.method())}. Cells: the verdict, the estimate (high minus low) and the interval "
+             "the decision used (TOST's for negligible).</small></p>",
+             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]),
              "<h2>Summary</h2>", f"<pre>{esc(body)}</pre>"]
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)
         for i, (r, res) in enumerate(rep.results.items()):
-            parts += _response_html(data, r, res, rep, factors, img, f"r{i}", alpha)
+            parts += _response_html(data, r, res, rep, factors, img, f"r{i}")
         if any(c.startswith("spec/accept@") for c in df.columns):
             p = plots.acceptance_curves(df, img / "acceptance_curves.png")
             parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
@@ -357,6 +387,7 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alp
                  f"(<code>mlflow ui</code> on the same store, {UI_BASE}).</p>" + _run_table_html(df))
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
+             "table.verdicts td{text-align:left;white-space:nowrap}"
              "img{max-width:100%;display:block;margin:8px 0}pre{white-space:pre-wrap}</style>")
     path = out / "report.html"
     tmp_path = path.with_suffix(".html.tmp")
@@ -366,39 +397,50 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, alp
     return path
 
 
+def verdict_rows(decision: Decision, response: str) -> pd.DataFrame:
+    """One response's contrasts as the decision saw them."""
+    t = decision.table()
+    t = t[t["response"] == response].set_index("term")
+    return t[["verdict", "estimate", "se", "df", "ci_low", "ci_high", "eq_low", "eq_high", "p", "p_adj", "p_equiv",
+              "detectable", "fragile"]]
+
+
 def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report, factors: list[str],
-                   img: Path, slug: str, alpha: float) -> list[str]:
-    """One response's section: sensitivity, ANOVA, cell means, effects, the control
-    comparisons and its plots (written to `img`, embedded)."""
+                   img: Path, slug: str) -> list[str]:
+    """One response's section: what its verdicts rest on, the contrasts, ANOVA, cell means,
+    the control comparisons and its plots (written to `img`, embedded)."""
     esc = html.escape
-    parts = [f"<h2>{esc(r)} <small>({better_direction(r)} is better)</small></h2>"]
-    s = rep.sensitivity.get(r)
-    if s is not None:
-        parts.append(f"<p>Residual sigma {s.sigma:.4g} ({s.n_cells} cells x {s.replicates} replicates); "
-                     f"a two-level main effect of {s.detectable:.4g} or more is detected with "
-                     f"{POWER:.0%} power at alpha {alpha}.</p>")
-    parts.append(f"<h3>ANOVA (Type {res.typ}; p_adj adjusted across responses)</h3>" + _table_html(res.anova))
+    d = rep.decision
+    check = d.checks[r]
+    parts = [f"<h2>{esc(r)} <small>({esc(_col_note(check))})</small></h2>",
+             f"<p>{esc(check.text(d.alpha_star))}. {esc(check.lobo)}.</p>",
+             f"<h3>Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%; eq_low/eq_high at "
+             f"{100 * (1 - 2 * d.alpha_star):.3g}% for the equivalence test; p unadjusted, p_adj = p x "
+             f"{d.family})</h3>" + _table_html(verdict_rows(d, r))]
+    anova = res.anova.drop(columns=["p_adj"], errors="ignore")
+    parts.append(f"<h3>ANOVA (Type {res.typ}; F tests, p unadjusted; the verdicts above decide)</h3>"
+                 + _table_html(anova))
     parts += [f"<p><em>{esc(note)}</em></p>" for note in res.warnings]
     parts.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
     figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
     if len(factors) > 1:
         figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
     if res.effects is not None:
-        parts.append("<h3>Effects (high mean minus low mean; 95% CI unadjusted, p_adj adjusted)</h3>"
-                     + _table_html(res.effects.drop(columns=["order"])))
-        lv = res.effects.attrs.get("levels", {})
-        parts.append("<p>low -> high: " + esc(", ".join(f"{f}: {a} -> {b}" for f, (a, b) in lv.items())) + "</p>")
-        figs.append(plots.pareto(res.effects, img / f"{slug}_pareto.png", alpha))
+        rows = verdict_rows(d, r)
+        e = pd.DataFrame({"effect": rows["estimate"], "se": rows["se"], "df_resid": rows["df"]})
+        e = e.loc[[t for t in res.effects.index if t in e.index]]
+        e.attrs["response"] = r
+        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_star))
         figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png"))
     if r in rep.control:
         c = rep.control[r]
         parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
                      f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
-                     f"95% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}], p={c['p']:.2g}; "
-                     f"{c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
+                     f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] (pooled errors), "
+                     f"p={c['p']:.2g}; {c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
     if r in rep.dunnett:
-        parts.append("<h3>Each arm against the control (Dunnett; diff_pct relative to the control mean)</h3>"
-                     + _table_html(rep.dunnett[r]))
+        parts.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "
+                     "relative to the control mean)</h3>" + _table_html(rep.dunnett[r]))
     resid = residuals(data, res)
     if "run_order" in data.columns and len(resid):
         order = pd.to_numeric(data.loc[resid.index, "run_order"]).to_numpy(float)
@@ -415,29 +457,26 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path, alpha: float) -> Path:
+def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path) -> Path:
     data = factorial_rows(df, factors)
-    parts = [f"# Attribution: {df.attrs.get('experiment', '')}", "", header_text(df, rep.stage, factors), "",
-             "## Summary", "", "```", rep.summary, "```"]
+    d = rep.decision
+    header = header_text(df, rep.stage, factors)
+    body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
+    grid = verdict_grid(d)
+    grid.columns = [f"{c} ({_col_note(d.checks[c])})" for c in grid.columns]
+    parts = [f"# Attribution: {df.attrs.get('experiment', '')}", "", header, "", "## Verdicts", "",
+             _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Summary", "", "```", body, "```"]
     for r, res in rep.results.items():
-        parts += ["", f"## {r} ({better_direction(r)} is better)", ""]
-        s = rep.sensitivity.get(r)
-        if s is not None:
-            parts += [f"Residual sigma {s.sigma:.4g}; detectable effect (two-level main effect, "
-                      f"{POWER:.0%} power, alpha {alpha}): {s.detectable:.4g}.", ""]
-            parts += ["Detectable effect per term: " + ", ".join(f"{t} {v:.3g}" for t, v in s.by_term.items()), ""]
-        parts += [f"ANOVA (Type {res.typ}):", "", _md_table(res.anova), ""]
-        if res.effects is not None:
-            parts += ["Effects (high minus low, 95% CI):", "",
-                      _md_table(res.effects[["effect", "se", "ci_low", "ci_high", "p", "p_adj"]]), ""]
+        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_star) + ".", "",
+                  d.checks[r].lobo + ".", ""]
+        parts += [f"Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%, equivalence at "
+                  f"{100 * (1 - 2 * d.alpha_star):.3g}%):", "", _md_table(verdict_rows(d, r)), ""]
+        parts += [f"ANOVA (Type {res.typ}; p unadjusted):", "", _md_table(res.anova.drop(columns=["p_adj"],
+                                                                                         errors="ignore")), ""]
         parts += ["Cell means:", "", _md_table(cell_means(data, r, factors)), ""]
-        if r in rep.control:
-            c = rep.control[r]
-            parts += [f"Every factorial arm against the control (pooled, replicate as block): {c['diff']:+.4g} "
-                      f"({100 * c['rel']:+.1f}% of {c['control_mean']:.4g}), 95% CI [{c['ci_low']:+.4g}, "
-                      f"{c['ci_high']:+.4g}], p={c['p']:.2g}.", ""]
         if r in rep.dunnett:
-            parts += ["Each arm against the control (Dunnett):", "", _md_table(rep.dunnett[r]), ""]
+            parts += ["Each arm against the control (Dunnett's p, adjusted over the arms):", "",
+                      _md_table(rep.dunnett[r]), ""]
     coded = design_matrix(data, factors)
     parts += ["", "## Design", "", f"Design {df.attrs.get('design') or 'full'}, coded (-1/+1: first/second level):",
               "", _md_table(coded), "", "Alias structure:", "", "```", *alias_structure(coded), "```"]
@@ -447,42 +486,32 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
 
 
 def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> int:
-    """The attribution on the sweep's parent run: every effect with its CI and adjusted p
-    as metrics `attribution/<response>/<term>` (and `/ci_low`, `/ci_high`, `/p_adj`), each
-    response's sigma and detectable effect, and the report files as artifacts. Returns how
-    many metrics were logged."""
+    """The attribution on the sweep's parent run: a tag per verdict
+    (`verdict.<response>.<term>` = matters | negligible | undecided), the verdict table as
+    one artifact (`attribution/verdicts.csv`) beside the report files, and three headline
+    metrics (how many primary verdicts of each kind). Returns how many tags were set."""
     import time
 
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
+
+    from dspark.record import VERDICT_PREFIX, tag_key
 
     parent = df.attrs.get("parent_run_id")
     if not parent:
         raise AnalysisError("these runs have no parent run to log the attribution on")
     client = MlflowClient(tracking_uri)
+    d = rep.decision
+    tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
     ts = int(time.time() * 1000)
-    metrics = []
-
-    def add(name, value):
-        if value is not None and np.isfinite(value):
-            metrics.append(Metric(name.replace("@", ":"), float(value), ts, 0))
-
-    for r, res in rep.results.items():
-        s = rep.sensitivity.get(r)
-        if s is not None:
-            add(f"attribution/{r}/sigma", s.sigma)
-            add(f"attribution/{r}/detectable", s.detectable)
-        if res.effects is not None:
-            for term, row in res.effects.iterrows():
-                for suffix, key in (("", "effect"), ("/ci_low", "ci_low"), ("/ci_high", "ci_high"),
-                                    ("/p_adj", "p_adj")):
-                    add(f"attribution/{r}/{term}{suffix}", row.get(key))
-        if r in rep.control:
-            add(f"attribution/{r}/vs_control", rep.control[r]["diff"])
-            add(f"attribution/{r}/vs_control_rel", rep.control[r]["rel"])
-    for i in range(0, len(metrics), 900):
-        client.log_batch(parent, metrics=metrics[i:i + 900])
+    counts = [Metric(f"verdicts/{k}", float(n), ts, 0) for k, n in d.counts().items()]
+    for i in range(0, max(len(tags), 1), 90):
+        client.log_batch(parent, metrics=counts if i == 0 else [], tags=tags[i:i + 90])
+    with tempfile.TemporaryDirectory() as tmp:
+        table = Path(tmp) / "verdicts.csv"
+        d.table().to_csv(table, index=False)
+        client.log_artifact(parent, str(table), artifact_path="attribution")
     for path in (rep.html_path, rep.markdown_path):
         if path is not None:
             client.log_artifact(parent, str(path), artifact_path="attribution")
-    return len(metrics)
+    return len(tags)

@@ -20,6 +20,8 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 PARENT_TAG = "mlflow.parentRunId"
 SWEEP_PARENT_TAG = "sweep_parent"
 FACTOR_PREFIX = "factor."
+RESPONSES_TAG = "responses"  # on the parent: JSON {response: {better, margin}}, the primary responses
+VERDICT_PREFIX = "verdict."  # on the parent: verdict.<response>.<term> = matters|negligible|undecided
 SQLITE = "sqlite:///"
 # the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -34,6 +36,11 @@ def store_key(name: str) -> str:
 def metric_name(stored: str) -> str:
     """The trainer's name of a stored metric (`tf/accept:3` -> `tf/accept@3`)."""
     return stored.replace(":", "@")
+
+
+def tag_key(text: str) -> str:
+    """Text made a valid MLflow tag key (letters, digits, '_', '-', '.', ' ', ':', '/')."""
+    return "".join(ch if ch.isalnum() or ch in "_-. :/" else "_" for ch in text)
 
 
 def is_metric(key: str) -> bool:

@@ -40,6 +40,11 @@ def cmd_validate(args) -> int:
         print(f"  {f}: {', '.join(levels)}")
     for line in specmod.alias_structure(spec):
         print("  " + line)
+    if spec.responses:
+        print("  primary responses: " + ", ".join(f"{r} ({d['better']} is better, margin +-{d['margin']:g})"
+                                                  for r, d in spec.responses.items()))
+    else:
+        print("  no primary responses declared: the analysis can say matters or undecided, never negligible")
     return 0
 
 

@@ -427,7 +427,7 @@ def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, in
 def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
     raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
            "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
-           "max_failures": spec.max_failures}
+           "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
     if spec.generators:
         raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
     (exp_dir / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))

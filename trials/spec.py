@@ -9,6 +9,8 @@ factors:
 replicates: 3                       # seeds per cell
 design: full                        # or {generators: {D: ABC}} for a 2^(k-p) fraction
 controls: {aux0: {aux_weight: 0.0}} # optional extra arms outside the factorial
+responses:                          # the primary responses, each with its margin
+  spec/tau: {better: higher, margin: 0.1}
 resources: {cpu: 1, gpu: 0}         # per trial
 max_concurrent: 2
 max_failures: 2
@@ -16,7 +18,9 @@ max_failures: 2
 
 Each factor maps level names to trainer-config overrides. A fraction's generated factor
 takes, in every run, the product of the coded levels (-1 = first level listed, +1 = the
-second) of the factors in its generator. Seeds come from (sweep name, replicate), so every
+second) of the factors in its generator. A primary response's margin is the smallest
+effect of practical interest: the analysis calls a term negligible only where equivalence
+within +-margin is shown. Seeds come from (sweep name, replicate), so every
 cell of one replicate shares its seed (a blocked design) and a rerun reproduces.
 """
 
@@ -35,10 +39,11 @@ from typing import Any
 
 import yaml
 
+from dspark import metrics
 from dspark.config import FIELD_NAMES, Config, from_dict
 
 TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
-            "max_concurrent", "max_failures", "description"}
+            "max_concurrent", "max_failures", "description", "responses"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # a run's own columns in Tune's results and in analysis: no factor may take these names
 RESERVED_NAMES = ("replicate", "arm", "cell", "seed", "run_order", "run_id", "run_name", "status")
@@ -85,6 +90,7 @@ class SweepSpec:
     max_concurrent: int = 0  # 0 = as many as resources allow
     max_failures: int = 2
     description: str = ""
+    responses: dict[str, dict[str, Any]] = field(default_factory=dict)  # primary: {better, margin}
     trials: list[Trial] = field(default_factory=list)
 
     @property
@@ -180,9 +186,71 @@ def parse(raw: Any) -> SweepSpec:
     spec.max_concurrent = _count(raw, "max_concurrent", 0, problems)
     spec.max_failures = _count(raw, "max_failures", 2, problems)
     spec.description = str(raw.get("description", ""))
+    spec.responses = _parse_responses(raw, problems)
     if problems:
         raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
-    return build(spec)
+    spec = build(spec)
+    problems = unmeasured_responses(spec.responses, [t.config for t in spec.trials if t.arm == "factorial"])
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def _parse_responses(raw: dict, problems: list[str]) -> dict[str, dict[str, Any]]:
+    """The primary responses: a known metric each, its better direction (the registry's,
+    which a spec may state but not contradict) and a finite margin > 0."""
+    given = raw.get("responses", {}) or {}
+    if not isinstance(given, dict):
+        problems.append("responses: must map metric names to {better: higher|lower, margin: NUMBER}")
+        return {}
+    clean = {}
+    for name, decl in given.items():
+        name = str(name)
+        where = f"responses.{name}"
+        known = metrics.lookup(name)
+        if known is None:
+            problems.append(f"{where}: not a metric the trainer reports (see README \"Responses\")")
+            continue
+        if not isinstance(decl, dict) or set(decl) - {"better", "margin"}:
+            problems.append(f"{where}: must be {{better: higher|lower, margin: NUMBER}}")
+            continue
+        problem = margin_problem(decl.get("margin"))
+        if problem:
+            problems.append(f"{where}.margin: {problem}")
+            continue
+        better = decl.get("better", known.better)
+        if better not in ("higher", "lower"):
+            problems.append(f"{where}.better: 'higher' or 'lower', got {better!r}")
+            continue
+        if known.better and better != known.better:
+            problems.append(f"{where}.better: {known.better} is better for {name}, not {better}")
+            continue
+        clean[name] = {"better": better, "margin": float(decl["margin"])}
+    return clean
+
+
+def margin_problem(margin: Any) -> str | None:
+    """Why a margin is unusable (None when it is a finite number > 0)."""
+    if margin is None:
+        return "required: the smallest effect that would change a decision"
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
+        return f"must be a finite number > 0, got {margin!r}"
+    return None
+
+
+def unmeasured_responses(responses: dict, configs: list[Config]) -> list[str]:
+    """Primary responses that some factorial arm cannot measure: not measured, degenerate or
+    constant in its stage, or a decoding response where no prompt is decoded."""
+    out = []
+    for name in responses:
+        for cfg in configs:
+            why = metrics.unmeasured_reason(cfg.parallel_stage, name)
+            if why is None and name.startswith(("spec/", "conf/", "sched/")) and cfg.spec_prompts == 0:
+                why = "spec_prompts is 0, so no prompt is decoded"
+            if why:
+                out.append(f"responses.{name}: cannot be a primary response here: {why}")
+                break
+    return out
 
 
 def _parse_base(raw: dict, problems: list[str]) -> dict:

@@ -19,8 +19,8 @@ from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
-from dspark.record import (EXPERIMENT_KIND_TAG, FACTOR_PREFIX, MODEL_TRAINING, PARENT_TAG, SWEEP_PARENT_TAG,
-                           is_metric, metric_name)
+from dspark.record import (EXPERIMENT_KIND_TAG, FACTOR_PREFIX, MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG,
+                           SWEEP_PARENT_TAG, is_metric, metric_name)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
 from .spec import SweepSpec, Trial
@@ -57,12 +57,15 @@ class Ledger:
     def _parent(self) -> str:
         runs = self.client.search_runs([self.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
         if runs:
+            self.client.set_tag(runs[0].info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
             return runs[0].info.run_id
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
                                      tags={SWEEP_PARENT_TAG: "true", "sweep": self.spec.name,
                                            "design": self.spec.design, "git_commit": git_commit(),
                                            **source_tags("trials run"),
                                            "factors": ",".join(self.spec.factors),
+                                           # the primary responses and margins (a tag: a resume may restate them)
+                                           RESPONSES_TAG: json.dumps(self.spec.responses),
                                            "description": self.spec.description[:4000],
                                            # MLflow shows this tag as the run's description
                                            "mlflow.note.content": self.spec.description[:4000]})

@@ -1,3 +1,4 @@
+import json
 import re
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def test_failed_runs_are_listed_not_dropped(store):
     df = load_runs("synthetic", store)
     inc = incomplete_runs(df)
     assert len(df) == 22 and len(inc) == 2 and set(inc["status"]) == {"FAILED"}
-    rep = build_report(df, None, ["spec/tau"], adjust="holm")
+    rep = build_report(df, None, ["spec/tau"])
     assert "2 run(s) not analysed: 2 FAILED" in rep.summary
     assert "unbalanced design" in rep.summary and rep.results["spec/tau"].typ == 3
 
@@ -84,26 +85,34 @@ def test_dunnett_against_the_control_arm(store):
     c = rep.control["spec/tau"]
     assert c["ci_low"] < 1.5 + 0.02 < c["ci_high"] and c["n_factorial"] == 24 and c["n_control"] == 3
     assert c["rel"] == pytest.approx(c["diff"] / c["control_mean"])
-    assert "every factorial arm against control=dflash" in rep.summary
+    # the pooled contrast is a term of the verdicts, with the same estimate
+    v = next(v for v in rep.decision.of("spec/tau") if v.term == "vs control=dflash")
+    assert v.estimate == pytest.approx(c["diff"]) and v.verdict == "matters"
+    assert re.search(r"\n    vs control=dflash: matters \(every factorial arm against the control: \+1\.[45]\d*",
+                     rep.summary), rep.summary
 
 
-def test_report_states_power_for_terms_not_detected(store):
-    from analysis.power import detectable_effect
-
+def test_report_gives_every_term_a_verdict_that_agrees_with_its_interval(store):
     synthetic_sweep(store, failed=0)
     df = load_runs("synthetic", store)
-    rep = build_report(df, None, ["spec/tau"])
-    s = rep.sensitivity["spec/tau"]
-    sigma = rep.results["spec/tau"].anova.attrs["sigma"]
-    assert s.sigma == sigma and s.n_cells == 8 and s.replicates == 3
-    assert s.detectable == pytest.approx(detectable_effect(sigma, 8, 3))
-    line = next(x for x in rep.summary.splitlines() if x.strip().startswith("D2:"))
-    assert line.strip().startswith("D2: not detected (const4 -> block: ")
-    assert line.endswith(f"this sweep detects {s.detectable:.3g} or more with 80% power")
-    eff = rep.results["spec/tau"].effects.loc["D2"]  # the same estimate and CI as the effects table
-    assert f"{eff['effect']:+.3g} [{eff['ci_low']:+.3g}, {eff['ci_high']:+.3g}]" in line
-    assert "D1: +" in rep.summary and "p_adj=" in rep.summary  # detected terms carry their size
-    assert "the question is" not in rep.summary or "parallel stage" in rep.summary
+    rep = build_report(df, None, ["spec/tau"], margins={"spec/tau": 0.2})
+    d = rep.decision
+    assert d.family == 7 and d.alpha_star == pytest.approx(0.05 / 7)
+    verdict = {v.term: v.verdict for v in d.of("spec/tau")}
+    # TRUE: D1 1.0, D9 0.3, D1:D9 -0.2 (at the margin: undecided is the honest answer), the rest 0
+    assert verdict["D1"] == "matters" and verdict["D9"] == "matters"
+    assert verdict["D2"] == "negligible" and verdict["D1:D2:D9"] == "negligible"
+    lines = [ln.strip() for ln in rep.summary.splitlines() if ln.startswith("    ") and ":" in ln]
+    for v in d.of("spec/tau"):
+        line = next(ln for ln in lines if ln.startswith(f"{v.term}: "))
+        assert line.startswith(f"{v.term}: {v.verdict}")
+        if v.verdict == "negligible":
+            assert f"[{v.eq_low:+.4g}, {v.eq_high:+.4g}]" in line and -0.2 < v.eq_low and v.eq_high < 0.2
+        else:
+            assert f"[{v.ci_low:+.4g}, {v.ci_high:+.4g}]" in line
+            assert (v.ci_low > 0 or v.ci_high < 0) == (v.verdict == "matters")
+    assert "not detected" not in rep.summary
+    assert "primary: spec/tau (higher is better; margin +-0.2; sigma" in rep.summary
 
 
 def test_report_drift_check_sees_a_trend_over_the_run_order(store):
@@ -139,16 +148,19 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
                         "--out", str(tmp_path / "rep"), "--responses", "spec/tau"],
                        capture_output=True, text=True, cwd=tmp_path)  # artifacts go to ./mlruns
     assert r.returncode == 0, r.stderr
-    assert re.search(r"spec/tau \(higher is better.*\n    D1: \+0\.9\d+ \[\+0\.9\d*, \+1\.0\d*\] p_adj=", r.stdout), r.stdout
+    assert re.search(r"spec/tau \(higher is better.*\n    D1: matters \(shifted -> aligned: \+0\.9\d+ "
+                     r"\[\+0\.9\d*, \+1\.0\d*\] at 99\.286%, better\)", r.stdout), r.stdout
     assert "the question is the paper's architecture" in r.stdout
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
-    assert "<h3>ANOVA (Type 2; p_adj adjusted across responses)</h3>" in html
+    assert "<h3>ANOVA (Type 2; F tests, p unadjusted; the verdicts above decide)</h3>" in html
+    # the verdict table comes right after the question
+    assert re.search(r"</h1><p>experiment synthetic: the question is[^<]*</p><table class='t verdicts'>", html)
     # one self-contained file: every image embedded, none beside it
     for alt in ("r0_main", "r0_interactions", "r0_pareto", "r0_halfnormal", "r0_drift", "acceptance_curves"):
         assert f'alt="{alt}"' in html
     assert html.count('src="data:image/png;base64,') >= 6 and not (tmp_path / "rep" / "synthetic" / "img").exists()
     md = (tmp_path / "rep" / "synthetic" / "report.md").read_text()
-    assert "| D1 |" in md and "Residual sigma" in md and "detectable effect" in md
+    assert "| D1 |" in md and "## Verdicts" in md and md.count("\n# ") == 0 and md.startswith("# Attribution")
     for text in (md, html):  # the coded design and its alias structure (here: none)
         assert "full factorial: no effect is aliased" in text
     # run names link to their runs; the attribution is logged on the parent run
@@ -156,11 +168,16 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
     assert f"#/experiments/{df.attrs['experiment_id']}/runs/{df['run_id'].iloc[0]}" in html
     import mlflow
 
-    parent = mlflow.tracking.MlflowClient(store).get_run(df.attrs["parent_run_id"])
-    d1 = parent.data.metrics["attribution/spec/tau/D1"]
-    assert 0.95 < d1 < 1.02 and parent.data.metrics["attribution/spec/tau/D1/ci_low"] < d1
-    arts = {a.path for a in mlflow.tracking.MlflowClient(store).list_artifacts(parent.info.run_id, "attribution")}
-    assert arts == {"attribution/report.html", "attribution/report.md"}
+    client = mlflow.tracking.MlflowClient(store)
+    parent = client.get_run(df.attrs["parent_run_id"])
+    assert parent.data.tags["verdict.spec/tau.D1"] == "matters"
+    assert parent.data.tags["verdict.spec/tau.D2"] in ("undecided", "negligible")
+    assert not [k for k in parent.data.metrics if k.startswith("attribution/")]  # no metric flood
+    assert set(parent.data.metrics) == {"verdicts/matters", "verdicts/negligible", "verdicts/undecided"}
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id, "attribution")}
+    assert arts == {"attribution/report.html", "attribution/report.md", "attribution/verdicts.csv"}
+    table = pd.read_csv(client.download_artifacts(parent.info.run_id, "attribution/verdicts.csv", str(tmp_path)))
+    assert len(table) == 7 and set(table["verdict"]) <= {"matters", "negligible", "undecided"}
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                           "--out", str(tmp_path / "rep"), "--responses", "val/bpb"],
                          capture_output=True, text=True, cwd=ROOT)
@@ -205,12 +222,22 @@ def test_plan_cli_prints_the_replicates_needed(store):
                         "--effect", "0.05", "--response", "spec/tau"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     df = load_runs("synthetic", store)
-    sigma = build_report(df, None, ["spec/tau"]).sensitivity["spec/tau"].sigma
+    sigma = build_report(df, None, ["spec/tau"]).decision.checks["spec/tau"].sigma
     need = replicates_needed(0.05, sigma, 8)
     assert f"spec/tau: sigma {sigma:.4g} over 8 cells" in r.stdout and f"needed: {need} replicates" in r.stdout
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
                           "--effect", "0"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--effect" in bad.stderr
+    for args, word in ((["--effect=-1e999"], "--effect"), (["--effect", "0.1", "--power", "1.5"], "--power"),
+                       (["--margin", "spec/tau=-1"], "--margin"), (["--margin", "spec/tau"], "--margin")):
+        bad = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
+                              *args], capture_output=True, text=True, cwd=ROOT)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and word in bad.stderr, (args, bad.stderr)
+    # without --effect: what would decide each undecided term
+    r = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
+                        "--margin", "spec/tau=0.01"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "spec/tau (primary):" in r.stdout and "more replicate block(s)" in r.stdout
 
 
 def test_alias_structure_read_off_the_runs_matches_the_spec():
@@ -235,3 +262,35 @@ def test_alias_structure_read_off_the_runs_matches_the_spec():
     ours, theirs = parse_lines(alias_structure(coded)), parse_lines(spec_aliases(spec))
     assert ours == theirs
     assert ours["A"] == {"B:C:D"} and ours["A:B"] == {"C:D"} and ours["I"] == {"A:B:C:D"}
+
+
+def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
+    import mlflow
+
+    from tests.analysis.conftest import FACTORS
+    from trials.spec import parse
+    from trials.tracking import Ledger
+
+    spec = parse({"name": "margins", "base": {"preset": "tiny"}, "factors": FACTORS, "replicates": 2,
+                  "responses": {"spec/tau": {"margin": 0.25}}})
+    ledger = Ledger(store, spec)
+    rng = np.random.default_rng(0)
+    for t in spec.trials:
+        run_id, _ = ledger.open_child(t, {"target_hash": "0" * 16})
+        y = 3.0 + (0.5 if t.levels["D1"] == "aligned" else -0.5) + rng.normal(0, 0.02)
+        ledger.log_metrics(run_id, {"spec/tau": y, "tf/tau": y}, step=1)
+        ledger.finish(run_id, "FINISHED")
+    ledger.finish(ledger.parent_id, "FINISHED")
+    parent = mlflow.tracking.MlflowClient(store).get_run(ledger.parent_id)
+    assert json.loads(parent.data.tags["responses"]) == {"spec/tau": {"better": "higher", "margin": 0.25}}
+    df = load_runs("margins", store)
+    assert df.attrs["responses"] == {"spec/tau": {"better": "higher", "margin": 0.25}}
+    to_parquet(df, tmp_path / "runs.parquet")
+    back = read_parquet(tmp_path / "runs.parquet")
+    rep = build_report(back, None)  # the spec's margin, from the parquet alone
+    assert list(rep.decision.checks) == ["spec/tau", "tf/tau"] and rep.decision.family == 7
+    assert rep.decision.checks["spec/tau"].margin == 0.25 and rep.decision.checks["tf/tau"].margin is None
+    assert "primary: spec/tau (higher is better; margin +-0.25;" in rep.summary
+    assert "secondary: tf/tau" in rep.summary
+    over = build_report(back, None, margins={"spec/tau": 0.05, "tf/tau": 0.1})  # --margin overrides and adds
+    assert over.decision.checks["spec/tau"].margin == 0.05 and over.decision.family == 14

@@ -17,15 +17,16 @@ def test_notebook_executes(name, store, tmp_path):
     synthetic_sweep(store, failed=1)
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    params.source = f'EXPERIMENT = "synthetic"\nTRACKING_URI = "{store}"\nRESPONSES = ["spec/tau"]\nALPHA = 0.05'
+    params.source = (f'EXPERIMENT = "synthetic"\nTRACKING_URI = "{store}"\nRESPONSES = ["spec/tau"]\n'
+                     'MARGINS = {"spec/tau": 0.2}\nALPHA = 0.05')
     root = str(Path(__file__).resolve().parents[2])
     os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     if name == "attribution.ipynb":
-        assert "D1 (D1 shifted -> aligned) moved it" in text
-        assert "spec/tau: D2 (D2 const4 -> block) not detected; this sweep detects" in text
-        assert "with 80% power" in text
+        assert "spec/tau: D1: matters (shifted -> aligned: +" in text
+        assert "spec/tau: D2: negligible within +-0.2 (const4 -> block: " in text
+        assert "not detected" not in text
         assert not (tmp_path / "reports").exists()  # the notebook never overwrites the CLI's report
     else:
         assert "runs; 2 speculative slots" in text
@@ -48,7 +49,7 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
     assert r.returncode == 0, r.stderr[-3000:]
     out = nbformat.read(tmp_path / "reports" / "synthetic" / "attribution.ipynb", as_version=4)
     text = "\n".join(o.get("text", "") for c in out.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "D1 (D1 shifted -> aligned) moved it" in text
+    assert "spec/tau: D1: matters (shifted -> aligned: +" in text
     assert (tmp_path / "reports" / "synthetic" / "report.html").read_text() == "the CLI's report"
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "synthetic"],
                          cwd=tmp_path / "reports", capture_output=True, text=True)

@@ -166,3 +166,42 @@ def test_validation_lists_the_problems_of_every_stage():
         parse(raw)
     assert any(p.startswith("spec: unknown key 'colour'") for p in e.value.problems)
     assert any("cell D1=b|D2=const4: window: unknown level 'diagonal'" in p for p in e.value.problems)
+
+
+def _with_responses(responses, **base):
+    return {**GOOD, "base": {**GOOD["base"], **base}, "responses": responses}
+
+
+@pytest.mark.parametrize("responses,base,message", [
+    ({"spec/tau": {"better": "higher"}}, {}, "responses.spec/tau.margin: required"),
+    ({"spec/tau": {"margin": 0}}, {}, "responses.spec/tau.margin: must be a finite number > 0, got 0"),
+    ({"spec/tau": {"margin": -0.1}}, {}, "must be a finite number > 0"),
+    ({"spec/tau": {"margin": float("nan")}}, {}, "must be a finite number > 0"),
+    ({"spec/tau": {"margin": float("inf")}}, {}, "must be a finite number > 0"),
+    ({"spec/tau": {"margin": True}}, {}, "must be a finite number > 0"),
+    ({"spec/tau": {"margin": "0.1"}}, {}, "must be a finite number > 0"),
+    ({"spec/tau": {"better": "lower", "margin": 0.1}}, {}, "responses.spec/tau.better: higher is better for spec/tau"),
+    ({"spec/tau": {"better": "up", "margin": 0.1}}, {}, "'higher' or 'lower'"),
+    ({"spec/tau": {"margin": 0.1, "alpha": 0.1}}, {}, "must be {better: higher|lower, margin: NUMBER}"),
+    ({"spec/taus": {"margin": 0.1}}, {}, "responses.spec/taus: not a metric the trainer reports"),
+    ({"spec/tau": 0.1}, {}, "must be {better"),
+    (["spec/tau"], {}, "responses: must map metric names"),
+    ({"spec/tau": {"margin": 0.1}}, {"parallel_stage": "backbone"}, "not measured in the backbone stage"),
+    ({"tf/tau": {"margin": 0.1}}, {"parallel_stage": "backbone"}, "degenerate in the backbone stage"),
+    ({"val/bpb": {"margin": 0.01}}, {"parallel_stage": "drafter"}, "constant in the drafter stage"),
+    ({"spec/tau": {"margin": 0.1}}, {"spec_prompts": 0}, "spec_prompts is 0"),
+])
+def test_primary_responses_need_a_usable_margin_and_a_measurable_metric(responses, base, message):
+    with pytest.raises(SpecError) as e:
+        parse(_with_responses(responses, **base))
+    assert message in str(e.value), str(e.value)
+    assert all(line.startswith("responses") for line in e.value.problems), e.value.problems
+
+
+def test_primary_responses_are_parsed_with_the_registry_direction():
+    s = parse(_with_responses({"spec/tau": {"margin": 0.1}, "conf/ece_mean": {"better": "lower", "margin": 0.01}}))
+    assert s.responses == {"spec/tau": {"better": "higher", "margin": 0.1},
+                           "conf/ece_mean": {"better": "lower", "margin": 0.01}}
+    b = parse(_with_responses({"val/bpb": {"margin": 0.01}, "train/step_ms": {"margin": 12}},
+                              parallel_stage="backbone"))
+    assert b.responses["train/step_ms"] == {"better": "lower", "margin": 12.0}
