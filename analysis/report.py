@@ -137,8 +137,8 @@ def sensitivity(data: pd.DataFrame, res: ResponseResult, factors: list[str], alp
 def verdict_table_text(decision: Decision) -> str:
     """The answer at a glance: terms against the primary responses (every response where
     none is primary), each cell the verdict, the estimate and the interval it used."""
-    cols = [r for r, c in decision.checks.items() if c.margin is not None] or list(decision.checks)
-    grid = verdict_grid(decision)[cols]
+    cols = answer_columns(decision)
+    grid = verdict_grid(decision, cols)
     heads = [f"{c} ({'+-' + format(decision.checks[c].margin, 'g') if decision.checks[c].margin else 'no margin'})"
              for c in cols]
     term_w = max(len("term"), *(len(str(t)) for t in grid.index))
@@ -327,12 +327,19 @@ def verdict_cell(v) -> str:
     return f"{v.verdict}: {v.estimate:+.3g} [{lo:+.3g}, {hi:+.3g}]" + (" (fragile)" if v.fragile else "")
 
 
-def verdict_grid(decision: Decision) -> pd.DataFrame:
-    """Terms against responses (primary first), each cell `verdict: estimate [interval]`."""
+def answer_columns(decision: Decision) -> list[str]:
+    """The responses the answer is about: the primary ones, or every one where none is."""
+    return [r for r, c in decision.checks.items() if c.margin is not None] or list(decision.checks)
+
+
+def verdict_grid(decision: Decision, columns: list[str] | None = None) -> pd.DataFrame:
+    """Terms against responses (the primary ones by default), each cell `verdict: estimate
+    [interval]`."""
+    cols = columns or answer_columns(decision)
     rows: dict[str, dict[str, str]] = {}
     for v in decision.verdicts:
-        rows.setdefault(v.term, {})[v.response] = verdict_cell(v)
-    cols = list(decision.checks)
+        if v.response in cols:
+            rows.setdefault(v.term, {})[v.response] = verdict_cell(v)
     return pd.DataFrame.from_dict(rows, orient="index").reindex(columns=cols).fillna("")
 
 
@@ -351,7 +358,7 @@ def _verdict_table_html(decision: Decision) -> str:
 
 
 def _col_note(check) -> str:
-    margin = f"margin +-{check.margin:g}" if check.margin is not None else "secondary, no margin"
+    margin = f"margin ±{check.margin:g}" if check.margin is not None else "secondary, no margin"
     return f"{check.better} is better; {margin}"
 
 

@@ -361,6 +361,18 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
 
 # ---------------------------------------------------------------- deciding
 
+def classify(estimate, se, df, alpha_star: float, margin: float | None) -> np.ndarray:
+    """The verdicts of estimates (arrays broadcast) at alpha*: the rule of the module
+    docstring, vectorised, so that a simulation runs the same code as a report."""
+    estimate, se, df = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (estimate, se, df)))
+    t1 = stats.t.ppf(1 - alpha_star / 2, df) * se
+    t2 = stats.t.ppf(1 - alpha_star, df) * se
+    matters = (estimate - t1 > 0) | (estimate + t1 < 0)
+    negligible = ((estimate - t2 > -margin) & (estimate + t2 < margin)) if margin is not None \
+        else np.zeros(estimate.shape, bool)
+    return np.where(negligible, "negligible", np.where(matters, "matters", "undecided"))
+
+
 def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, better: str,
            family: int) -> Verdict:
     """The verdict of one contrast at alpha* (see the module docstring)."""
@@ -368,18 +380,14 @@ def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, 
         raise AnalysisError(f"{response} {c.term}: no standard error (too few runs)")
     t1 = stats.t.ppf(1 - alpha_star / 2, c.df)
     t2 = stats.t.ppf(1 - alpha_star, c.df)
-    t = c.estimate / c.se
-    p = float(2 * stats.t.sf(abs(t), c.df))
-    lo, hi = c.estimate - t1 * c.se, c.estimate + t1 * c.se
-    eq_lo, eq_hi = c.estimate - t2 * c.se, c.estimate + t2 * c.se
+    p = float(2 * stats.t.sf(abs(c.estimate / c.se), c.df))
     p_equiv = None
-    negligible = False
     if margin is not None:
         p_equiv = float(max(stats.t.sf((c.estimate + margin) / c.se, c.df),
                             stats.t.cdf((c.estimate - margin) / c.se, c.df)))
-        negligible = -margin < eq_lo and eq_hi < margin
-    verdict = "negligible" if negligible else "matters" if (lo > 0 or hi < 0) else "undecided"
-    return Verdict(response, c.term, c.label, verdict, c.estimate, c.se, c.df, alpha_star, lo, hi, eq_lo, eq_hi,
+    verdict = str(classify(c.estimate, c.se, c.df, alpha_star, margin))
+    return Verdict(response, c.term, c.label, verdict, c.estimate, c.se, c.df, alpha_star,
+                   c.estimate - t1 * c.se, c.estimate + t1 * c.se, c.estimate - t2 * c.se, c.estimate + t2 * c.se,
                    margin, better, p, min(1.0, p * family), p_equiv,
                    power.t_detectable(c.se, c.df, alpha_star, DECISION_POWER))
 
