@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
     r.add_argument("--adjust", default="bonferroni", choices=["bonferroni", "none"],
                    help="multiplicity adjustment over every (primary response, term) verdict")
-    r.add_argument("--alpha", type=float, default=0.05, help="the familywise level of every verdict")
+    r.add_argument("--alpha", type=float,
+                   help="the familywise level of every verdict (none: 0.05, or for a sweep augmented look after "
+                        "look the alpha its spending rule gives the current look)")
     r.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
                    help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         from .verdicts import parse_margins
 
         margins = parse_margins(args.margin)  # refused before any work
+        if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
+            raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
 
         df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
         if args.command == "plan":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dspark.record import FACTOR_PREFIX, RESPONSES_TAG, SWEEP_PARENT_TAG, check_store, metric_name
+from dspark.record import FACTOR_PREFIX, RESPONSES_TAG, SEQUENTIAL_TAG, SWEEP_PARENT_TAG, check_store, metric_name
 
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
@@ -98,6 +98,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     df.attrs["parent_run_id"] = parent.info.run_id if parent is not None else ""
     df.attrs["design"] = parent.data.params.get("design", "") if parent is not None else ""
     df.attrs["responses"] = _responses(parent)
+    df.attrs["sequential"] = parent.data.tags.get(SEQUENTIAL_TAG, "") if parent is not None else ""
     return df
 
 
@@ -171,7 +172,7 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
         "factors": df.attrs.get("factors", []), "experiment": df.attrs.get("experiment", ""),
         "description": df.attrs.get("description", ""), "experiment_id": df.attrs.get("experiment_id", ""),
         "parent_run_id": df.attrs.get("parent_run_id", ""), "design": df.attrs.get("design", ""),
-        "responses": df.attrs.get("responses", {}),
+        "responses": df.attrs.get("responses", {}), "sequential": df.attrs.get("sequential", ""),
         "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
     }).encode()
     pq.write_table(table.replace_schema_metadata(meta), path)
@@ -207,6 +208,7 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     for key in ("experiment_id", "parent_run_id", "design"):
         df.attrs[key] = attrs.get(key, "")
     df.attrs["responses"] = attrs.get("responses", {})
+    df.attrs["sequential"] = attrs.get("sequential", "")
     df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
     return df
 

@@ -212,10 +212,12 @@ def _control_table(df: pd.DataFrame, response: str, control: str) -> pd.DataFram
 
 
 def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] | None = None,
-                 adjust: str = "bonferroni", typ: int | None = None, alpha: float = 0.05,
+                 adjust: str = "bonferroni", typ: int | None = None, alpha: float | None = None,
                  margins: dict[str, float] | None = None) -> Report:
     """The whole attribution of a sweep. `margins` (`--margin`) supply or override the
-    spec's; every response with a margin is primary."""
+    spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep
+    analysed look after look (`trials augment --until-decided`), the alpha its spending
+    rule gives the look at the current number of blocks."""
     factors = list(df.attrs.get("factors") or [])
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
@@ -227,6 +229,7 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none")
+    alpha, look_note = _look_alpha(df, data, alpha)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, alpha, adjust, controls[0] if controls else None)
     sens, drift = {}, {}
@@ -246,6 +249,8 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
             pass
     summary = (header_text(df, stage, factors) + "\n" + verdict_table_text(decision) + "\n"
                + summarise(decision, results, drift))
+    if look_note:
+        summary += "\n" + look_note
     if dunnett:
         summary += "\neach arm against the control (Dunnett): see the report"
     inc = report_incomplete(df)
@@ -260,6 +265,21 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
         rep.html_path = write_html(df, rep, factors, out)
         rep.markdown_path = write_markdown(df, rep, factors, out / "report.md")
     return rep
+
+
+def _look_alpha(df: pd.DataFrame, data: pd.DataFrame, alpha: float | None) -> tuple[float, str]:
+    """The alpha of this analysis and, for a sweep under the sequential rule, what it is."""
+    if alpha is not None:
+        return alpha, ""
+    if not df.attrs.get("sequential"):
+        return 0.05, ""
+    from .sequential import Plan
+
+    plan = Plan.from_json(df.attrs["sequential"])
+    n = int(data["replicate"].nunique())
+    a = plan.look(n)
+    return a, (f"sequential rule ({plan.rule}): look {len(plan.looks)} at {n} of at most {plan.max_replicates} "
+               f"replicate blocks tests at alpha {a:.3g} of the sweep's {plan.alpha:g}")
 
 
 def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:

@@ -21,6 +21,8 @@ PARENT_TAG = "mlflow.parentRunId"
 SWEEP_PARENT_TAG = "sweep_parent"
 FACTOR_PREFIX = "factor."
 RESPONSES_TAG = "responses"  # on the parent: JSON {response: {better, margin}}, the primary responses
+SEQUENTIAL_TAG = "sequential"  # on the parent: JSON of analysis.sequential.Plan (the looks of `trials augment`)
+LOOK_PREFIX = "look."  # on the parent: look.<k> = JSON of that look's blocks, alpha, verdict counts and action
 VERDICT_PREFIX = "verdict."  # on the parent: verdict.<response>.<term> = matters|negligible|undecided
 SQLITE = "sqlite:///"
 # the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)

@@ -92,6 +92,24 @@ def cmd_resume(args) -> int:
                 resume=True, resource_wait_s=args.resource_wait)
 
 
+def cmd_augment(args) -> int:
+    """More replicate blocks, or looks until every primary term is decided."""
+    from . import runner
+    from .augment import augment
+
+    try:
+        out = augment(args.name, args.storage, args.tracking_uri, args.address, args.replicates, args.until_decided,
+                      args.max_replicates, args.budget_minutes, args.alpha)
+    except runner.Interrupted as e:
+        again = (f"trials augment {args.name} --until-decided" if args.until_decided
+                 else f"trials resume {args.name}")
+        print(f"trials: augment of {args.name} interrupted ({e}); no run is left RUNNING. Continue it with:\n"
+              f"  {again} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
+        return 128 + e.signum
+    print(f"{args.name}: {out['stopped']} ({out['replicates']} replicate blocks)")
+    return 0 if out["ok"] else 1
+
+
 def cmd_status(args) -> int:
     from . import runner
 
@@ -148,6 +166,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resource-wait", type=float, default=600.0,
                    help="on a cluster, seconds to wait for a node that fits a trial")
     s.set_defaults(fn=cmd_resume)
+    a = sub.add_parser("augment", help="add replicate blocks, or look until every primary term is decided",
+                       formatter_class=fmt)
+    a.add_argument("name", help="the sweep's name")
+    how = a.add_mutually_exclusive_group(required=True)
+    how.add_argument("--replicates", type=int, help="add this many replicate blocks and run them")
+    how.add_argument("--until-decided", action="store_true",
+                     help="look, then add one block, until every primary term is decided (alpha spending)")
+    a.add_argument("--max-replicates", type=int,
+                   help="the most blocks the looks may reach (none: 3x the sweep's; fixed at the first look)")
+    a.add_argument("--budget-minutes", type=float, help="stop before a block that would pass this (none: no budget)")
+    a.add_argument("--alpha", type=float, default=0.05, help="the alpha spent over all looks")
+    a.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
+    a.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
+    a.add_argument("--storage", default="ray_results", help=storage_help)
+    a.set_defaults(fn=cmd_augment)
     st = sub.add_parser("status", help="cells finished / running / failed / pending", formatter_class=fmt)
     st.add_argument("name", help="the sweep's name")
     st.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")

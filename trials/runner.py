@@ -257,11 +257,12 @@ def _bind_loopback() -> None:
 
 def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
-        verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S) -> dict:
-    """Run (or resume) a validated sweep. Returns a summary of trial states."""
+        verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False) -> dict:
+    """Run (or resume) a validated sweep. Returns a summary of trial states. With `extend`
+    the spec may add replicate blocks to the sweep in storage (`trials augment`)."""
     root = storage_root(storage)
     exp_dir = root / spec.name
-    resume = _same_sweep_again(spec, root, exp_dir) or resume
+    resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
     if address is None and not ray.is_initialized():
         check_local_resources(spec)  # before Ray starts and logs: the refusal is one line
     signals = _Signals()
@@ -353,12 +354,16 @@ def _timings(tracker: SweepTracker, clock: _Clock) -> dict[str, Any]:
             "trial_bounds": (min(a for a, _ in walls), max(b for _, b in walls)) if walls else None}
 
 
-def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path) -> bool:
+def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path, extend: bool = False) -> bool:
     """A sweep already in storage: the same design resumes (rerunning nothing finished),
-    another one under the same name is refused."""
+    and with `extend` so does one that only adds replicate blocks to it; another one under
+    the same name is refused."""
     if not (exp_dir / "spec.yaml").is_file():
         return False
-    if not specmod.same_design(specmod.load(exp_dir / "spec.yaml"), spec):
+    saved = specmod.load(exp_dir / "spec.yaml")
+    if extend and specmod.extends(saved, spec):
+        return True
+    if not specmod.same_design(saved, spec):
         raise specmod.SpecError([f"sweep {spec.name!r} already exists in {root} with a different spec: "
                                  f"rename the sweep, or delete {exp_dir}"])
     return True

@@ -136,6 +136,24 @@ def same_design(a: SweepSpec, b: SweepSpec) -> bool:
     return a.name == b.name and sig(a) == sig(b)
 
 
+def extends(old: SweepSpec, new: SweepSpec) -> bool:
+    """`new` holds every trial of `old` with the same config (it may add replicate blocks):
+    what `trials augment` may run on top of a sweep already in storage."""
+    mine = {t.key: repr(sorted(t.config.to_dict().items())) for t in new.trials}
+    return old.name == new.name and all(
+        mine.get(t.key) == repr(sorted(t.config.to_dict().items())) for t in old.trials)
+
+
+def with_replicates(spec: SweepSpec, replicates: int) -> SweepSpec:
+    """The same sweep with more replicate blocks: the existing trials unchanged, each new
+    block with its own seed and its own randomised run order, launched after the others."""
+    if replicates < spec.replicates:
+        raise SpecError([f"replicates: {replicates} is fewer than the sweep's {spec.replicates}"])
+    if (len({t.cell for t in spec.trials if t.replicate == 0})) * replicates > MAX_TRIALS:
+        raise SpecError([f"replicates: {replicates} blocks would pass the {MAX_TRIALS} trials a sweep may hold"])
+    return build(dataclasses.replace(spec, replicates=replicates, trials=[]))
+
+
 def replicate_seed(sweep: str, replicate: int) -> int:
     digest = hashlib.sha256(f"{sweep}:{replicate}".encode()).digest()
     return int.from_bytes(digest[:4], "little") % (2 ** 31)

@@ -1,0 +1,135 @@
+"""`trials augment` on real Ray and MLflow: added blocks, looks until decided, and an
+interrupted augment that continues where it stopped."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from trials import runner, spec as specmod
+from trials.augment import augment
+from tests.trials.conftest import D1_D9, write_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = {"target_steps": 8, "draft_steps": 6, "eval_interval": 3, "eval_batches": 1, "spec_prompts": 2,
+         "spec_new_tokens": 16, "spec_prompt_len": 16, "max_corpus_bytes": 300_000, "spec_interval_prompts": 0}
+PRIMARY = {"tf/tau": {"better": "higher", "margin": 0.001}}
+
+
+def kids(uri, name):
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(name)
+    runs = c.search_runs([exp.experiment_id], "", max_results=1000)
+    parent = next(r for r in runs if r.data.tags.get("sweep_parent") == "true")
+    return parent, [r for r in runs if "trial_key" in r.data.tags]
+
+
+def test_augment_adds_blocks_with_new_seeds_and_order_rerunning_nothing(ray_local, tmp_path, corpus_dir):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    storage = str(tmp_path / "st")
+    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "aug", D1_D9, base=QUICK, responses=PRIMARY))
+    runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    _, before = kids(uri, "aug")
+    ended = {r.data.tags["trial_key"]: r.info.end_time for r in before}
+    out = augment("aug", storage, replicates=1)
+    assert out["ok"] and out["replicates"] == 2
+    parent, after = kids(uri, "aug")
+    assert len(after) == 8 and len({r.data.tags["trial_key"] for r in after}) == 8
+    assert all(r.info.status == "FINISHED" for r in after)
+    for r in after:  # the first block was not run again
+        if r.data.tags["trial_key"] in ended:
+            assert r.info.end_time == ended[r.data.tags["trial_key"]]
+    new = [r for r in after if r.data.tags["replicate"] == "1"]
+    assert {int(r.data.tags["seed"]) for r in new} == {specmod.replicate_seed("aug", 1)}
+    assert sorted(int(r.data.tags["run_order"]) for r in new) == [4, 5, 6, 7]
+    saved, _ = runner.load_saved("aug", storage)
+    assert saved.replicates == 2 and saved.responses == {"tf/tau": {"better": "higher", "margin": 0.001}}
+    with pytest.raises(ValueError, match="--replicates N, or --until-decided"):
+        augment("aug", storage)
+    with pytest.raises(ValueError, match="fewer than the sweep's 2 blocks"):
+        augment("aug", storage, until_decided=True, max_replicates=1)
+
+
+def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_path, corpus_dir):
+    """From one block to the plan's maximum of two. One block may or may not be analysable
+    (with no replicate the interaction is pooled into the residual, and an exact fit leaves
+    none); either way one block is added, every look is recorded on the parent, and the
+    looks spend at most the sweep's alpha between them, each the spending rule's share."""
+    from analysis.sequential import spent
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    storage = str(tmp_path / "st")
+    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "look", D1_D9, base=QUICK, responses=PRIMARY))
+    runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    said = []
+    out = augment("look", storage, until_decided=True, max_replicates=2, say=said.append)
+    looks = [x.replicates for x in out["looks"]]
+    assert looks in ([1, 2], [2], [1]), said  # [1]: decided at the first look, so no block was added
+    assert out["ok"] and out["replicates"] == looks[-1], said
+    parent, runs = kids(uri, "look")
+    assert len(runs) == 4 * out["replicates"]
+    plan = json.loads(parent.data.tags["sequential"])
+    assert plan["looks"] == looks and plan["max_replicates"] == 2
+    recorded = [json.loads(parent.data.tags[f"look.{k + 1}"]) for k in range(len(looks))]
+    shares, before = [], 0.0
+    for n in looks:
+        shares.append(spent(n / 2, 0.05) - before)
+        before = spent(n / 2, 0.05)
+    assert [r["alpha"] for r in recorded] == pytest.approx(shares) and sum(shares) <= 0.05 + 1e-12
+    assert all(sum(r["counts"].values()) >= 2 for r in recorded)  # every term of tf/tau has a verdict
+    assert recorded[-1]["action"].startswith("stop: ") and said[-1].startswith("look: look at ")
+    history = MlflowClient(uri).get_metric_history(parent.info.run_id, "augment/undecided")
+    assert sorted(m.step for m in history) == list(range(1, len(looks) + 1))
+    # the report reads the plan: the current look's alpha, said in the summary
+    from analysis.load import load_runs
+    from analysis.report import build_report
+
+    rep = build_report(load_runs("look", uri), None, responses=["tf/tau"])
+    assert "sequential rule (Lan-DeMets alpha spending" in rep.summary
+    assert rep.decision.alpha == pytest.approx(recorded[-1]["alpha"])
+    with pytest.raises(ValueError, match="planned up to 2 blocks"):
+        augment("look", storage, until_decided=True, max_replicates=5)
+
+
+def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    storage = str(tmp_path / "st")
+    base = {**QUICK, "draft_steps": 40, "eval_interval": 10}
+    spec_path = write_spec(tmp_path / "s.yaml", corpus_dir, "cut", D1_D9, base=base, responses=PRIMARY,
+                           max_concurrent=1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.run([sys.executable, "-m", "trials.cli", "run", str(spec_path), "--tracking-uri", uri,
+                            "--storage", storage], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    cmd = [sys.executable, "-m", "trials.cli", "augment", "cut", "--until-decided", "--max-replicates", "2",
+           "--storage", storage]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # wait until the new block has a finished and a running trial
+        time.sleep(1)
+        _, runs = kids(uri, "cut")
+        new = [r for r in runs if r.data.tags["replicate"] == "1"]
+        if any(r.info.status == "FINISHED" for r in new) and any(r.info.status == "RUNNING" for r in new):
+            break
+    else:
+        pytest.fail("the added block never had a finished and a running trial")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    assert "trials augment cut --until-decided" in proc.stderr.read()
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    parent, runs = kids(uri, "cut")
+    assert len(runs) == 8 and len({r.data.tags["trial_key"] for r in runs}) == 8
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert json.loads(parent.data.tags["sequential"])["looks"][-1] == 2
+    client = MlflowClient(uri)
+    for r in runs:  # no metric point logged twice
+        for key in r.data.metrics:
+            steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
+            assert len(steps) == len(set(steps)), (r.data.tags["trial_key"], key, steps)

@@ -1,0 +1,180 @@
+"""`trials augment NAME`: more replicate blocks for a sweep in storage, or look after look
+until every primary term is decided.
+
+- `--replicates N` adds N blocks (new seeds, each block in its own randomised order, the
+  shared target reused) and runs them.
+- `--until-decided` repeats looks: analyse the runs (`analysis`), record the look on the
+  sweep's parent run, stop when every term of every primary response is "matters" or
+  "negligible", at `--max-replicates`, or when the next block would pass
+  `--budget-minutes`; otherwise add one block and look again. Each look tests at the alpha
+  that `analysis.sequential`'s spending rule gives it, so repeated looks do not inflate
+  false verdicts. The cheapest next step is always a block for now: re-evaluating with more
+  prompts is not built yet.
+
+Resume-safe: the extended spec is saved before its block runs, so an interrupted augment
+continues where it stopped, by `trials augment` again (or `trials resume`); a look at the
+same number of blocks is the same look and spends no alpha twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from dspark.record import LOOK_PREFIX, SEQUENTIAL_TAG
+
+from . import spec as specmod
+
+
+@dataclass
+class Look:
+    replicates: int
+    alpha: float
+    counts: dict[str, int]
+    action: str
+
+    def text(self) -> str:
+        c = self.counts
+        return (f"look at {self.replicates} replicate blocks (alpha {self.alpha:.3g}): {c['matters']} matters, "
+                f"{c['negligible']} negligible, {c['undecided']} undecided -> {self.action}")
+
+
+def augment(name: str, storage: str | None, tracking_uri: str | None = None, address: str | None = None,
+            replicates: int | None = None, until_decided: bool = False, max_replicates: int | None = None,
+            budget_minutes: float | None = None, alpha: float = 0.05, say=print) -> dict:
+    """Add `replicates` blocks, or look until decided (see the module docstring). Returns
+    {"looks": [Look, ...], "stopped": reason, "replicates": blocks at the end, "ok": no trial failed}."""
+    from . import runner
+
+    if (replicates is None) == (not until_decided):
+        raise ValueError("augment: give --replicates N, or --until-decided")
+    if replicates is not None and (not isinstance(replicates, int) or replicates < 1):
+        raise ValueError(f"--replicates: an integer >= 1, got {replicates!r}")
+    if budget_minutes is not None and not budget_minutes > 0:
+        raise ValueError(f"--budget-minutes: a number > 0, got {budget_minutes!r}")
+    spec, meta = runner.load_saved(name, storage, "augment")
+    uri = tracking_uri or meta["tracking_uri"]
+    if until_decided and not spec.responses:
+        raise ValueError(f"augment: sweep {name!r} declares no primary responses with margins "
+                         "(responses: in its spec), so nothing can be decided")
+    if max_replicates is not None and max_replicates < spec.replicates:
+        raise ValueError(f"--max-replicates: {max_replicates} is fewer than the sweep's {spec.replicates} blocks")
+    kwargs = {"tracking_uri": uri, "storage": storage, "address": address,
+              "max_concurrent": meta.get("max_concurrent"), "extend": True}
+    if replicates is not None:
+        spec = specmod.with_replicates(spec, spec.replicates + replicates)
+        out = runner.run(spec, **kwargs)
+        return {"looks": [], "stopped": f"added {replicates} block(s)", "replicates": spec.replicates, "run": out,
+                "ok": out["failed"] == 0}
+    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say)
+
+
+def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
+                   alpha: float, say) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    from analysis.anova import AnalysisError
+    from analysis.load import load_runs
+    from analysis.sequential import Plan
+
+    from . import runner
+
+    started = time.monotonic()
+    looks: list[Look] = []
+    block_s: float | None = None
+    out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
+    client = MlflowClient(uri)
+    parent = out["parent_run_id"]
+    plan = _plan(client.get_run(parent).data.tags, spec.replicates, max_replicates, alpha)
+    while True:
+        df = load_runs(spec.name, uri)
+        block_s = block_s or _block_estimate_s(df, spec)
+        candidate = Plan.from_json(plan.to_json())
+        look_alpha = candidate.look(spec.replicates)
+        try:
+            counts, why_not = _decide(df, look_alpha), ""
+        except AnalysisError as e:
+            why_not = str(e)
+        if why_not:  # not a look: nothing is decided, and no alpha is spent
+            if spec.replicates >= plan.max_replicates:
+                return {"looks": looks, "stopped": f"stop: cannot analyse at the maximum of {plan.max_replicates} "
+                        f"blocks ({why_not})", "replicates": spec.replicates, "ok": False}
+            say(f"{spec.name}: {spec.replicates} replicate block(s) cannot be analysed yet ({why_not}) "
+                "-> add one replicate block")
+            spec, out, block_s = _add_block(spec, kwargs)
+            if out["failed"]:
+                return {"looks": looks, "stopped": f"stop: {out['failed']} trial(s) failed; fix and rerun augment",
+                        "replicates": spec.replicates, "ok": False}
+            continue
+        plan = candidate
+        client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
+        stop = _stop_reason(counts, spec.replicates, plan.max_replicates, budget_minutes, started, block_s)
+        look = Look(spec.replicates, look_alpha, counts, stop or "add one replicate block")
+        looks.append(look)
+        k = len(plan.looks)
+        client.set_tag(parent, f"{LOOK_PREFIX}{k}", json.dumps({**look.__dict__}))
+        client.log_metric(parent, "augment/undecided", counts["undecided"], step=k)
+        say(f"{spec.name}: {look.text()}")
+        if stop:
+            return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
+        spec, out, block_s = _add_block(spec, kwargs)
+        if out["failed"]:
+            return {"looks": looks, "stopped": f"stop: {out['failed']} trial(s) failed; fix and rerun augment",
+                    "replicates": spec.replicates, "ok": False}
+
+
+def _add_block(spec, kwargs: dict):
+    """One more replicate block, saved with the sweep and run; returns (spec, run's result, seconds)."""
+    from . import runner
+
+    spec = specmod.with_replicates(spec, spec.replicates + 1)
+    t0 = time.monotonic()
+    out = runner.run(spec, **kwargs)
+    return spec, out, time.monotonic() - t0
+
+
+def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float):
+    """The sweep's looks so far (from its parent run), or a new plan fixed now."""
+    from analysis.sequential import Plan
+
+    if SEQUENTIAL_TAG in tags:
+        plan = Plan.from_json(tags[SEQUENTIAL_TAG])
+        if max_replicates is not None and max_replicates != plan.max_replicates:
+            raise ValueError(f"--max-replicates: this sweep's looks were planned up to {plan.max_replicates} "
+                             f"blocks at its first look; the plan cannot change between looks")
+        if alpha != plan.alpha:
+            raise ValueError(f"--alpha: this sweep's looks spend alpha {plan.alpha}; it cannot change between looks")
+        return plan
+    return Plan(max_replicates or max(3 * replicates, replicates + 2), alpha)
+
+
+def _block_estimate_s(df, spec) -> float | None:
+    """One block's time before any block ran here: the median trial's wall time times the
+    trials of a block (as if they ran one at a time: an upper estimate)."""
+    if "run_s" not in df.columns or not df["run_s"].notna().any():
+        return None
+    per_block = sum(1 for t in spec.trials if t.replicate == 0)
+    return float(df["run_s"].median()) * per_block
+
+
+def _decide(df, look_alpha: float) -> dict[str, int]:
+    """The primary responses' verdict counts at the look's alpha (secondary ones decide nothing)."""
+    from analysis.report import build_report
+
+    primary = list(df.attrs.get("responses") or {})
+    return build_report(df, None, responses=primary, alpha=look_alpha).decision.counts()
+
+
+def _stop_reason(counts: dict[str, int], replicates: int, max_replicates: int, budget_minutes: float | None,
+                 started: float, block_s: float | None) -> str:
+    if counts["undecided"] == 0:
+        return "stop: every primary term is decided"
+    if replicates >= max_replicates:
+        return f"stop: {max_replicates} replicate blocks, the plan's maximum"
+    if budget_minutes is not None and block_s is not None:
+        used = (time.monotonic() - started) / 60.0
+        if used + block_s / 60.0 > budget_minutes:
+            return (f"stop: another block (about {block_s / 60:.1f} min) would pass the {budget_minutes:g}-minute "
+                    f"budget ({used:.1f} min used)")
+    return ""
