@@ -157,28 +157,20 @@ def dunnett_vs_control(df: pd.DataFrame, response: str, control: str, arm_column
 def control_contrast(df: pd.DataFrame, response: str, control: str, block: str | None = "replicate",
                      alpha: float = 0.05) -> dict:
     """Every factorial arm pooled against the control arm: the mean difference (factorial
-    minus control), its CI and p from an OLS with the replicate as a block, and the
-    difference relative to the control mean. With a pure-CE control in the backbone stage
-    this is "what the aux head costs or buys", whatever its D1/D2/D9 levels."""
-    import statsmodels.formula.api as smf
+    minus control), its CI and p from an OLS with the replicate as a block
+    (`analysis.verdicts.control_contrast`), and the difference relative to the control
+    mean. With a pure-CE control in the backbone stage this is "what the aux head costs or
+    buys", whatever its D1/D2/D9 levels."""
+    from .verdicts import control_contrast as contrast
 
-    if control not in set(df["cell"]):
-        raise AnalysisError(f"control arm {control!r} not found")
+    c = contrast(df, response, control, block, "OLS")
+    half = stats.t.ppf(1 - alpha / 2, c.df) * c.se
     arm = df["arm"].astype(str) if "arm" in df.columns else pd.Series("factorial", index=df.index)
-    keep = (df["cell"] == control) | (arm == "factorial")
-    data = pd.DataFrame({"y": pd.to_numeric(df.loc[keep, response]),
-                         "treated": (df.loc[keep, "cell"] != control).astype(float)})
-    use_block = block is not None and block in df.columns and df.loc[keep, block].nunique() > 1
-    if use_block:
-        data["blk"] = df.loc[keep, block].astype(str)
-    if data["treated"].nunique() < 2 or len(data) < 4:
-        raise AnalysisError("control contrast: needs factorial runs and control runs")
-    fit = smf.ols("y ~ treated" + (" + C(blk)" if use_block else ""), data=data).fit()
-    diff, (lo, hi) = float(fit.params["treated"]), map(float, fit.conf_int(alpha).loc["treated"])
-    base = float(data.loc[data["treated"] == 0, "y"].mean())
-    return {"diff": diff, "ci_low": lo, "ci_high": hi, "p": float(fit.pvalues["treated"]),
-            "rel": diff / base if base else float("nan"), "control_mean": base,
-            "n_factorial": int(data["treated"].sum()), "n_control": int((data["treated"] == 0).sum())}
+    base = float(pd.to_numeric(df.loc[df["cell"] == control, response]).mean())
+    return {"diff": c.estimate, "ci_low": c.estimate - half, "ci_high": c.estimate + half,
+            "p": float(2 * stats.t.sf(abs(c.estimate / c.se), c.df)),
+            "rel": c.estimate / base if base else float("nan"), "control_mean": base,
+            "n_factorial": int((arm == "factorial").sum()), "n_control": int((df["cell"] == control).sum())}
 
 
 def significant_effects(res: ResponseResult, alpha: float = 0.05) -> pd.DataFrame:

@@ -1,8 +1,9 @@
 """`analysis plan`: what an existing sweep's own numbers say about the next step.
 
 Without `--effect`: per undecided term of each response, how many more replicate blocks
-would decide it (`analysis.verdicts.blocks_to_decide`), priced with the sweep's measured
-time per trial where the runs carry it. With `--effect`: the replicates needed to detect
+would decide it (`analysis.verdicts.blocks_to_decide`) and how many more prompts on the
+existing checkpoints would (`analysis.variance`), each priced with the sweep's measured
+times where the runs carry them, and the cheapest way to decide every primary term. With `--effect`: the replicates needed to detect
 that effect, from the residual sigma the experiment measured (`analysis.power`).
 """
 
@@ -17,6 +18,7 @@ from .anova import AnalysisError
 from .attribution import analyse
 from .design import factorial_rows
 from .report import choose_responses, sensitivity
+from .variance import PROMPT_FACTORS, prompts_to_decide, split
 from .verdicts import decide_all, margins_for
 
 
@@ -64,32 +66,62 @@ def plan_text(df: pd.DataFrame, effect: float | None, responses: list[str] | Non
 
 def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | None, alpha: float,
                    declared: dict[str, dict]) -> str:
+    """Per undecided term, the two ways to decide it, each priced: more replicate blocks
+    (retraining, with the measured time per trial) and more prompts on the existing
+    checkpoints (`trials reeval`, with the measured decoding time per prompt, possible only
+    where the runs carry prompt groups); then the cheapest way to decide every primary term."""
     chosen, _ = choose_responses(df, responses, factors, primary=list(declared))
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, alpha, control=controls[0] if controls else None)
     minutes = trial_minutes(df)
-    cost = (f"{minutes:.3g} min of one worker per trial, measured" if minutes else
-            "no per-trial time in these runs, so blocks are not priced")
+    n_runs = len(df)
+    per_block = next(iter(d.checks.values())).n_cells + len(controls)
+    decode = _decode_minutes_per_prompt(df)
+    cost = (f"blocks priced at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
+            "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
     lines = [f"{df.attrs.get('experiment', '')}: what would decide each undecided term ({d.method()}; {cost})"]
-    worst = 0
+    blocks_all, prompts_all = 0, 1
     for r, check in d.checks.items():
         undecided = [v for v in d.of(r) if v.verdict == "undecided"]
         tag = "primary" if check.primary else "secondary"
         if not undecided:
             lines.append(f"  {r} ({tag}): every term is decided")
             continue
-        lines.append(f"  {r} ({tag}): {len(undecided)} undecided")
+        sp = split(df, r, factors)
+        lines.append(f"  {r} ({tag}): {len(undecided)} undecided" + (f"; {sp.text()}" if sp else
+                                                                     "; no prompt groups: the evaluation's share "
+                                                                     "of the noise is unknown"))
         for v in undecided:
-            lines.append(f"    {v.term}: {v.next_step or 'unreplicated: run at least 2 replicate blocks first'}")
-        if check.primary:
-            worst = max([worst, *(v.blocks or 0 for v in undecided)])
-    if worst:
-        n_cells = next(iter(d.checks.values())).n_cells + len(controls)
-        price = f", about {worst * n_cells * minutes:.0f} worker-minutes" if minutes else ""
-        lines.append(f"every primary term decided (each with 80% probability, if the effects are as estimated): "
-                     f"{worst} more replicate block(s) = {worst * n_cells} trials{price}")
-        lines.append("more prompts per evaluation are not priced yet: per-prompt results are not recorded")
+            step = v.next_step or "unreplicated: run at least 2 replicate blocks first"
+            k = prompts_to_decide(v, sp.var_eval.get(v.term, 0.0)) if sp else None
+            if sp:
+                step += (f"; or {k}x the prompts ({k * sp.prompts} per evaluation) on the existing checkpoints"
+                         if k else f"; more prompts alone would not (up to {PROMPT_FACTORS[-1]}x)")
+            lines.append(f"    {v.term}: {step}")
+            if check.primary:
+                blocks_all = max(blocks_all, v.blocks or 0)
+                prompts_all = max(prompts_all, k or 10 ** 9) if sp else 10 ** 9
+    if blocks_all:
+        price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
+        lines.append(f"every primary term decided by blocks alone (each with 80% probability, if the effects are as "
+                     f"estimated): {blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
+    if 1 < prompts_all < 10 ** 9:
+        prompts = int(pd.to_numeric(df["split/prompts"]).median())
+        price = (f", about {(prompts_all - 1) * prompts * n_runs * decode:.0f} worker-minutes of decoding"
+                 if decode else "")
+        lines.append(f"every primary term decided by prompts alone: trials reeval NAME --spec-prompts "
+                     f"{prompts_all * prompts}{price}")
+    elif blocks_all:
+        lines.append("more prompts alone cannot decide every primary term" if "split/prompts" in df.columns else
+                     "these runs carry no prompt groups: re-evaluate them (trials reeval) to price more prompts")
     return "\n".join(lines)
+
+
+def _decode_minutes_per_prompt(df: pd.DataFrame) -> float | None:
+    if "split/decode_s_per_prompt" not in df.columns:
+        return None
+    s = pd.to_numeric(df["split/decode_s_per_prompt"], errors="coerce").dropna()
+    return float(s.median()) / 60.0 if len(s) else None
 
 
 def trial_minutes(df: pd.DataFrame) -> float | None:

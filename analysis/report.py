@@ -27,6 +27,7 @@ from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult,
                           degenerate_reason, dunnett_vs_control, stage_of)
 from .design import alias_structure, design_matrix, factorial_rows
 from .load import report_incomplete, responses as metric_columns
+from .variance import groups_of, split
 from .verdicts import Decision, decide_all, margins_for
 
 POWER = 0.8
@@ -151,7 +152,7 @@ def verdict_table_text(decision: Decision) -> str:
 
 
 def summarise(decision: Decision, results: dict[str, ResponseResult],
-              drift: dict[str, tuple[float, float]] | None = None) -> str:
+              drift: dict[str, tuple[float, float]] | None = None, noise: dict | None = None) -> str:
     """Per response: what its verdicts rest on, then one line per term that starts with
     `<term>: matters`, `<term>: negligible` or `<term>: undecided`."""
     drift = drift or {}
@@ -166,6 +167,8 @@ def summarise(decision: Decision, results: dict[str, ResponseResult],
         lines.append(prefix + head)
         lines += [f"    {v.text()}" for v in decision.of(r)]
         lines.append(f"    {check.lobo}")
+        if (noise or {}).get(r) is not None:
+            lines.append(f"    noise: {noise[r].text()}")
         if r in drift:
             slope, p = drift[r]
             flag = "  <- drift" if p < DRIFT_ALPHA else ""
@@ -247,8 +250,14 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
             pooled[r] = control_contrast(df, r, controls[0], alpha=decision.alpha_star)
         except AnalysisError:
             pass
+    noise = {r: split(df, r, factors) for r in chosen if groups_of(df, r)}
     summary = (header_text(df, stage, factors) + "\n" + verdict_table_text(decision) + "\n"
-               + summarise(decision, results, drift))
+               + summarise(decision, results, drift, noise))
+    prompts = sorted(set(pd.to_numeric(data["split/prompts"]).dropna())) if "split/prompts" in data.columns else []
+    if len(prompts) > 1:
+        summary += (f"\nnote: the runs' latest evaluations decoded different numbers of prompts "
+                    f"({', '.join(f'{p:g}' for p in prompts)}): finish `trials reeval` before reading the decoding "
+                    "responses")
     if look_note:
         summary += "\n" + look_note
     if dunnett:

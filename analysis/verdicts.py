@@ -342,6 +342,8 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
     a block, with the response's errors (pooled or HC3)."""
     import statsmodels.formula.api as smf
 
+    if control not in set(df["cell"]):
+        raise AnalysisError(f"control arm {control!r} not found")
     arm = df["arm"].astype(str) if "arm" in df.columns else pd.Series("factorial", index=df.index)
     keep = (df["cell"] == control) | (arm == "factorial")
     data = pd.DataFrame({"y": pd.to_numeric(df.loc[keep, response]).to_numpy(float),

@@ -114,7 +114,7 @@ def speculative(t: Trainer) -> None:
         stats, _, spec_s, ar_s = decode_set(t.target, t.drafter, t.head, prompts, cfg.spec_new_tokens,
                                             temperature, t.device, n_timed)
         tau = sum(a + 1 for a in stats.accepted) / len(stats.accepted)
-        print(f"speculative {label}: tau {tau:.3f}, speedup {ar_s / spec_s:.2f}x against autoregressive "
+        print(f"speculative {label}: tau {tau:.3f}, speedup {sum(ar_s) / sum(spec_s):.2f}x against autoregressive "
               f"({n_timed} prompts x {cfg.spec_new_tokens} tokens, batch 1)")
 
 

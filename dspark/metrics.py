@@ -112,6 +112,11 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("sched/alg1_tokens_per_step", "higher", "tokens", DRAFTER, "tokens per step under Algorithm 1"),
     Metric("sched/full_tokens_per_step", "higher", "tokens", DRAFTER, "tokens per step under full verification"),
     Metric("sched/alg1_len", "", "tokens", DRAFTER, "mean verified length Algorithm 1 chose"),
+    Metric("split/prompts", "", "prompts", DRAFTER, "prompts decoded by the run's (latest) speculative evaluation"),
+    Metric("split/decode_s_per_prompt", "", "s", DRAFTER, "that evaluation's wall time per prompt, every phase"),
+    Metric("split/<response>@g", "", "", DRAFTER,
+           "a prompt-derived response on prompt group g (prompt i in group i mod 4), for the evaluation's "
+           "own share of the noise"),
     Metric("target/loss", "lower", "nats", DRAFTER, "the shared target's training loss"),
     Metric("target/tokens_per_s", "higher", "tokens/s", DRAFTER, "the shared target's training throughput"),
 )
@@ -127,11 +132,19 @@ DEFAULT_RESPONSES = {
                 "conf/brier_mean", "tf/tau"),
 }
 HEADLINE = tuple(m.name for m in REGISTRY if m.headline)
+SPLIT_PREFIX = "split/"
+
+
+def split_name(response: str, group: int) -> str:
+    """The metric holding a response's value on one prompt group."""
+    return f"{SPLIT_PREFIX}{response}@g{group}"
 
 
 def lookup(name: str) -> Metric | None:
     """The registry row of a metric name, or None for a name it does not know."""
     base = name.replace("_sts", "", 1) if "_sts" in name else name  # conf/ece_mean_sts, conf/ece_sts@2
+    if base.startswith("split/") and "@g" in base:
+        return _BY_NAME["split/<response>@g"]
     if base in _BY_NAME:
         return _BY_NAME[base]
     m = _SUFFIX.search(base)

@@ -132,6 +132,7 @@ class RoundStats:
     accepted: list[int] = field(default_factory=list)  # n per round
     verified: list[int] = field(default_factory=list)  # draft tokens sent to the target per round
     conf: list[torch.Tensor] = field(default_factory=list)  # (K,) raw c_k per round
+    prompt_rounds: list[int] = field(default_factory=list)  # rounds per decoded prompt, in order
     draft_ms: float = 0.0
     seq_ms: float = 0.0
     verify_ms: float = 0.0

@@ -9,6 +9,7 @@ the calibration split), a static-threshold sweep and Algorithm 1 over concurrent
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -20,12 +21,15 @@ import torch
 
 from . import calibration
 from .artifacts import decoding_artifacts
+from .metrics import split_name
 from .data import fixed_batches
 from .schedule import load_or_measure_sps, prefix_schedule, sps_lookup
 from .model import sync
 from .speculate import RoundStats, autoregressive, generate
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
+PROMPT_SUBSETS = 4  # disjoint prompt groups (prompt i in group i mod 4), for the evaluation's own variance
+PER_PROMPT_FILE = "per_prompt.json"
 CONCURRENT_REQUESTS = 4
 SPEEDUP_PROMPTS = 16  # prompts decoded both ways for the wall-clock speedup
 DECODE_SEED = 20260706  # the same decoding seeds for every arm and replicate
@@ -50,10 +54,10 @@ def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: flo
                progress: Callable[[int, int], None] | None = None):
     """Speculative decoding of every prompt; on the first `n_timed` prompts autoregressive
     decoding too, interleaved so both see the same machine state. Returns (stats,
-    per-prompt tau, spec seconds and AR seconds over the timed prompts). `progress` hears
+    per-prompt tau, spec seconds and AR seconds per timed prompt). `progress` hears
     (prompts done, prompts)."""
     stats = RoundStats()
-    taus, spec_s, ar_s = [], 0.0, 0.0
+    taus, spec_s, ar_s = [], [], []
     for i, prompt in enumerate(prompts):
         prompt = prompt.to(device)
         timed = i < n_timed
@@ -61,14 +65,15 @@ def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: flo
             t0 = time.perf_counter()
             autoregressive(target, prompt, new_tokens, temperature, _generator(device, DECODE_SEED + i))
             sync(device)
-            ar_s += time.perf_counter() - t0
+            ar_s.append(time.perf_counter() - t0)
         before = len(stats.accepted)
         t0 = time.perf_counter()
         generate(target, drafter, head, prompt, new_tokens, temperature, _generator(device, DECODE_SEED + i), stats)
         sync(device)
         if timed:
-            spec_s += time.perf_counter() - t0
+            spec_s.append(time.perf_counter() - t0)
         rounds = stats.accepted[before:]
+        stats.prompt_rounds.append(len(rounds))
         taus.append(float(np.mean([n + 1 for n in rounds])))
         if progress is not None:
             progress(i + 1, len(prompts))
@@ -124,14 +129,15 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
         hook = None if progress is None else (lambda i, total: progress(phase, i, total))
         return decode_set(target, drafter, head, prompts, cfg.spec_new_tokens, temperature, device, timed, hook)
 
+    t_start = time.perf_counter()
     stats, taus, spec_s, ar_s = decode("decode (sampled)", val_prompts, 1.0, n_timed)
     m = acceptance_metrics(stats.accepted, taus, K)
     if not full:
         return m
-    m.update(timing_metrics(stats, spec_s, ar_s, n_timed * cfg.spec_new_tokens))
-    g_stats, _, g_spec_s, g_ar_s = decode("decode (greedy)", val_prompts, 0.0, n_timed)
+    m.update(timing_metrics(stats, sum(spec_s), sum(ar_s), n_timed * cfg.spec_new_tokens))
+    g_stats, g_taus, g_spec_s, g_ar_s = decode("decode (greedy)", val_prompts, 0.0, n_timed)
     m["spec/tau_greedy"] = float(np.mean([a + 1 for a in g_stats.accepted]))
-    m["spec/speedup_greedy"] = g_ar_s / g_spec_s
+    m["spec/speedup_greedy"] = sum(g_ar_s) / sum(g_spec_s)
 
     conf, survived, acc = _survival(stats, K)
     cal_stats, *_ = decode("calibrate (STS)", prompts_from(corpus.calib, n, cfg.spec_prompt_len), 1.0, 0)
@@ -141,9 +147,53 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
     sizes = list(range(CONCURRENT_REQUESTS, CONCURRENT_REQUESTS * (K + 1) + 1))
     sps = load_or_measure_sps(target, sps_cache_path(), sizes, cfg.spec_prompt_len)
     m.update(algorithm1(conf_sts, acc, sps, CONCURRENT_REQUESTS))
+    per_prompt = prompt_statistics(stats, taus, g_taus, spec_s, ar_s, conf, survived, n,
+                                   decode_s=time.perf_counter() - t_start)
+    m.update(split_metrics(per_prompt))
     if out_dir is not None:
         decoding_artifacts(Path(out_dir) / "artifacts", acc, K, conf, conf_sts, survived, temps, sps)
+        (Path(out_dir) / "artifacts" / PER_PROMPT_FILE).write_text(json.dumps(per_prompt))
     return m
+
+
+def split_metrics(per_prompt: dict) -> dict[str, float]:
+    """The prompt-group values as metrics (`split/spec/tau@g0`, ...), with the prompt count
+    and the decoding seconds per prompt, so the store and its parquet export carry them."""
+    m = {"split/prompts": float(per_prompt["spec_prompts"]),
+         "split/decode_s_per_prompt": float(per_prompt["decode_s_per_prompt"])}
+    for name, values in per_prompt["subsets"].items():
+        for g, v in enumerate(values):
+            m[split_name(name, g)] = float(v)
+    return m
+
+
+def prompt_statistics(stats: RoundStats, taus, g_taus, spec_s, ar_s, conf, survived, n_prompts: int,
+                      decode_s: float) -> dict:
+    """What the analysis needs to tell the evaluation's own noise from the seeds': per
+    prompt, tau (sampled and greedy) and the timed prompts' seconds; and every
+    prompt-derived primary response recomputed on each of PROMPT_SUBSETS disjoint prompt
+    groups (prompt i in group i mod G; every run decodes the same prompts, so group g is
+    the same prompts in every run)."""
+    owner = np.repeat(np.arange(len(taus)), stats.prompt_rounds) if stats.prompt_rounds else np.zeros(0, int)
+    subsets: dict[str, list[float]] = {k: [] for k in ("spec/tau", "spec/tau_greedy", "spec/speedup",
+                                                        "conf/ece_mean", "conf/auroc_mean", "conf/brier_mean")}
+    acc = np.asarray(stats.accepted)
+    G = PROMPT_SUBSETS
+    for g in range(G):
+        rounds = owner % G == g
+        timed = [i for i in range(len(spec_s)) if i % G == g]
+        subsets["spec/tau"].append(float(np.mean(acc[rounds] + 1)) if rounds.any() else float("nan"))
+        subsets["spec/tau_greedy"].append(float(np.mean([g_taus[i] for i in range(g, len(g_taus), G)]))
+                                          if len(g_taus) > g else float("nan"))
+        subsets["spec/speedup"].append(float(sum(ar_s[i] for i in timed) / sum(spec_s[i] for i in timed))
+                                       if timed else float("nan"))
+        cal = calibration.prefix_metrics(conf[rounds], survived[rounds], np.ones_like(survived[rounds], bool),
+                                         "conf/") if rounds.any() else {}
+        for k in ("conf/ece_mean", "conf/auroc_mean", "conf/brier_mean"):
+            subsets[k].append(float(cal.get(k, float("nan"))))
+    return {"spec_prompts": n_prompts, "groups": G, "tau": list(map(float, taus)),
+            "tau_greedy": list(map(float, g_taus)), "spec_s": spec_s, "ar_s": ar_s,
+            "decode_s_per_prompt": decode_s / max(1, n_prompts), "subsets": subsets}
 
 
 def acceptance_metrics(accepted: list[int], taus: list[float], K: int) -> dict[str, float]:

@@ -33,7 +33,7 @@ def tiny(**overrides):
 
 
 # metrics that depend on wall-clock timings, so vary from run to run (test comparisons skip them)
-TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "throughput", "seq_frac", "sched/alg1")
+TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "throughput", "seq_frac", "sched/alg1", "decode_s")
 
 
 def is_timing_metric(name: str) -> bool:

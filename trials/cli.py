@@ -110,6 +110,23 @@ def cmd_augment(args) -> int:
     return 0 if out["ok"] else 1
 
 
+def cmd_reeval(args) -> int:
+    """The final speculative evaluation again, from each finished trial's checkpoint."""
+    from . import runner
+    from .reeval import reeval
+
+    try:
+        out = reeval(args.name, args.storage, args.spec_prompts, args.tracking_uri, args.address)
+    except KeyboardInterrupt:
+        print(f"trials: reeval of {args.name} interrupted; the trials done so far are kept. Continue with:\n"
+              f"  trials reeval {args.name} --spec-prompts {args.spec_prompts} "
+              f"--storage {runner.storage_root(args.storage)}", file=sys.stderr)
+        return 130
+    print(f"{args.name}: {out['done']} trial(s) re-evaluated with {args.spec_prompts} prompts, "
+          f"{out['skipped']} already were")
+    return 0
+
+
 def cmd_status(args) -> int:
     from . import runner
 
@@ -181,6 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
     a.add_argument("--storage", default="ray_results", help=storage_help)
     a.set_defaults(fn=cmd_augment)
+    rv = sub.add_parser("reeval", help="re-run every finished trial's speculative evaluation with more prompts",
+                        formatter_class=fmt)
+    rv.add_argument("name", help="the sweep's name")
+    rv.add_argument("--spec-prompts", type=int, required=True, help="prompts per evaluation")
+    rv.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
+    rv.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
+    rv.add_argument("--storage", default="ray_results", help=storage_help)
+    rv.set_defaults(fn=cmd_reeval)
     st = sub.add_parser("status", help="cells finished / running / failed / pending", formatter_class=fmt)
     st.add_argument("name", help="the sweep's name")
     st.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")

@@ -130,7 +130,7 @@ def test_report_drift_check_sees_a_trend_over_the_run_order(store):
     slope, p = rep.drift["tf/tau"]
     assert slope > 0 and p < 0.01  # blocks and cell means absorb part of the trend, not all
     assert rep.drift["spec/tau"][1] > 0.01
-    assert "<- drift" in rep.summary.split("tf/tau (")[1]
+    assert "<- drift" in rep.summary.split("tf/tau (higher is better")[1]
 
 
 def test_holm_adjustment_is_not_smaller_than_raw(store):

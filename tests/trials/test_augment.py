@@ -133,3 +133,41 @@ def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir)
         for key in r.data.metrics:
             steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
             assert len(steps) == len(set(steps)), (r.data.tags["trial_key"], key, steps)
+
+
+def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, tmp_path, corpus_dir):
+    from trials.reeval import REEVAL_TAG, reeval
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    storage = str(tmp_path / "st")
+    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
+    runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    _, before = kids(uri, "again")
+    old = {r.data.tags["trial_key"]: (r.data.metrics["spec/tau"], r.data.metrics["split/prompts"]) for r in before}
+    assert {p for _, p in old.values()} == {2.0}
+    said = []
+    out = reeval("again", storage, 6, say=said.append)
+    assert out == {"done": 4, "skipped": 0}
+    client = MlflowClient(uri)
+    _, after = kids(uri, "again")
+    for r in after:
+        assert r.data.tags[REEVAL_TAG] == "6" and r.data.metrics["split/prompts"] == 6.0
+        history = client.get_metric_history(r.info.run_id, "spec/tau")
+        assert len(history) == 2 and history[0].step < history[1].step  # the old evaluation kept apart
+        assert history[0].value == old[r.data.tags["trial_key"]][0]
+        assert {a.path for a in client.list_artifacts(r.info.run_id, "eval")} == {"eval/per_prompt_6.json"}
+        assert r.info.status == "FINISHED"
+    # the analysis reads the new evaluation, with its prompt groups
+    from analysis.load import load_runs
+
+    df = load_runs("again", uri)
+    assert set(df["split/prompts"]) == {6.0} and "split/spec/tau@g3" in df.columns
+    assert reeval("again", storage, 6, say=said.append) == {"done": 0, "skipped": 4}  # resumable: nothing again
+    with pytest.raises(ValueError, match="--spec-prompts"):
+        reeval("again", storage, 1)
+    import shutil
+
+    for d in (tmp_path / "st" / "again").glob("*/checkpoint_*"):
+        shutil.rmtree(d)
+    with pytest.raises(ValueError, match="have no checkpoint"):
+        reeval("again", storage, 8)

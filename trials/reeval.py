@@ -1,0 +1,127 @@
+"""`trials reeval NAME --spec-prompts N`: the final speculative evaluation of every
+finished trial again, from its final checkpoint, with N prompts. Nothing trains: the
+drafter, head and shared target are the ones the trial ended with.
+
+Each re-evaluation is a Ray task (the trial's own resources, on a local Ray or the
+cluster at `--address`). Its metrics go to the trial's own MLflow run as a new evaluation,
+at the step after the run's last one, with `split/prompts` = N among them and the tag
+`reeval.spec_prompts` = N, so the analysis (which reads each metric's latest value) uses
+the new evaluation while the old one stays in the metric history at its own step. The
+per-prompt statistics go beside it as the artifact `eval/per_prompt_<N>.json`.
+
+Refused before any work, with one line: a sweep with a trial that finished without a
+checkpoint in storage, or whose shared target is gone. Resumable: a run already tagged
+with the same N is skipped, so an interrupted reeval continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import ray
+
+REEVAL_TAG = "reeval.spec_prompts"
+
+
+@ray.remote(max_retries=1)
+def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int) -> tuple[dict, dict]:
+    """(metrics, per-prompt statistics) of one trial's final checkpoint at n_prompts."""
+    import torch
+
+    from dspark.config import from_dict
+    from dspark.speculative_eval import PER_PROMPT_FILE
+    from dspark.train import Trainer
+
+    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    with tempfile.TemporaryDirectory(prefix="dspark-reeval-") as tmp:
+        cfg = from_dict({**config, "out_dir": tmp})
+        trainer = Trainer(cfg)
+        trainer.load_checkpoint(checkpoint_dir)
+        if trainer.stage != "done":
+            raise ValueError(f"reeval: {checkpoint_dir} is not a finished trial's checkpoint (stage {trainer.stage})")
+        metrics = trainer.speculative(n_prompts, full=True)
+        per_prompt = json.loads((Path(tmp) / "artifacts" / PER_PROMPT_FILE).read_text())
+    return metrics, per_prompt
+
+
+def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str | None = None,
+           address: str | None = None, say=print) -> dict:
+    """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
+    from mlflow.tracking import MlflowClient
+
+    from dspark.record import SWEEP_PARENT_TAG
+    from dspark.track import log_metrics
+
+    from . import runner
+
+    if not isinstance(spec_prompts, int) or isinstance(spec_prompts, bool) or spec_prompts < 2:
+        raise ValueError(f"--spec-prompts: an integer >= 2, got {spec_prompts!r}")
+    spec, meta = runner.load_saved(name, storage, "reeval")
+    uri = tracking_uri or meta["tracking_uri"]
+    if any(t.config.parallel_stage != "drafter" for t in spec.trials):
+        raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing")
+    root = runner.storage_root(storage)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(name)
+    parents = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'") if exp else []
+    if not parents:
+        raise ValueError(f"reeval: the store {uri} holds no sweep {name!r}")
+    runs = {r.data.tags.get("trial_key"): r for r in client.search_runs(
+        [exp.experiment_id], "tags.trial_key != ''", max_results=50000)}
+    finished = [t for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED"]
+    checkpoints = runner.latest_checkpoints(root / name, finished)
+    missing = [t.key for t in finished if t.key not in checkpoints]
+    if missing:
+        raise ValueError(f"reeval: {len(missing)} finished trial(s) have no checkpoint under {root / name} "
+                         f"(e.g. {missing[0]}); re-evaluation needs each trial's final checkpoint")
+    todo = [t for t in finished if runs[t.key].data.tags.get(REEVAL_TAG) != str(spec_prompts)]
+    bound = _bind_existing_targets(spec, root)
+    say(f"{name}: re-evaluating {len(todo)} trial(s) with {spec_prompts} prompts "
+        f"({len(finished) - len(todo)} already done)")
+    started = runner._init_ray(address)
+    try:
+        res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
+        pending = {reeval_task.options(**res).remote(bound[t.key].to_dict(), checkpoints[t.key], spec_prompts): t
+                   for t in todo}
+        done = 0
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            t = pending.pop(ready[0])
+            metrics, per_prompt = ray.get(ready[0])
+            run = runs[t.key]
+            step = 1 + max((m.step for key in ("tf/tau", "spec/tau") if key in run.data.metrics
+                            for m in client.get_metric_history(run.info.run_id, key)), default=0)
+            log_metrics(client, run.info.run_id, metrics, step)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
+                path.write_text(json.dumps(per_prompt))
+                client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
+            client.set_tag(run.info.run_id, REEVAL_TAG, str(spec_prompts))  # last: marks it done
+            done += 1
+            say(f"{name}: {done}/{len(todo)} {t.run_name}: spec/tau {metrics.get('spec/tau', float('nan')):.3f} "
+                f"with {spec_prompts} prompts")
+    finally:
+        if started:
+            ray.shutdown()
+    return {"done": done, "skipped": len(finished) - len(todo)}
+
+
+def _bind_existing_targets(spec, root: Path) -> dict:
+    """trial key -> its config pointing at the shared target in storage; refused with one
+    line when a target is gone (re-evaluating must not train one)."""
+    from dspark import targets
+
+    out, cache = {}, {}
+    for t in spec.trials:
+        cfg = t.config
+        if not cfg.target_path:
+            h, _ = targets.address(cfg, cache)
+            path = targets.target_file(root, h)
+            if not path.is_file():
+                raise ValueError(f"reeval: the shared target {h} is gone from {path.parent}; "
+                                 "re-evaluation never trains one")
+            cfg = cfg.replace(target_path=str(path))
+        out[t.key] = cfg
+    return out
