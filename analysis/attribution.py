@@ -147,7 +147,7 @@ def dunnett_vs_control(df: pd.DataFrame, response: str, control: str, arm_column
         raise AnalysisError("Dunnett needs at least two runs per arm")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = stats.dunnett(*[groups[a] for a in arms], control=groups[control])
+        res = stats.dunnett(*[groups[a] for a in arms], control=groups[control], random_state=0)  # reproducible p
     ci = res.confidence_interval()
     return pd.DataFrame({"arm": arms, "diff": [groups[a].mean() - groups[control].mean() for a in arms],
                          "ci_low": ci.low, "ci_high": ci.high, "statistic": res.statistic,
