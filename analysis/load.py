@@ -84,14 +84,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
         out.attrs["factors"] = []
         out.attrs["experiment"] = experiment
         return out
-    done = df["status"] == "FINISHED"
-    inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].astype(str).to_dict(orient="records")
-    df = df.loc[done].reset_index(drop=True)
-    df = type_columns(df, order)
-    for col in df.columns:  # a knob whose values mix types (decay_gamma: 4.0 | "block") stays text
-        if df[col].dtype == object and df[col].map(type).nunique() > 1:
-            df[col] = df[col].astype(str)
-    df.attrs[INCOMPLETE_KEY] = inc
+    df = finished_frame(df, order)
     df.attrs["experiment"] = experiment
     df.attrs["description"] = parent.data.tags.get("description", "") if parent is not None else ""
     df.attrs["experiment_id"] = exp.experiment_id
@@ -111,21 +104,42 @@ def _responses(parent) -> dict:
     return given if isinstance(given, dict) else {}
 
 
-def _row(r) -> dict:
-    tags, params = r.data.tags, r.data.params
-    row = {"run_id": r.info.run_id, "run_name": r.info.run_name, "status": r.info.status,
+def finished_frame(df: pd.DataFrame, order: dict[str, list[str]]) -> pd.DataFrame:
+    """Rows of runs (tags, params as strings, metrics) -> the analysis frame: the FINISHED
+    runs with typed columns, the others kept in attrs["incomplete"]. The MLflow reader and
+    the Ray-free local runner (`trials run --local`) build their frames here alike."""
+    done = df["status"] == "FINISHED"
+    inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].astype(str).to_dict(orient="records")
+    df = df.loc[done].reset_index(drop=True)
+    df = type_columns(df, order)
+    for col in df.columns:  # a knob whose values mix types (decay_gamma: 4.0 | "block") stays text
+        if df[col].dtype == object and df[col].map(type).nunique() > 1:
+            df[col] = df[col].astype(str)
+    df.attrs[INCOMPLETE_KEY] = inc
+    return df
+
+
+def run_row(run_id: str, run_name: str, status: str, tags: dict[str, str], params: dict[str, str],
+            metrics: dict[str, float]) -> dict:
+    """One run as a row: the sweep's tags, the typed params and the metrics under the trainer's names."""
+    row = {"run_id": run_id, "run_name": run_name, "status": status,
            "cell": tags.get("cell", ""), "replicate": int(tags.get("replicate", 0)),
            "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial"),
            "run_order": int(tags.get("run_order", -1))}
-    if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
-        row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
     for k, v in tags.items():
         if k.startswith(FACTOR_PREFIX):
             row[k] = v
     for k, v in params.items():
         row[k] = _typed(v)
-    for k, v in r.data.metrics.items():
+    for k, v in metrics.items():
         row[metric_name(k)] = v
+    return row
+
+
+def _row(r) -> dict:
+    row = run_row(r.info.run_id, r.info.run_name, r.info.status, r.data.tags, r.data.params, r.data.metrics)
+    if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
+        row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
     return row
 
 
@@ -173,6 +187,7 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
         "description": df.attrs.get("description", ""), "experiment_id": df.attrs.get("experiment_id", ""),
         "parent_run_id": df.attrs.get("parent_run_id", ""), "design": df.attrs.get("design", ""),
         "responses": df.attrs.get("responses", {}), "sequential": df.attrs.get("sequential", ""),
+        "local_rows": df.attrs.get("local_rows", []),
         "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
     }).encode()
     pq.write_table(table.replace_schema_metadata(meta), path)
@@ -209,6 +224,8 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
         df.attrs[key] = attrs.get(key, "")
     df.attrs["responses"] = attrs.get("responses", {})
     df.attrs["sequential"] = attrs.get("sequential", "")
+    if attrs.get("local_rows"):  # what `trials run --local` resumes from
+        df.attrs["local_rows"] = attrs["local_rows"]
     df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
     return df
 

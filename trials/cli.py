@@ -79,8 +79,24 @@ def cmd_run(args) -> int:
     spec = specmod.load(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
         spec = specmod.smoke(spec)
+    if args.local:
+        return _run_local(spec, args)
+    if args.out:
+        raise ValueError("--out: only with --local (a Ray sweep writes to MLflow; `analysis export` makes a parquet)")
     return _run(spec, absolute_uri(args.tracking_uri), args.storage, address=args.address, max_concurrent=args.max_concurrent,
                 resource_wait_s=args.resource_wait)
+
+
+def _run_local(spec, args) -> int:
+    """One machine, torch alone: no Ray, no MLflow; the results go to a parquet."""
+    from .local import run_local
+
+    if not args.out:
+        raise ValueError("--local: give --out PATH.parquet for the results")
+    df = run_local(spec, args.out, args.storage, deadline_s=args.deadline_s)
+    print(f"{spec.name}: {len(df)} of {len(spec.trials)} trials in {args.out}; attribute them with:\n"
+          f"  analysis report {spec.name} --parquet {args.out}")
+    return 0 if len(df) == len(spec.trials) else 1
 
 
 def cmd_resume(args) -> int:
@@ -171,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--storage", default="ray_results", help=storage_help)
     r.add_argument("--max-concurrent", type=int, help="trials at once (none: the spec's max_concurrent)")
     r.add_argument("--smoke-test", action="store_true", help="every trial shrunk to a few steps, as <name>-smoke")
+    r.add_argument("--local", action="store_true",
+                   help="one machine, torch alone (no Ray, no MLflow): trials in run order, results to --out")
+    r.add_argument("--out", help="with --local: the parquet to write after each trial (rerun: skips those in it)")
+    r.add_argument("--deadline-s", type=float,
+                   help="with --local: stop before a trial that would not finish within this many seconds")
     r.add_argument("--resource-wait", type=float, default=600.0,
                    help="on a cluster (--address), seconds to wait for a node that can hold one trial's "
                         "resources before stopping (a local Ray is refused at once)")

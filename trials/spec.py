@@ -41,6 +41,7 @@ import yaml
 
 from dspark import metrics
 from dspark.config import FIELD_NAMES, Config, from_dict
+from dspark.record import FACTOR_PREFIX
 
 TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
             "max_concurrent", "max_failures", "description", "responses"}
@@ -68,6 +69,14 @@ class Trial:
     arm: str  # "factorial" or "control:<name>"
     config: Config
     run_order: int = 0  # launch position in the sweep (0-based), randomised inside each replicate block
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """What identifies the trial in a run's tags (the MLflow runs and the local runner's rows)."""
+        tags = {"cell": self.cell, "replicate": str(self.replicate), "seed": str(self.seed), "trial_key": self.key,
+                "arm": self.arm, "run_order": str(self.run_order)}
+        tags.update({f"{FACTOR_PREFIX}{f}": level for f, level in self.levels.items()})
+        return tags
 
     @property
     def run_name(self) -> str:

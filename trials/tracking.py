@@ -19,18 +19,14 @@ from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
-from dspark.record import (EXPERIMENT_KIND_TAG, FACTOR_PREFIX, MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG,
+from dspark.record import (EXPERIMENT_KIND_TAG, MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG,
                            SWEEP_PARENT_TAG, is_metric, metric_name)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
 from .spec import SweepSpec, Trial
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
-    tags = {PARENT_TAG: parent_id, "sweep": spec.name, "cell": trial.cell, "replicate": str(trial.replicate),
-            "seed": str(trial.seed), "trial_key": trial.key, "arm": trial.arm, "mlflow.runName": trial.run_name,
-            "run_order": str(trial.run_order)}
-    for f, level in trial.levels.items():
-        tags[f"{FACTOR_PREFIX}{f}"] = level
+    tags = {PARENT_TAG: parent_id, "sweep": spec.name, "mlflow.runName": trial.run_name, **trial.tags}
     tags.update(extra)
     tags.update(source_tags("trials run", extra.get("git_commit")))
     return tags

@@ -1,0 +1,122 @@
+"""`trials run SPEC --local --out runs.parquet`: a sweep's design on one machine with
+torch alone, for machines without Ray or MLflow (a lent GPU box).
+
+The same spec parsing, design, seeds and run order as `trials run`, the same trainer, one
+shared target per target address (trained once into `<storage>/targets/`, or reused),
+and trials one after another in run order. Each finished trial is written to the parquet
+at once (atomically), in the format `analysis report --parquet` reads (what `analysis
+export` writes from MLflow: factors, replicate, run order, every final metric, the spec's
+margins), so a run stopped part way still counts, and a rerun with the same `--out` skips
+the trials already in it. `deadline_s` stops before a trial that would not finish in the
+time left (estimated from the trials so far). Imports neither Ray nor MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from dspark import targets
+from dspark.track import config_params
+
+from .spec import SweepSpec
+
+
+def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_results", deadline_s: float | None = None,
+              say=print) -> pd.DataFrame:
+    """Run the spec's trials in run order, writing `out` after each; returns the frame."""
+    from analysis.load import read_parquet
+
+    out = Path(out)
+    if out.is_dir() or not out.parent.is_dir():
+        raise ValueError(f"--out: {out} must be a file in an existing folder")
+    started = time.monotonic()
+    rows = _rows_done(read_parquet(out), spec) if out.is_file() else {}
+    configs = _bind_targets(spec, Path(storage), say)
+    took: list[float] = []
+    for t in spec.trials:
+        if t.key in rows:
+            continue
+        if deadline_s is not None and took:
+            left = deadline_s - (time.monotonic() - started)
+            if left < max(took):
+                say(f"{spec.name}: stopping before {t.run_name}: {left:.0f} s left, a trial took up to {max(took):.0f} s")
+                break
+        t0 = time.perf_counter()
+        rows[t.key] = _train_one(spec, t, configs[t.key])
+        took.append(time.perf_counter() - t0)
+        _write(spec, list(rows.values()), out)
+        say(f"{spec.name}: {len(rows)}/{len(spec.trials)} {t.run_name} in {took[-1]:.0f} s")
+    return _frame(spec, list(rows.values())) if rows else pd.DataFrame()
+
+
+def _bind_targets(spec: SweepSpec, storage: Path, say) -> dict:
+    """trial key -> its config, pointing at its shared target (trained here once if absent)."""
+    from dspark.train import train_shared_target
+
+    out, cache = {}, {}
+    for t in spec.trials:
+        cfg = t.config
+        if cfg.parallel_stage == "drafter" and not cfg.target_path:
+            h, _ = targets.address(cfg, cache)
+            path = targets.target_file(storage, h)
+            if not path.is_file():
+                say(f"{spec.name}: training the shared target {h}")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                train_shared_target(cfg, path)
+            cfg = cfg.replace(target_path=str(path))
+        out[t.key] = cfg
+    return out
+
+
+def _train_one(spec: SweepSpec, t, cfg) -> dict:
+    import torch
+
+    from dspark.train import train
+
+    torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))  # as a Ray trial would: the same numbers
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="dspark-local-") as tmp:
+        final = train(cfg.replace(out_dir=tmp))
+    return {"run_id": f"local-{t.key}", "run_name": t.run_name, "status": "FINISHED", "tags": t.tags,
+            "params": config_params(t.config.to_dict()), "metrics": {k: v for k, v in final.items() if k != "step"},
+            "run_s": time.time() - t0}
+
+
+def _rows_done(df: pd.DataFrame, spec: SweepSpec) -> dict:
+    """The trials an earlier run of the same sweep already wrote (kept as rows to rewrite)."""
+    if df.attrs.get("experiment") != spec.name:
+        raise ValueError(f"--out: it holds sweep {df.attrs.get('experiment')!r}, not {spec.name!r}")
+    keys = {t.key: t for t in spec.trials}
+    done = {}
+    for rec in df.attrs.get("local_rows", []):
+        if rec["tags"].get("trial_key") in keys:
+            done[rec["tags"]["trial_key"]] = rec
+    return done
+
+
+def _frame(spec: SweepSpec, rows: list[dict]) -> pd.DataFrame:
+    from analysis.load import finished_frame, run_row
+
+    order = {f: list(levels) for f, levels in spec.factors.items()}
+    flat = []
+    for r in rows:
+        row = run_row(r["run_id"], r["run_name"], r["status"], r["tags"], r["params"], r["metrics"])
+        flat.append({**row, "run_s": r["run_s"]})
+    df = finished_frame(pd.DataFrame(flat), order)
+    df.attrs.update(experiment=spec.name, description=spec.description, experiment_id="", parent_run_id="",
+                    design=spec.design, responses=spec.responses, sequential="",
+                    local_rows=json.loads(json.dumps(rows)))
+    return df
+
+
+def _write(spec: SweepSpec, rows: list[dict], out: Path) -> None:
+    from analysis.load import to_parquet
+
+    tmp = out.with_name(out.name + ".tmp")
+    to_parquet(_frame(spec, rows), tmp)
+    tmp.replace(out)  # a reader never sees half a file
