@@ -36,7 +36,7 @@ def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_resul
         raise ValueError(f"--out: {out} must be a file in an existing folder")
     started = time.monotonic()
     rows = _rows_done(read_parquet(out), spec) if out.is_file() else {}
-    configs = _bind_targets(spec, Path(storage), say)
+    configs = bind_targets(spec, Path(storage), say)
     took: list[float] = []
     for t in spec.trials:
         if t.key in rows:
@@ -54,7 +54,7 @@ def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_resul
     return _frame(spec, list(rows.values())) if rows else pd.DataFrame()
 
 
-def _bind_targets(spec: SweepSpec, storage: Path, say) -> dict:
+def bind_targets(spec: SweepSpec, storage: Path, say=print) -> dict:
     """trial key -> its config, pointing at its shared target (trained here once if absent)."""
     from dspark.train import train_shared_target
 

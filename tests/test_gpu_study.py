@@ -1,0 +1,37 @@
+"""bench/gpu_study.py, the one GPU run, on CPU with the tiny preset: it runs the GPU
+figures, sizes and runs the D1 x D2 x D9 study within its minutes, writes a parquet that
+`analysis report --parquet` reads, and loads neither Ray nor MLflow."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_study_runs_on_cpu_within_its_minutes(tmp_path):
+    out = tmp_path / "out"
+    probe = ("import runpy, sys\n"
+             f"sys.argv = ['gpu_study', '--cpu', '--out', {str(out)!r}, '--minutes', '1.2']\n"
+             "try:\n"
+             f"    runpy.run_path({str(ROOT / 'bench' / 'gpu_study.py')!r}, run_name='__main__')\n"
+             "except SystemExit as e:\n    print('exit', e.code)\n"
+             "print('loaded:', sorted(m for m in ('ray', 'mlflow') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert "loaded: []" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    log = (out / "gpu_study.log").read_text()
+    for needle in ("gpu_check: target stage", "gpu_check: speculative greedy: tau", "probe: 6 drafter steps",
+                   "sizing: ", "gpu_study: done"):
+        assert needle in log, log
+    seconds = [float(line[1:line.index(" s]")]) for line in log.splitlines()]
+    assert max(seconds) < 72  # it stops by itself within its 1.2 minutes
+    from analysis.load import read_parquet
+    from analysis.report import build_report
+
+    df = read_parquet(out / "runs.parquet")
+    assert len(df) >= 8 and set(df.attrs["factors"]) == {"D1", "D2", "D9"}  # at least one whole block
+    assert df.attrs["responses"]["spec/tau"]["margin"] == 0.1
+    if df["replicate"].nunique() == 2:
+        rep = build_report(df, None)
+        assert "spec/tau (+-0.1)" in rep.summary
