@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicates", type=int, default=2, help="replicate blocks (at least 2)")
     ap.add_argument("--probe-steps", type=int, help="drafter steps of the probe trial (default 100 GPU, 6 --cpu)")
     ap.add_argument("--skip-check", action="store_true", help="skip the gpu_check measurements")
+    ap.add_argument("--max-draft-steps", type=int, help="at most this many drafter steps per trial (none: fill the time)")
     ap.add_argument("--target-steps", type=int, default=1500, help="the shared target's steps (GPU)")
     ap.add_argument("--spec-prompts", type=int, default=32, help="prompts per speculative evaluation (GPU)")
     ap.add_argument("--spec-new-tokens", type=int, default=128, help="tokens per prompt (GPU)")
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     n = len(spec.trials)
     budget = 0.85 * (log.left(total) - 15.0)  # a margin for noise, the last write and the exit
     steps = int((budget / n - fixed) / per_step)
+    if args.max_draft_steps:
+        steps = min(steps, args.max_draft_steps)
     log(f"sizing: {per_step * 1000:.1f} ms per drafter step, {fixed:.1f} s fixed per trial, {budget:.0f} s for "
         f"{n} trials -> {steps} drafter steps each")
     if steps < 1:

@@ -22,7 +22,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from dspark.record import LOOK_PREFIX, SEQUENTIAL_TAG
+from dspark.record import LOOK_PREFIX, SEQUENTIAL_TAG, SWEEP_PARENT_TAG
 
 from . import spec as specmod
 
@@ -83,10 +83,12 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     started = time.monotonic()
     looks: list[Look] = []
     block_s: float | None = None
-    out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
     client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(spec.name)
+    found = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1) if exp else []
+    plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha)  # refused before work
+    out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
     parent = out["parent_run_id"]
-    plan = _plan(client.get_run(parent).data.tags, spec.replicates, max_replicates, alpha)
     while True:
         df = load_runs(spec.name, uri)
         block_s = block_s or _block_estimate_s(df, spec)
