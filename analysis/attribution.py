@@ -171,18 +171,3 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
             "p": float(2 * stats.t.sf(abs(c.estimate / c.se), c.df)),
             "rel": c.estimate / base if base else float("nan"), "control_mean": base,
             "n_factorial": int((arm == "factorial").sum()), "n_control": int((df["cell"] == control).sum())}
-
-
-def significant_effects(res: ResponseResult, alpha: float = 0.05) -> pd.DataFrame:
-    """Terms whose adjusted p is below alpha, with their size and 95% CI when known."""
-    table = res.anova.drop(index=[t for t in ("Residual", res.block) if t], errors="ignore")
-    col = "p_adj" if "p_adj" in table.columns else "p"
-    sig = table[table[col] < alpha]
-    rows = []
-    for term in sig.index:
-        row = {"term": term, "p_adj": sig.loc[term, col], "partial_eta_sq": sig.loc[term, "partial_eta_sq"]}
-        if res.effects is not None and term in res.effects.index:
-            e = res.effects.loc[term]
-            row.update(effect=e["effect"], ci_low=e["ci_low"], ci_high=e["ci_high"])
-        rows.append(row)
-    return pd.DataFrame(rows)

@@ -3,8 +3,9 @@
 Without `--effect`: per undecided term of each response, how many more replicate blocks
 would decide it (`analysis.verdicts.blocks_to_decide`) and how many more prompts on the
 existing checkpoints would (`analysis.variance`), each priced with the sweep's measured
-times where the runs carry them, and the cheapest way to decide every primary term. With `--effect`: the replicates needed to detect
-that effect, from the residual sigma the experiment measured (`analysis.power`).
+times where the runs carry them, and the cheapest way to decide every primary term. With
+`--effect`: the replicates needed to detect that effect, from the residual sigma the
+experiment measured (`analysis.power`).
 """
 
 from __future__ import annotations
@@ -73,14 +74,14 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
     chosen, _ = choose_responses(df, responses, factors, primary=list(declared))
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, alpha, control=controls[0] if controls else None)
-    minutes = trial_minutes(df)
+    minutes = median_minutes(df, "run_s")
     n_runs = len(df)
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
-    decode = _decode_minutes_per_prompt(df)
+    decode = median_minutes(df, "split/decode_s_per_prompt")
     cost = (f"blocks priced at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
             "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
     lines = [f"{df.attrs.get('experiment', '')}: what would decide each undecided term ({d.method()}; {cost})"]
-    blocks_all, prompts_all = 0, 1
+    blocks_all, prompt_multiples = 0, []  # per undecided primary term: the multiple of prompts, None: none does
     for r, check in d.checks.items():
         undecided = [v for v in d.of(r) if v.verdict == "undecided"]
         tag = "primary" if check.primary else "secondary"
@@ -100,12 +101,13 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
             lines.append(f"    {v.term}: {step}")
             if check.primary:
                 blocks_all = max(blocks_all, v.blocks or 0)
-                prompts_all = max(prompts_all, k or 10 ** 9) if sp else 10 ** 9
+                prompt_multiples.append(k)
     if blocks_all:
         price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
         lines.append(f"every primary term decided by blocks alone (each with 80% probability, if the effects are as "
                      f"estimated): {blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
-    if 1 < prompts_all < 10 ** 9:
+    if prompt_multiples and None not in prompt_multiples:
+        prompts_all = max(prompt_multiples)
         prompts = int(pd.to_numeric(df["split/prompts"]).median())
         price = (f", about {(prompts_all - 1) * prompts * n_runs * decode:.0f} worker-minutes of decoding"
                  if decode else "")
@@ -117,16 +119,10 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
     return "\n".join(lines)
 
 
-def _decode_minutes_per_prompt(df: pd.DataFrame) -> float | None:
-    if "split/decode_s_per_prompt" not in df.columns:
+def median_minutes(df: pd.DataFrame, column: str) -> float | None:
+    """The median of a column of seconds, in minutes, where the runs carry it: `run_s` (a
+    trial's wall time) or `split/decode_s_per_prompt` (an evaluation's decoding per prompt)."""
+    if column not in df.columns:
         return None
-    s = pd.to_numeric(df["split/decode_s_per_prompt"], errors="coerce").dropna()
-    return float(s.median()) / 60.0 if len(s) else None
-
-
-def trial_minutes(df: pd.DataFrame) -> float | None:
-    """The median wall time of one trial in minutes, where the runs carry it (`run_s`)."""
-    if "run_s" not in df.columns:
-        return None
-    s = pd.to_numeric(df["run_s"], errors="coerce").dropna()
+    s = pd.to_numeric(df[column], errors="coerce").dropna()
     return float(s.median()) / 60.0 if len(s) else None

@@ -53,7 +53,6 @@ class Report:
     dunnett: dict[str, pd.DataFrame]
     stage: str | None = None
     control: dict[str, dict] = field(default_factory=dict)  # response -> pooled contrast vs the control
-    sensitivity: dict[str, Sensitivity] = field(default_factory=dict)
     drift: dict[str, tuple[float, float]] = field(default_factory=dict)  # response -> (slope per run, p)
     markdown_path: Path | None = None
     decision: Decision | None = None
@@ -157,12 +156,12 @@ def summarise(decision: Decision, results: dict[str, ResponseResult],
     `<term>: matters`, `<term>: negligible` or `<term>: undecided`."""
     drift = drift or {}
     lines = [decision.method()]
+    any_margin = any(c.margin is not None for c in decision.checks.values())
     for r, check in decision.checks.items():
         res = results.get(r)
         head = check.text(decision.alpha_star)
         if res is not None and not res.balanced:
             head = head[:-1] + "; unbalanced)"
-        any_margin = any(c.margin is not None for c in decision.checks.values())
         prefix = "primary: " if check.margin is not None else "secondary: " if any_margin else ""
         lines.append(prefix + head)
         lines += [f"    {v.text()}" for v in decision.of(r)]
@@ -235,11 +234,8 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     alpha, look_note = _look_alpha(df, data, alpha)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, alpha, adjust, controls[0] if controls else None)
-    sens, drift = {}, {}
+    drift = {}
     for r, res in results.items():
-        s = sensitivity(data, res, factors, decision.alpha_star)
-        if s is not None:
-            sens[r] = s
         d = drift_check(data, res)
         if d is not None:
             drift[r] = d
@@ -267,8 +263,8 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
         summary += "\n" + inc
     if skipped:
         summary += "\nskipped: " + "; ".join(skipped)
-    rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, sensitivity=sens,
-                 drift=drift, decision=decision)
+    rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,
+                 decision=decision)
     if out is not None:
         out = Path(out)
         rep.html_path = write_html(df, rep, factors, out)

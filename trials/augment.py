@@ -8,8 +8,8 @@ until every primary term is decided.
   "negligible", at `--max-replicates`, or when the next block would pass
   `--budget-minutes`; otherwise add one block and look again. Each look tests at the alpha
   that `analysis.sequential`'s spending rule gives it, so repeated looks do not inflate
-  false verdicts. The cheapest next step is always a block for now: re-evaluating with more
-  prompts is not built yet.
+  false verdicts. The next step is always a block: a re-evaluation with more prompts
+  (`trials reeval`) between looks would be a look the spending rule does not count.
 
 Resume-safe: the extended spec is saved before its block runs, so an interrupted augment
 continues where it stopped, by `trials augment` again (or `trials resume`); a look at the
@@ -106,8 +106,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
                 "-> add one replicate block")
             spec, out, block_s = _add_block(spec, kwargs)
             if out["failed"]:
-                return {"looks": looks, "stopped": f"stop: {out['failed']} trial(s) failed; fix and rerun augment",
-                        "replicates": spec.replicates, "ok": False}
+                return _failed(out, looks, spec)
             continue
         plan = candidate
         client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
@@ -122,8 +121,12 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
             return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
         spec, out, block_s = _add_block(spec, kwargs)
         if out["failed"]:
-            return {"looks": looks, "stopped": f"stop: {out['failed']} trial(s) failed; fix and rerun augment",
-                    "replicates": spec.replicates, "ok": False}
+            return _failed(out, looks, spec)
+
+
+def _failed(out: dict, looks: list, spec) -> dict:
+    return {"looks": looks, "stopped": f"stop: {out['failed']} trial(s) failed; fix and rerun augment",
+            "replicates": spec.replicates, "ok": False}
 
 
 def _add_block(spec, kwargs: dict):
@@ -154,10 +157,10 @@ def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float)
 def _block_estimate_s(df, spec) -> float | None:
     """One block's time before any block ran here: the median trial's wall time times the
     trials of a block (as if they ran one at a time: an upper estimate)."""
-    if "run_s" not in df.columns or not df["run_s"].notna().any():
-        return None
-    per_block = sum(1 for t in spec.trials if t.replicate == 0)
-    return float(df["run_s"].median()) * per_block
+    from analysis.plan import median_minutes
+
+    minutes = median_minutes(df, "run_s")
+    return None if minutes is None else 60.0 * minutes * sum(1 for t in spec.trials if t.replicate == 0)
 
 
 def _decide(df, look_alpha: float) -> dict[str, int]:
