@@ -17,7 +17,7 @@ from statsmodels.stats.multitest import multipletests
 from dspark import metrics
 
 from .anova import AnalysisError, check_design, factorial_anova, is_balanced
-from .design import factorial_rows, levels
+from .design import factorial_rows, levels, with_value, without_value
 from .effects import factorial_effects
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
@@ -94,24 +94,32 @@ def analyse(df: pd.DataFrame, responses: list[str], factors: list[str], typ: int
         if empty:
             raise AnalysisError(f"{len(empty)} empty cell(s), e.g. {empty[0]}: the design is incomplete "
                                 "(rerun the failed trials, or analyse fewer factors)")
-    balanced = is_balanced(data, factors)
     out: dict[str, ResponseResult] = {}
     for r in responses:
-        check_design(data, r, factors)
-        notes = []
-        use_typ = typ or (2 if balanced else 3)
-        if not balanced:
-            notes.append("unbalanced design (unequal runs per cell): Type III sums of squares with effect coding")
-            use_typ = 3 if typ is None else typ
-        table = factorial_anova(data, r, factors, typ=use_typ, block=block)
-        if table.attrs.get("dropped_terms"):
-            notes.append("not estimable here: " + ", ".join(table.attrs["dropped_terms"]))
-        two_level = all(data[f].dropna().nunique() == 2 for f in factors)
-        kept = [t for t in table.index if t not in ("Residual", block)]
-        eff = factorial_effects(data, r, factors, terms=kept, block=block) if two_level else None
-        out[r] = ResponseResult(r, table, eff, use_typ, balanced, notes)
+        out[r] = _analyse_one(data, r, factors, typ, block)
     _adjust(out, ADJUST[adjust], skip={"Residual", block})
     return out
+
+
+def _analyse_one(data: pd.DataFrame, r: str, factors: list[str], typ: int | None,
+                 block: str | None) -> ResponseResult:
+    """One response on the runs that hold it (the others are named in its notes)."""
+    missing = without_value(data, r)
+    notes = [f"{len(missing)} run(s) without a value, left out of this response: {', '.join(missing)}"
+             ] if missing else []
+    rows = with_value(data, r)
+    check_design(rows, r, factors)
+    balanced = is_balanced(rows, factors)
+    use_typ = typ or (2 if balanced else 3)
+    if not balanced:
+        notes.append("unbalanced design (unequal runs per cell): Type III sums of squares with effect coding")
+    table = factorial_anova(rows, r, factors, typ=use_typ, block=block)
+    if table.attrs.get("dropped_terms"):
+        notes.append("not estimable here: " + ", ".join(table.attrs["dropped_terms"]))
+    two_level = all(rows[f].dropna().nunique() == 2 for f in factors)
+    kept = [t for t in table.index if t not in ("Residual", block)]
+    eff = factorial_effects(rows, r, factors, terms=kept, block=block) if two_level else None
+    return ResponseResult(r, table, eff, use_typ, balanced, notes)
 
 
 def _adjust(results: dict[str, ResponseResult], method: str | None, skip: set) -> None:

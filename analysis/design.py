@@ -28,6 +28,23 @@ def factorial_rows(df: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     return df.dropna(subset=list(factors))
 
 
+def with_value(data: pd.DataFrame, response: str) -> pd.DataFrame:
+    """The runs that hold a value of `response` (a run whose evaluation failed, or that
+    predates a metric, lacks it): each response is analysed on its own runs."""
+    if response not in data.columns:
+        return data
+    return data[pd.to_numeric(data[response], errors="coerce").notna()]
+
+
+def without_value(data: pd.DataFrame, response: str) -> list[str]:
+    """The names of the runs that lack a value of `response`."""
+    if response not in data.columns:
+        return []
+    gone = data[pd.to_numeric(data[response], errors="coerce").isna()]
+    names = gone["run_name"] if "run_name" in gone.columns else gone.index
+    return [str(n) for n in names]
+
+
 def design_matrix(data: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     """The coded design: one row per cell, -1/+1 for two-level factors (low = first level),
     the level index otherwise."""

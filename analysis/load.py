@@ -215,8 +215,16 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"parquet: {path} is not a parquet export ({type(e).__name__})") from None
-    df = table.to_pandas()
-    attrs = json.loads((table.schema.metadata or {}).get(b"dspark.attrs", b"{}"))
+    df = _numeric_columns(table.to_pandas(), path)
+    try:
+        attrs = json.loads((table.schema.metadata or {}).get(b"dspark.attrs", b"{}"))
+    except ValueError:
+        raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not JSON") from None
+    if not isinstance(attrs, dict) or not isinstance(attrs.get("factors", []), list):
+        raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not an analysis export's")
+    missing = [f for f in attrs.get("factors", []) if f not in df.columns]
+    if missing:
+        raise ValueError(f"parquet: {path}: factor column(s) {', '.join(map(str, missing))} missing")
     df.attrs["factors"] = attrs.get("factors", [])
     df.attrs["experiment"] = attrs.get("experiment", "")
     df.attrs["description"] = attrs.get("description", "")
@@ -227,6 +235,25 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     if attrs.get("local_rows"):  # what `trials run --local` resumes from
         df.attrs["local_rows"] = attrs["local_rows"]
     df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
+    return df
+
+
+NUMERIC_COLUMNS = ("replicate", "run_order", "seed", "run_s")
+
+
+def _numeric_columns(df: pd.DataFrame, path) -> pd.DataFrame:
+    """Metric columns (`a/b`) and the run numbers as numbers: a column of numeric strings (a
+    parquet written by another tool) is converted; any other value is refused, named."""
+    for c in df.columns:
+        if not (("/" in c) or c in NUMERIC_COLUMNS) or pd.api.types.is_numeric_dtype(df[c]):
+            continue
+        values = df[c].replace("", None)
+        converted = pd.to_numeric(values, errors="coerce")
+        bad = values[converted.isna() & values.notna()]
+        if len(bad):
+            raise ValueError(f"parquet: {path}: column {c!r} holds {len(bad)} non-numeric value(s), "
+                             f"e.g. {str(bad.iloc[0])[:40]!r}")
+        df[c] = converted.astype(float)
     return df
 
 

@@ -56,7 +56,10 @@ def t_power(effect: float, se: float, df: float, alpha: float) -> float:
     lower = stats.nct.cdf(-tcrit, df, nc)
     if not math.isfinite(lower):  # scipy's nct returns NaN far out in the tail, where it is ~0
         lower = 0.0
-    return float(stats.nct.sf(tcrit, df, nc) + lower)
+    upper = stats.nct.sf(tcrit, df, nc)
+    if not math.isfinite(upper):  # the same far out: the whole mass lies on one side of tcrit
+        upper = 1.0 if nc > tcrit else 0.0
+    return float(min(1.0, upper + lower))
 
 
 def t_detectable(se: float, df: float, alpha: float, power: float = 0.8) -> float:

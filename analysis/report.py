@@ -25,7 +25,8 @@ from . import plots, power
 from .anova import AnalysisError
 from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult, analyse, control_contrast,
                           degenerate_reason, dunnett_vs_control, stage_of)
-from .design import alias_structure, design_matrix, factorial_rows
+from .anova import check_design
+from .design import alias_structure, design_matrix, factorial_rows, with_value, without_value
 from .load import report_incomplete, responses as metric_columns
 from .variance import groups_of, split
 from .verdicts import Decision, decide_all, margins_for
@@ -229,8 +230,10 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     declared = margins_for(df, margins)
     chosen, skipped = choose_responses(df, responses, factors, primary=list(declared))
     data = factorial_rows(df, factors)
+    chosen = _analysable(data, chosen, factors, set(declared), skipped)
     block = "replicate" if data["replicate"].nunique() > 1 else None
-    results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none")
+    fraction = _fraction(df, data, factors)
+    results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
     alpha, look_note = _look_alpha(df, data, alpha)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, alpha, adjust, controls[0] if controls else None)
@@ -249,6 +252,13 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     noise = {r: split(df, r, factors) for r in chosen if groups_of(df, r)}
     summary = (header_text(df, stage, factors) + "\n" + verdict_table_text(decision) + "\n"
                + summarise(decision, results, drift, noise))
+    if fraction:
+        summary += "\n" + fraction
+    for r in chosen:
+        missing = without_value(data, r)
+        if missing:
+            summary += (f"\nwarning: {r} is analysed on {len(data) - len(missing)} of {len(data)} runs; "
+                        f"without a value: {', '.join(missing)}")
     prompts = sorted(set(pd.to_numeric(data["split/prompts"]).dropna())) if "split/prompts" in data.columns else []
     if len(prompts) > 1:
         summary += (f"\nnote: the runs' latest evaluations decoded different numbers of prompts "
@@ -270,6 +280,46 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
         rep.html_path = write_html(df, rep, factors, out)
         rep.markdown_path = write_markdown(df, rep, factors, out / "report.md")
     return rep
+
+
+def _analysable(data: pd.DataFrame, chosen: list[str], factors: list[str], primary: set[str],
+                skipped: list[str]) -> list[str]:
+    """The chosen responses that a model can answer on the runs holding them; a secondary one
+    that cannot is skipped with its reason (the others still report), a primary one stops
+    the report with it."""
+    keep, errors = [], []
+    for r in chosen:
+        try:
+            check_design(with_value(data, r), r, factors)
+        except AnalysisError as e:
+            if r in primary:
+                raise
+            errors.append(e)
+            skipped.append(f"{r} ({e})")
+            continue
+        keep.append(r)
+    if not keep:
+        raise errors[0] if len(errors) == 1 else AnalysisError("no response can be analysed: " + "; ".join(skipped))
+    return keep
+
+
+def _fraction(df: pd.DataFrame, data: pd.DataFrame, factors: list[str]) -> str:
+    """For a fractional design, the line naming its aliases (each verdict is then the sum of
+    a term and its aliases); "" for a full factorial. A fraction that lost cells is refused."""
+    design = str(df.attrs.get("design") or "full")
+    if design == "full":
+        return ""
+    cells = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups
+    try:
+        k, p = (int(x) for x in design.removeprefix("2^(").removesuffix(")").split("-"))
+    except ValueError:
+        raise AnalysisError(f"design {design!r}: not 'full' or 2^(k-p)") from None
+    if cells < 2 ** (k - p):
+        raise AnalysisError(f"fractional design {design}: {cells} of its {2 ** (k - p)} cells have finished runs "
+                            "(resume the sweep to rerun the failed trials)")
+    lines = alias_structure(design_matrix(data, factors))
+    return (f"fractional design {design}: each term's estimate is its sum with its aliases ("
+            + "; ".join(lines) + ")")
 
 
 def _look_alpha(df: pd.DataFrame, data: pd.DataFrame, alpha: float | None) -> tuple[float, str]:

@@ -45,7 +45,7 @@ from dspark import metrics
 
 from . import power
 from .anova import AnalysisError, _formula, _safe, estimable_terms
-from .design import factorial_rows, levels
+from .design import factorial_rows, levels, with_value
 
 ADJUSTMENTS = ("bonferroni", "none")
 HETERO_ALPHA = 0.05  # the Breusch-Pagan level at which a response switches to HC3 errors
@@ -446,11 +446,12 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     data = factorial_rows(df, factors)
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
     fits, found = {}, {}
+    rows = {r: with_value(data, r) for r in responses}  # each response on the runs that hold it
     for r in responses:
-        fits[r] = fit_response(data, r, factors, block)
-        found[r] = contrasts(fits[r], data, factors)
+        fits[r] = fit_response(rows[r], r, factors, block)
+        found[r] = contrasts(fits[r], rows[r], factors)
         if control is not None:
-            found[r].append(control_contrast(df, r, control, "replicate", fits[r].errors))
+            found[r].append(control_contrast(with_value(df, r), r, control, "replicate", fits[r].errors))
     primary = [r for r in responses if r in margins] or list(responses)
     family = sum(len(found[r]) for r in primary)
     alpha_star = alpha / family if adjust == "bonferroni" else alpha
@@ -471,7 +472,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
                                if k else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
             verdicts.append(v)
     decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts)
-    _leave_one_block_out(decision, data, factors, block, fits)
+    _leave_one_block_out(decision, rows, factors, block, fits)
     return decision
 
 
@@ -494,10 +495,10 @@ def _needed(effect: float, sigma: float, n_cells: int, alpha: float) -> int | No
         return None
 
 
-def _leave_one_block_out(decision: Decision, data: pd.DataFrame, factors: list[str], block: str | None,
-                         fits: dict[str, Fit]) -> None:
+def _leave_one_block_out(decision: Decision, rows: dict[str, pd.DataFrame], factors: list[str],
+                         block: str | None, fits: dict[str, Fit]) -> None:
     """Refit each response without each replicate block; a verdict that changes is fragile."""
-    blocks = sorted(data[block].unique()) if block else []
+    blocks = sorted(set().union(*(set(d[block].unique()) for d in rows.values()))) if block and rows else []
     if len(blocks) < 3:
         for c in decision.checks.values():
             c.lobo = (f"leave-one-block-out needs 3 or more replicate blocks; this sweep has {len(blocks) or 1}: "
@@ -506,6 +507,7 @@ def _leave_one_block_out(decision: Decision, data: pd.DataFrame, factors: list[s
     by_key = {(v.response, v.term): v for v in decision.verdicts}
     for r, check in decision.checks.items():
         changed = 0
+        data = rows[r]
         for b in blocks:
             sub = data[data[block] != b]
             try:

@@ -24,64 +24,81 @@ ANCHORS = ("random", "strided")
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
+# What each field is for, declared beside it (`knob`); everything that sorts fields by role
+# (the shared target's address, resume refusal, the dead-factor check, smoke tests) reads it:
+#   target      shapes the target LM (and, where the draft stage uses it too, the draft)
+#   objective   shapes what the draft stage trains, not the target
+#   evaluation  what is measured and how, never what trains
+#   plumbing    where and how a run executes; never changes a result
+ROLES = ("target", "objective", "evaluation", "plumbing")
+_MISSING = object()
+
+
+def knob(role: str, default: Any, smoke: Any = _MISSING):
+    """A config field with its role and, where a smoke test shrinks it, its smoke value."""
+    if role not in ROLES:
+        raise ValueError(f"knob: role {role!r} is not one of {', '.join(ROLES)}")
+    meta = {"role": role} if smoke is _MISSING else {"role": role, "smoke": smoke}
+    return dataclasses.field(default=default, metadata=meta)
+
 
 @dataclass
 class Config:
     """Defaults are the `tiny` preset; build runs with `from_dict({'preset': ...})`."""
 
-    preset: str = "tiny"
+    preset: str = knob('plumbing', "tiny")
     # --- target LM ---
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    seq_len: int = 128
+    d_model: int = knob('target', 64)
+    n_layers: int = knob('target', 2)
+    n_heads: int = knob('target', 4)
+    seq_len: int = knob('target', 128)
     # --- parallel stage ---
-    parallel_stage: str = "drafter"
-    drafter_layers: int = 1
+    parallel_stage: str = knob('objective', "drafter")
+    drafter_layers: int = knob('objective', 1)
     # target layers whose hidden states feed the drafter (Eq 2); -1 is the last layer
-    context_layers: tuple[int, ...] = (0, -1)
-    aux_weight: float = 0.1  # backbone stage only: L = CE_lm + aux_weight * L_dspark
+    context_layers: tuple[int, ...] = knob('objective', (0, -1))
+    aux_weight: float = knob('objective', 0.1)  # backbone stage only: L = CE_lm + aux_weight * L_dspark
     # --- sequential stage, confidence head, loss ---
-    head: str = "markov"
-    markov_rank: int = 32
-    confidence_input: str = "hidden+markov"  # D9
-    block_size: int = 7  # K, the paper's gamma
-    window: str = "aligned"  # D1
-    decay_gamma: float | str = "block"  # D2: a number, or "block" = block_size
-    anchors: str = "random"
-    stride: int = 16  # anchor spacing when anchors = strided
-    anchors_per_seq: int = 8  # anchors drawn per sequence when anchors = random
-    alpha_ce: float = 0.1
-    alpha_tv: float = 0.9
-    alpha_conf: float = 1.0
+    head: str = knob('objective', "markov")
+    markov_rank: int = knob('objective', 32)
+    confidence_input: str = knob('objective', "hidden+markov")  # D9
+    block_size: int = knob('objective', 7)  # K, the paper's gamma
+    window: str = knob('objective', "aligned")  # D1
+    decay_gamma: float | str = knob('objective', "block")  # D2: a number, or "block" = block_size
+    anchors: str = knob('objective', "random")
+    stride: int = knob('objective', 16)  # anchor spacing when anchors = strided
+    anchors_per_seq: int = knob('objective', 8)  # anchors drawn per sequence when anchors = random
+    alpha_ce: float = knob('objective', 0.1)
+    alpha_tv: float = knob('objective', 0.9)
+    alpha_conf: float = knob('objective', 1.0)
     # --- optimisation ---
-    batch_size: int = 8
-    target_steps: int = 150
-    draft_steps: int = 150
-    target_lr: float = 3e-3
-    lr: float = 3e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 20
-    grad_clip: float = 1.0
-    seed: int = 0  # the draft stage's seed (a sweep's replicate)
-    target_seed: int = 0  # the target stage's own seed, so replicates can share one target
-    precision: str = "fp32"
-    device: str = "auto"
+    batch_size: int = knob('target', 8)
+    target_steps: int = knob('target', 150, smoke=8)
+    draft_steps: int = knob('objective', 150, smoke=6)
+    target_lr: float = knob('target', 3e-3)
+    lr: float = knob('objective', 3e-3)
+    weight_decay: float = knob('target', 0.01)
+    warmup_steps: int = knob('target', 20)
+    grad_clip: float = knob('target', 1.0)
+    seed: int = knob('objective', 0)  # the draft stage's seed (a sweep's replicate)
+    target_seed: int = knob('target', 0)  # the target stage's own seed, so replicates can share one target
+    precision: str = knob('target', "fp32")
+    device: str = knob('plumbing', "auto")
     # --- data ---
-    data: tuple[str, ...] = ()  # files, folders, globs or parquet; empty = Python stdlib
-    text_column: str = "text"
-    max_corpus_bytes: int = 4_000_000  # 0 = no cap
+    data: tuple[str, ...] = knob('target', ())  # files, folders, globs or parquet; empty = Python stdlib
+    text_column: str = knob('target', "text")
+    max_corpus_bytes: int = knob('target', 4_000_000, smoke=300000)  # 0 = no cap
     # --- evaluation ---
-    eval_interval: int = 50
-    eval_batches: int = 2
-    spec_prompts: int = 4  # speculative decoding prompts (0 = skip)
-    spec_prompt_len: int = 32
-    spec_new_tokens: int = 48
-    spec_interval_prompts: int = 0  # prompts for speculative eval at eval intervals (0 = end only)
+    eval_interval: int = knob('evaluation', 50, smoke=3)
+    eval_batches: int = knob('evaluation', 2, smoke=1)
+    spec_prompts: int = knob('evaluation', 4, smoke=2)  # speculative decoding prompts (0 = skip)
+    spec_prompt_len: int = knob('evaluation', 32, smoke=16)
+    spec_new_tokens: int = knob('evaluation', 48, smoke=16)
+    spec_interval_prompts: int = knob('evaluation', 0, smoke=0)  # prompts for speculative eval at eval intervals (0 = end only)
     # --- run plumbing ---
-    checkpoint_every_s: float = 0.0  # seconds between checkpoints at evals (0: every eval); a stage's end always writes one
-    target_path: str = ""  # load a trained target instead of training one
-    out_dir: str = "runs/dspark"
+    checkpoint_every_s: float = knob('plumbing', 0.0)  # seconds between checkpoints at evals (0: every eval); a stage's end always writes one
+    target_path: str = knob('plumbing', "")  # load a trained target instead of training one
+    out_dir: str = knob('plumbing', "runs/dspark")
 
     def __post_init__(self) -> None:
         self.context_layers = tuple(int(i) for i in self.context_layers)
@@ -163,11 +180,12 @@ class Config:
         return float(self.block_size) if self.decay_gamma == "block" else float(self.decay_gamma)
 
     def objective_dict(self) -> dict[str, Any]:
-        """What training actually depends on: the config with each knob replaced by the
-        value it resolves to. Two configs with equal objective dicts train the same model,
-        so a sweep factor whose levels give equal ones is dead (e.g. `decay_gamma: 4.0`
-        against `block` at block_size 4)."""
-        d = self.to_dict()
+        """What a run's results depend on: every field but the plumbing, each replaced by
+        the value it resolves to. Two configs with equal objective dicts train and measure
+        the same thing, so a sweep factor whose levels give equal ones is dead (e.g.
+        `decay_gamma: 4.0` against `block` at block_size 4, or levels that differ only in
+        `out_dir`)."""
+        d = {k: v for k, v in self.to_dict().items() if role_of(k) != "plumbing"}
         d["decay_gamma"] = self.decay_denominator
         if self.parallel_stage == "drafter":
             d.pop("aux_weight")  # backbone stage only
@@ -183,11 +201,8 @@ class Config:
 
     def target_dict(self) -> dict[str, Any]:
         """The fields that determine the target LM (what a shared target is addressed by)."""
-        keys = ("d_model", "n_layers", "n_heads", "seq_len", "batch_size", "target_steps",
-                "target_lr", "weight_decay", "warmup_steps", "grad_clip", "target_seed", "precision",
-                "data", "text_column", "max_corpus_bytes")
         d = self.to_dict()
-        return {k: d[k] for k in keys}
+        return {k: d[k] for k in with_role("target")}
 
     def replace(self, **overrides: Any) -> "Config":
         return from_dict({**self.to_dict(), **overrides})
@@ -214,6 +229,35 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 FIELD_NAMES = tuple(f.name for f in fields(Config))
+
+
+def roles(cls: type = Config) -> dict[str, str]:
+    """field -> role of a config dataclass; a field declared without one is refused."""
+    out = {}
+    for f in fields(cls):
+        role = f.metadata.get("role")
+        if role not in ROLES:
+            raise TypeError(f"{cls.__name__}.{f.name}: declare it with knob(ROLE, default); "
+                            f"roles: {', '.join(ROLES)}")
+        out[f.name] = role
+    return out
+
+
+_ROLES = roles()
+
+
+def role_of(name: str) -> str:
+    return _ROLES[name]
+
+
+def with_role(*wanted: str) -> tuple[str, ...]:
+    """The fields of the given roles, in declaration order."""
+    return tuple(k for k, r in _ROLES.items() if r in wanted)
+
+
+def smoke_overrides() -> dict[str, Any]:
+    """What a smoke test sets: every field that declares a smoke value."""
+    return {f.name: f.metadata["smoke"] for f in fields(Config) if "smoke" in f.metadata}
 
 
 def _coerce(name: str, raw: Any) -> Any:

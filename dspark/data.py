@@ -41,6 +41,7 @@ class Corpus:
     calib: torch.Tensor
     sha256: str  # content hash of every document, names included
     n_docs: dict[str, int]
+    duplicates: int = 0  # documents dropped because an earlier one had the same bytes
 
 
 def stdlib_files() -> list[Path]:
@@ -50,13 +51,37 @@ def stdlib_files() -> list[Path]:
 
 
 def _read_parquet(path: Path, column: str, name: str) -> list[tuple[str, bytes]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path, columns=None)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"data: {_shown(path)} is not a readable parquet file ({type(e).__name__})") from None
     if column not in table.column_names:
-        raise ValueError(f"data: {path} has no column {column!r} (columns: {', '.join(table.column_names)})")
+        raise ValueError(f"data: {_shown(path)} has no column {column!r} (columns: {', '.join(table.column_names)})")
+    kind = table.schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ValueError(f"data: {_shown(path)} column {column!r} holds {kind}, not text")
     texts = table.column(column).to_pylist()
     return [(f"{name}#{i}", (t or "").encode("utf-8")) for i, t in enumerate(texts)]
+
+
+def _shown(path: Path | str) -> str:
+    """A path for an error message, printable whatever bytes its name holds."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+
+
+def _key(name: str) -> bytes:
+    """A document name as bytes for hashing; a file name that is not UTF-8 keeps its bytes."""
+    return name.encode("utf-8", errors="surrogateescape")
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"data: cannot read {_shown(path)} ({e.strerror or type(e).__name__})") from None
 
 
 def load_documents(sources: tuple[str, ...] | list[str], text_column: str = "text") -> list[tuple[str, bytes]]:
@@ -70,14 +95,14 @@ def load_documents(sources: tuple[str, ...] | list[str], text_column: str = "tex
     paths: list[tuple[Path, str]] = []
     for src in sources:
         if any(ch in src for ch in "*?["):
-            matched = sorted(Path(p) for p in glob.glob(src, recursive=True) if os.path.isfile(p))
+            matched = _glob(src)
             if not matched:
                 raise ValueError(f"data: glob {src!r} matches no file")
             fixed = re.split(r"[*?\[]", src, maxsplit=1)[0]  # "data/x*.txt" -> "data/x"
             root = Path(fixed) if fixed.endswith(os.sep) or not fixed else Path(fixed).parent
             paths.extend((p, _relative(p, root)) for p in matched)
         elif os.path.isdir(src):
-            found = sorted(p for p in Path(src).rglob("*") if p.is_file())
+            found = _walk(Path(src))
             if not found:
                 raise ValueError(f"data: folder {src!r} holds no file")
             paths.extend((p, _relative(p, Path(src))) for p in found)
@@ -86,12 +111,51 @@ def load_documents(sources: tuple[str, ...] | list[str], text_column: str = "tex
         else:
             raise ValueError(f"data: {src!r} is not a file, folder or glob that exists")
     docs: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
     for p, name in paths:
+        real = os.path.realpath(p)
+        if real in seen:  # one file reached twice: through a link, a symlink loop or two sources
+            continue
+        seen.add(real)
         if p.suffix == ".parquet":
             docs.extend(_read_parquet(p, text_column, name))
         else:
-            docs.append((name, p.read_bytes()))
+            docs.append((name, _read(p)))
     return docs
+
+
+def _folders(root: str, hidden: bool = True):
+    """`root` and every folder below it, following symlinked folders but never into one
+    already seen (by its real path): a link back up the tree is not a loop to walk."""
+    seen: set[str] = set()
+    for folder, dirs, _ in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if hidden or not d.startswith("."))
+        yield folder
+
+
+def _walk(root: Path) -> list[Path]:
+    """Every file under `root`, each folder visited once (no loop is followed)."""
+    return sorted(Path(folder) / f for folder in _folders(str(root))
+                  for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f)))
+
+
+def _glob(pattern: str) -> list[Path]:
+    """The files a glob matches. `**` is expanded over `_folders` (each folder once), not by
+    `glob`, which follows a symlink loop until the OS refuses (each file again at every
+    level); after `**` the rest of the pattern matches inside each of those folders."""
+    if "**" not in pattern:
+        return sorted(Path(p) for p in glob.glob(pattern) if os.path.isfile(p))
+    head, _, tail = pattern.partition("**")
+    tail = tail.lstrip("/" + os.sep) or "*"
+    tops = [h for h in glob.glob(head) if os.path.isdir(h)] if glob.has_magic(head) else [head or "."]
+    found = {p for top in tops if os.path.isdir(top) for folder in _folders(top, hidden=False)
+             for p in glob.glob(os.path.join(glob.escape(folder), tail)) if os.path.isfile(p)}
+    return sorted(Path(p) for p in found)
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -123,16 +187,34 @@ def check_text(docs: list[tuple[str, bytes]]) -> float:
     return frac
 
 
+def unique_documents(docs: list[tuple[str, bytes]], warn: bool = True) -> tuple[list[tuple[str, bytes]], int]:
+    """The documents with repeated content dropped (the first, in load order, is kept), and
+    how many were dropped. Two copies of one text would otherwise land in different splits
+    (their names differ), and validation would score text the model trained on."""
+    seen: set[bytes] = set()
+    kept = []
+    for name, body in docs:
+        digest = hashlib.sha256(body).digest()
+        if digest not in seen:
+            seen.add(digest)
+            kept.append((name, body))
+    if warn and len(kept) < len(docs):
+        warnings.warn(f"data: {len(docs) - len(kept)} duplicate document(s) dropped before splitting "
+                      "(the same bytes as an earlier one)", stacklevel=3)
+    return kept, len(docs) - len(kept)
+
+
 def _split_of(name: str) -> str:
     # ~90/5/5 by a hash of the name: stable when documents are added or removed
-    bucket = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little") % 100
+    bucket = int.from_bytes(hashlib.sha256(_key(name)).digest()[:4], "little") % 100
     return "val" if bucket < 5 else "calib" if bucket < 10 else "train"
 
 
 def build_corpus(sources: tuple[str, ...] | list[str] = (), text_column: str = "text",
                  min_len: int = 2, max_bytes: int = 0) -> Corpus:
     """Load, hash and split. Refuses a corpus with a split shorter than `min_len` bytes."""
-    docs = [(n, b) for n, b in load_documents(sources, text_column) if b]
+    docs, duplicates = unique_documents([(n, b) for n, b in load_documents(sources, text_column) if b],
+                                        warn=bool(sources))
     if not docs:
         raise ValueError("data: the corpus holds no non-empty document")
     check_text(docs)
@@ -140,7 +222,7 @@ def build_corpus(sources: tuple[str, ...] | list[str] = (), text_column: str = "
         docs = [(f"{n}#{i}", b[o:o + CHUNK_BYTES]) for n, b in docs for i, o in enumerate(range(0, len(b), CHUNK_BYTES))]
     if max_bytes:
         # cap by taking whole documents in name-hash order, so the cap is deterministic
-        docs.sort(key=lambda d: hashlib.sha256(d[0].encode()).digest())
+        docs.sort(key=lambda d: hashlib.sha256(_key(d[0])).digest())
         kept, total = [], 0
         for d in docs:
             if total >= max_bytes:
@@ -151,7 +233,7 @@ def build_corpus(sources: tuple[str, ...] | list[str] = (), text_column: str = "
     h = hashlib.sha256()
     parts: dict[str, list[bytes]] = {s: [] for s in SPLITS}
     for name, body in docs:
-        h.update(name.encode() + b"\0" + hashlib.sha256(body).digest())
+        h.update(_key(name) + b"\0" + hashlib.sha256(body).digest())
         parts[_split_of(name)].append(body)
     # a tiny corpus can leave a hash bucket empty: give val and calib one document each
     for s in ("val", "calib"):
@@ -167,7 +249,7 @@ def build_corpus(sources: tuple[str, ...] | list[str] = (), text_column: str = "
                 f"need at least {min_len} (one training sequence of seq_len+1 bytes)"
             )
     return Corpus(train=streams["train"], val=streams["val"], calib=streams["calib"],
-                  sha256=h.hexdigest(), n_docs={s: len(parts[s]) for s in SPLITS})
+                  sha256=h.hexdigest(), n_docs={s: len(parts[s]) for s in SPLITS}, duplicates=duplicates)
 
 
 def sample_batch(stream: torch.Tensor, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .blocks import Models, draft_blocks, trainable_parameters
-from .config import VOCAB_SIZE, Config, from_dict
+from .config import VOCAB_SIZE, Config, from_dict, with_role
 from .artifacts import training_curves
 from .data import Corpus, build_corpus, fixed_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
@@ -55,10 +55,9 @@ def autocast_for(cfg: Config, device: torch.device):
     return contextlib.nullcontext
 
 
-# Config fields that do not change what trains: evaluation, decoding and run plumbing.
-# Every other field must match a checkpoint's for a run to resume from it.
-NOT_TRAINING = ("preset", "out_dir", "target_path", "device", "checkpoint_every_s", "eval_interval", "eval_batches",
-                "spec_prompts", "spec_prompt_len", "spec_new_tokens", "spec_interval_prompts")
+# Config fields that do not change what trains (the evaluation and plumbing roles): every
+# other field must match a checkpoint's for a run to resume from it.
+NOT_TRAINING = with_role("evaluation", "plumbing")
 
 
 def training_changes(saved: dict[str, Any], cfg: Config) -> list[str]:

@@ -29,6 +29,10 @@ def summary_counts(rows) -> str:
 
 def cmd_validate(args) -> int:
     spec = specmod.load(args.spec)
+    if not args.address:  # a local Ray is this machine: check now what it cannot give
+        problems = specmod.local_problems(spec)
+        if problems:
+            raise specmod.SpecError(problems)
     n_cells = len({t.cell for t in spec.trials if t.arm == "factorial"})
     n_controls = len(spec.controls)
     arms = f"{n_cells} cells" + (f" + {n_controls} control arm(s)" if n_controls else "")
@@ -237,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(fn=cmd_list)
     v = sub.add_parser("validate", help="validate a spec and print its alias structure", formatter_class=fmt)
     v.add_argument("spec", help="the sweep spec (YAML)")
+    v.add_argument("--address", help="the Ray cluster it will run on (none: this machine, whose cores, GPUs "
+                                     "and CUDA devices are checked now)")
     v.set_defaults(fn=cmd_validate)
     return p
 

@@ -220,13 +220,9 @@ def check_resources(spec: SweepSpec, autoscaling: bool, wait_s: float = DEFAULT_
 
 def check_local_resources(spec: SweepSpec) -> None:
     """The local Ray will hold this machine's cores and CUDA devices: refuse what it cannot."""
-    import torch
-
-    have = {"cpu": os.cpu_count() or 1, "gpu": torch.cuda.device_count() if torch.cuda.is_available() else 0}
-    short = [f"{k}={spec.resources.get(k, 0):g}" for k in ("cpu", "gpu") if spec.resources.get(k, 0) > have[k]]
-    if short:
-        raise ValueError(f"resources: a trial asks for {', '.join(short)}, which no node holds on this fixed Ray "
-                         f"(this machine: cpu={have['cpu']}, gpu={have['gpu']})")
+    problems = specmod.local_problems(spec)
+    if problems:
+        raise ValueError(problems[0])
 
 
 def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
@@ -237,7 +233,9 @@ def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
         ray.init(address=address, **kwargs)
     else:
         _bind_loopback()
-        ray.init(num_cpus=num_cpus, **kwargs)
+        # "local": always a new Ray of this driver's own, never one that `ray start` left
+        # on the machine (found through /tmp/ray, which any local user can write)
+        ray.init(address="local", num_cpus=num_cpus, **kwargs)
     return True
 
 

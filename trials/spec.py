@@ -40,15 +40,23 @@ from typing import Any
 import yaml
 
 from dspark import metrics
-from dspark.config import FIELD_NAMES, Config, from_dict
+from dspark.config import FIELD_NAMES, Config, from_dict, role_of, smoke_overrides
 from dspark.record import FACTOR_PREFIX
 
 TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
             "max_concurrent", "max_failures", "description", "responses"}
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# a run's own columns in Tune's results and in analysis: no factor may take these names
-RESERVED_NAMES = ("replicate", "arm", "cell", "seed", "run_order", "run_id", "run_name", "status")
+# Sweep, factor, level and control names: they become trial keys (`F=level|G=level#r0`),
+# folder names, MLflow names and tags and analysis columns, so none may hold `|`, `=` or
+# `#` (two design rows could then share a key) or be longer than every store takes.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_RULE = "letters, digits, '_', '-' and '.' only, starting with a letter or digit, at most 64 characters"
+# a run's own columns in Tune's results and in analysis, and the control arms' cell: no
+# factor may take these names
+RESERVED_NAMES = ("replicate", "arm", "cell", "seed", "run_order", "run_id", "run_name", "status", "control")
 MAX_TRIALS = 10_000  # cells x replicates; checked before any trial is built
+MAX_RUN_NAME = 250  # MLflow's run name column (VARCHAR(250) on every SQL store)
+MAX_SPEC_BYTES = 1_000_000  # a spec file larger than this is not a spec
+MAX_YAML_NODES = 100_000  # the spec's YAML with every alias expanded (refuses alias bombs)
 
 
 class SpecError(ValueError):
@@ -187,11 +195,45 @@ def load(path: str | Path) -> SweepSpec:
     p = Path(path)
     if not p.is_file():
         raise SpecError([f"spec: {path} is not a file"])
+    if p.stat().st_size > MAX_SPEC_BYTES:
+        raise SpecError([f"spec: {path} is {p.stat().st_size} bytes; a spec may hold at most {MAX_SPEC_BYTES}"])
     try:
-        raw = yaml.safe_load(p.read_text())
+        text = p.read_text()
+        raw = safe_yaml(text)
+    except UnicodeDecodeError:
+        raise SpecError([f"spec: {path} is not UTF-8 text"]) from None
     except yaml.YAMLError as e:
         raise SpecError([f"spec: {path} is not valid YAML ({str(e).splitlines()[0]})"]) from None
+    except SpecError as e:
+        raise SpecError([f"spec: {path}: {e}"]) from None
     return parse(raw)
+
+
+def safe_yaml(text: str) -> Any:
+    """`yaml.safe_load`, after counting the document's nodes with every alias expanded: an
+    alias bomb (a few lines whose aliases nest to billions of nodes) is refused before
+    anything walks it."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is None:
+        return None
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:  # memoised on the node, so shared (aliased) nodes are counted cheaply
+        if id(node) not in sizes:
+            sizes[id(node)] = -1  # a recursive alias (a node that holds itself) counts as too big
+            if isinstance(node, yaml.MappingNode):
+                n = 1 + sum(size(k) + size(v) for k, v in node.value)
+            elif isinstance(node, yaml.SequenceNode):
+                n = 1 + sum(size(v) for v in node.value)
+            else:
+                n = 1
+            sizes[id(node)] = n
+        n = sizes[id(node)]
+        return MAX_YAML_NODES + 1 if n < 0 else min(n, MAX_YAML_NODES + 1)
+
+    if size(root) > MAX_YAML_NODES:
+        raise SpecError([f"its YAML expands to more than {MAX_YAML_NODES} nodes (aliases nested too deep)"])
+    return yaml.safe_load(text)
 
 
 def parse(raw: Any) -> SweepSpec:
@@ -203,7 +245,7 @@ def parse(raw: Any) -> SweepSpec:
                            for key in sorted(set(raw) - TOP_KEYS)]
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
-        problems.append("name: required; letters, digits, '_', '-' and '.' only")
+        problems.append(f"name: required; {NAME_RULE}")
     spec = SweepSpec(name=name if isinstance(name, str) else "", base=_parse_base(raw, problems),
                      factors=_parse_factors(raw, problems))
     spec.replicates = _parse_replicates(raw, spec.factors, problems)
@@ -218,9 +260,52 @@ def parse(raw: Any) -> SweepSpec:
         raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
     spec = build(spec)
     problems = unmeasured_responses(spec.responses, [t.config for t in spec.trials if t.arm == "factorial"])
+    problems += target_path_problems(spec)
     if problems:
         raise SpecError(problems)
     return spec
+
+
+def target_path_problems(spec: SweepSpec) -> list[str]:
+    """A `target_path` must be a target that `dspark` saved: checked now rather than when
+    the first trial starts (loaded with weights_only=True, as the trainer will)."""
+    paths = sorted({t.config.target_path for t in spec.trials if t.config.target_path})
+    if not paths:
+        return []
+    from dspark.targets import load_target  # torch: only for a spec that names a target
+
+    out = []
+    for path in paths:
+        try:
+            load_target(path)
+        except ValueError as e:
+            out.append(str(e))
+    return out
+
+
+def local_problems(spec: SweepSpec) -> list[str]:
+    """What a local Ray on this machine could not give a trial: more cores or GPUs than it
+    has, or a CUDA device where torch sees none."""
+    import os
+
+    cuda = sorted({t.cell for t in spec.trials if t.config.device == "cuda"})
+    gpus = 0
+    if cuda or spec.resources.get("gpu", 0) > 0:  # torch takes a second to import: only when asked
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    have = {"cpu": os.cpu_count() or 1, "gpu": gpus}
+    out = []
+    short = [f"{k}={spec.resources.get(k, 0):g}" for k in ("cpu", "gpu") if spec.resources.get(k, 0) > have[k]]
+    if short:
+        out.append(f"resources: a trial asks for {', '.join(short)}, which no node holds on this fixed Ray "
+                   f"(this machine: cpu={have['cpu']}, gpu={have['gpu']})")
+    if cuda and not gpus:
+        out.append(f"device: cell {cuda[0]} asks for cuda, and torch sees no CUDA device on this machine "
+                   "(run it on a cluster with --address, or use device: auto)")
+    elif cuda and not spec.resources.get("gpu"):
+        out.append(f"device: cell {cuda[0]} asks for cuda, but resources.gpu is 0, so Ray gives its trial no GPU")
+    return out
 
 
 def _parse_responses(raw: dict, problems: list[str]) -> dict[str, dict[str, Any]]:
@@ -298,22 +383,31 @@ def _parse_factors(raw: dict, problems: list[str]) -> dict[str, dict[str, dict]]
     for fname, levels in factors.items():
         fname = str(fname)
         if not NAME_RE.match(fname):
-            problems.append(f"factors.{fname}: a factor name must be letters, digits, '_', '-' or '.'")
+            problems.append(f"factors.{fname[:80]}: a factor name must be {NAME_RULE}")
         elif fname in RESERVED_NAMES:
-            problems.append(f"factors.{fname}: {fname!r} names a column every run has; "
-                            f"call the factor something else (reserved: {', '.join(RESERVED_NAMES)})")
+            problems.append(f"factors.{fname}: {fname!r} is reserved (a column every run has, or the "
+                            f"control arms' cell); call the factor something else "
+                            f"(reserved: {', '.join(RESERVED_NAMES)})")
         if not isinstance(levels, dict) or len(levels) < 2:
             problems.append(f"factors.{fname}: needs at least two levels, each mapping to config overrides")
             continue
         clean[fname] = {}
         for lname, over in levels.items():
             over = over or {}
+            if isinstance(lname, bool):
+                problems.append(f"factors.{fname}.{lname}: YAML reads yes/no/on/off/true/false as a boolean; "
+                                "quote the level name")
+                continue
+            lname = str(lname)  # YAML reads `4:` as an int
+            if not NAME_RE.match(lname):
+                problems.append(f"factors.{fname}.{str(lname)[:80]}: a level name must be {NAME_RULE}")
+                continue
             if not isinstance(over, dict):
                 problems.append(f"factors.{fname}.{lname}: must map to config overrides")
                 continue
             problems += [f"factors.{fname}.{lname}: unknown trainer config field {key!r}"
                          for key in sorted(set(over) - set(FIELD_NAMES))]
-            clean[fname][str(lname)] = over
+            clean[fname][lname] = over
     problems += clashing_factors(clean)
     return clean
 
@@ -358,7 +452,37 @@ def _parse_design(raw: dict, factors: dict, problems: list[str]) -> dict[str, li
                 problems.append(f"design: a fraction needs two-level factors; {f} has {len(factors[f])}")
         if any(p in generators for p in parts):
             problems.append(f"design.generators.{g}: generators must be made of basic (not generated) factors")
+    if not problems:
+        problems += _low_resolution(list(factors), generators)
     return generators
+
+
+def defining_relation(generators: dict[str, list[str]]) -> set[frozenset]:
+    """Every word of a fraction's defining relation (the products of its generator words)."""
+    words = [frozenset([g, *parts]) for g, parts in generators.items()]
+    relation: set[frozenset] = set()
+    for r in range(1, len(words) + 1):
+        for combo in itertools.combinations(words, r):
+            w: frozenset = frozenset()
+            for c in combo:
+                w = w ^ c
+            relation.add(w)
+    return relation
+
+
+def _low_resolution(names: list[str], generators: dict[str, list[str]]) -> list[str]:
+    """A fraction below resolution III aliases two main effects with each other (a word of
+    length 2) or a main effect with the mean (length 1): neither could be estimated."""
+    out = []
+    for w in sorted(defining_relation(generators), key=lambda w: (len(w), sorted(w))):
+        if len(w) == 1:
+            out.append(f"design.generators: the fraction holds {next(iter(w))} constant (I = {next(iter(w))}); "
+                       "its effect cannot be estimated")
+        elif len(w) == 2:
+            a, b = sorted(w, key=names.index)
+            out.append(f"design.generators: main effects {a} and {b} are aliased ({a} = {b}, resolution II); "
+                       "choose generators whose words all have 3 or more factors")
+    return out
 
 
 def _parse_controls(raw: dict, problems: list[str]) -> dict[str, dict]:
@@ -368,6 +492,9 @@ def _parse_controls(raw: dict, problems: list[str]) -> dict[str, dict]:
         return {}
     clean = {}
     for cname, over in controls.items():
+        if not isinstance(cname, str) or not NAME_RE.match(cname):
+            problems.append(f"controls.{str(cname)[:80]}: a control name must be {NAME_RULE}")
+            continue
         if not isinstance(over, dict):
             problems.append(f"controls.{cname}: must map to config overrides")
             continue
@@ -431,21 +558,27 @@ def clashing_factors(factors: dict[str, dict[str, dict]]) -> list[str]:
 
 def dead_factors(factors: dict[str, dict], cells: list[tuple[dict[str, str], Config]]) -> list[str]:
     """A factor two of whose levels give the same training objective (compared on the
-    resolved values, e.g. the effective decay denominator) in some cell of the others."""
+    resolved values, e.g. the effective decay denominator) in some cell of the others.
+    Levels that differ only in plumbing (`out_dir`, `device`, ...) are dead too."""
     out = []
     for f in factors:
-        seen: dict[tuple, dict[str, str]] = {}
+        seen: dict[tuple, dict[str, Config]] = {}
         for levels, cfg in cells:
             rest = tuple((g, lv) for g, lv in levels.items() if g != f)
-            seen.setdefault(rest, {})[levels[f]] = repr(sorted(cfg.objective_dict().items()))
+            seen.setdefault(rest, {})[levels[f]] = cfg
         for rest, by_level in seen.items():
             names = list(by_level)
             dup = next(((a, b) for i, a in enumerate(names) for b in names[i + 1:]
-                        if by_level[a] == by_level[b]), None)
+                        if by_level[a].objective_dict() == by_level[b].objective_dict()), None)
             if dup:
                 where = f" where {', '.join(f'{g}={lv}' for g, lv in rest)}" if rest else ""
+                a, b = (by_level[x].to_dict() for x in dup)
+                differ = sorted(k for k in a if a[k] != b[k])
+                plumbing = differ and all(role_of(k) == "plumbing" for k in differ)
+                why = (f"they differ only in {', '.join(differ)}, which never changes a result" if plumbing
+                       else "their resolved configs are equal")
                 out.append(f"factors.{f}: levels {dup[0]!r} and {dup[1]!r} train the same objective{where} "
-                           f"(their resolved configs are equal); the factor is dead")
+                           f"({why}); the factor is dead")
                 break
     return out
 
@@ -487,8 +620,27 @@ def build(spec: SweepSpec) -> SweepSpec:
             cell, levels, arm, cfg = resolved[i]
             trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels),
                                 arm=arm, config=cfg.replace(seed=seed), run_order=len(trials)))
+    _check_identity(trials)
     return dataclasses.replace(spec, base=dict(spec.base), controls=dict(spec.controls),
                                resources=dict(spec.resources), trials=trials)
+
+
+def _check_identity(trials: list[Trial]) -> None:
+    """No two trials may share a key (one would overwrite the other's run) and every run name
+    must fit the stores; the name rules make both hold, and this keeps them holding."""
+    keys: dict[str, Trial] = {}
+    problems = []
+    for t in trials:
+        if t.key in keys:
+            problems.append(f"cell {t.cell}: its trial key {t.key!r} is also another design row's; "
+                            "rename the factors or levels")
+        keys[t.key] = t
+        if len(t.run_name) > MAX_RUN_NAME:
+            problems.append(f"cell {t.cell}: its run name is {len(t.run_name)} characters, over MLflow's "
+                            f"{MAX_RUN_NAME}; use shorter level names")
+            break
+    if problems:
+        raise SpecError(problems[:5])
 
 
 def _resolve_arms(spec: SweepSpec) -> list[tuple[str, dict[str, str], str, Config]]:
@@ -526,14 +678,7 @@ def alias_structure(spec: SweepSpec, max_order: int = 2) -> list[str]:
     if not spec.generators:
         return ["full factorial: no effect is aliased"]
     names = list(spec.factors)
-    words = [frozenset([g, *parts]) for g, parts in spec.generators.items()]
-    relation: set[frozenset] = set()
-    for r in range(1, len(words) + 1):  # every product of generator words
-        for combo in itertools.combinations(words, r):
-            w: frozenset = frozenset()
-            for c in combo:
-                w = w ^ c
-            relation.add(w)
+    relation = defining_relation(spec.generators)
 
     def fmt(w):
         return ":".join(sorted(w, key=names.index)) if w else "I"
@@ -551,6 +696,4 @@ def smoke(spec: SweepSpec) -> SweepSpec:
     """Every trial shrunk to a few steps, for a quick end-to-end check; named
     `<name>-smoke` so it never mixes with the real sweep's runs."""
     spec = dataclasses.replace(spec, name=f"{spec.name}-smoke")
-    return spec.override(target_steps=8, draft_steps=6, eval_interval=3, eval_batches=1, spec_prompts=2,
-                         spec_new_tokens=16, spec_prompt_len=16, max_corpus_bytes=300_000,
-                         spec_interval_prompts=0)
+    return spec.override(**smoke_overrides())

@@ -78,3 +78,41 @@ def test_tiny_preset_is_the_field_defaults():
 
     assert from_dict({"preset": "tiny"}) == Config()
     assert Config().d_model == 64 and Config().precision == "fp32"
+
+
+def test_every_field_declares_its_role_and_one_without_is_refused():
+    import dataclasses
+
+    from dspark.config import ROLES, knob, roles
+
+    assert set(roles().values()) == set(ROLES)  # every field has one, and every role is used
+
+    @dataclasses.dataclass
+    class Grown(Config):
+        new_knob: int = 3  # a field added without knob(ROLE, ...)
+
+    with pytest.raises(TypeError, match="Grown.new_knob: declare it with knob"):
+        roles(Grown)
+    with pytest.raises(ValueError, match="role 'loss' is not one of"):
+        knob("loss", 1)
+
+
+def test_what_reads_the_roles_sorts_fields_as_before():
+    from dspark.config import smoke_overrides, with_role
+    from dspark.train import NOT_TRAINING, training_changes
+
+    cfg = Config()
+    # the shared target's address: the same 15 fields it always hashed
+    assert sorted(cfg.target_dict()) == sorted([
+        "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "target_steps", "target_lr", "weight_decay",
+        "warmup_steps", "grad_clip", "target_seed", "precision", "data", "text_column", "max_corpus_bytes"])
+    assert set(NOT_TRAINING) == {"preset", "out_dir", "target_path", "device", "checkpoint_every_s",
+                                 "eval_interval", "eval_batches", "spec_prompts", "spec_prompt_len",
+                                 "spec_new_tokens", "spec_interval_prompts"}
+    assert "out_dir" not in cfg.objective_dict() and "spec_prompts" in cfg.objective_dict()
+    # resume: evaluation and plumbing may change, the objective may not
+    assert training_changes(cfg.to_dict(), cfg.replace(spec_prompts=9, out_dir="elsewhere")) == []
+    assert training_changes(cfg.to_dict(), cfg.replace(window="shifted")) == ["window"]
+    smoke = smoke_overrides()
+    assert smoke["draft_steps"] <= 10 and smoke["target_steps"] <= 10 and set(smoke) <= set(
+        with_role("target", "objective", "evaluation"))

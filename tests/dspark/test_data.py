@@ -112,3 +112,58 @@ def test_the_same_corpus_elsewhere_has_the_same_hash_and_split(corpus_dir, tmp_p
         pq.write_table(table, where / "docs.parquet")
     assert load_documents((str(tmp_path / "p1" / "docs.parquet"),)) == \
         load_documents((str(tmp_path / "p2" / "q" / "docs.parquet"),))
+
+
+def _texts(folder, n=30):
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (folder / f"doc{i:02d}.txt").write_text(f"text number {i} " * 50)
+
+
+def test_a_symlink_loop_is_not_followed_and_no_text_lands_in_two_splits(tmp_path):
+    import os
+
+    _texts(tmp_path / "loop")
+    os.symlink("..", tmp_path / "loop" / "again")  # loop/again/loop/again/... -> loop
+    for source in (str(tmp_path / "loop" / "**" / "*.txt"), str(tmp_path / "loop")):
+        c = build_corpus([source])
+        assert sum(c.n_docs.values()) == 30 and c.duplicates == 0
+        streams = {s: bytes(getattr(c, s).numpy()) for s in ("train", "val", "calib")}
+        for i in range(30):
+            body = f"text number {i} " * 50
+            assert sum(body.encode() in streams[s] for s in streams) == 1  # no leak into validation
+    # a symlinked folder that is not a loop is still read, once
+    _texts(tmp_path / "real", 25)
+    (tmp_path / "top").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "top" / "linked")
+    assert sum(build_corpus([str(tmp_path / "top" / "**" / "*.txt")]).n_docs.values()) == 25
+
+
+def test_documents_with_the_same_bytes_are_kept_once_and_counted(tmp_path):
+    _texts(tmp_path / "a")
+    (tmp_path / "a" / "copy.txt").write_bytes((tmp_path / "a" / "doc03.txt").read_bytes())
+    with pytest.warns(UserWarning, match="1 duplicate document"):
+        c = build_corpus([str(tmp_path / "a"), str(tmp_path / "a" / "doc05.txt")])  # doc05 given twice too
+    assert sum(c.n_docs.values()) == 30 and c.duplicates == 1
+
+
+def test_corpus_errors_name_the_file(tmp_path):
+    import os
+
+    _texts(tmp_path / "names", 25)
+    odd = os.path.join(os.fsencode(tmp_path / "names"), b"caf\xe9.txt")  # a Latin-1 name, not UTF-8
+    with open(odd, "wb") as f:
+        f.write(b"a text under a name that is not UTF-8 " * 20)
+    c = build_corpus([str(tmp_path / "names")])  # read, not refused
+    assert sum(c.n_docs.values()) == 26
+    pq.write_table(pa.table({"text": list(range(30))}), tmp_path / "ints.parquet")
+    with pytest.raises(ValueError, match=r"ints.parquet column 'text' holds int64, not text"):
+        build_corpus([str(tmp_path / "ints.parquet")])
+    (tmp_path / "fake.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match=r"fake.parquet is not a readable parquet file"):
+        build_corpus([str(tmp_path / "fake.parquet")])
+    if os.geteuid() != 0:  # root reads any file
+        locked = tmp_path / "names" / "doc00.txt"
+        locked.chmod(0)
+        with pytest.raises(ValueError, match=r"cannot read .*doc00.txt"):
+            build_corpus([str(tmp_path / "names")])

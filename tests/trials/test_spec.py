@@ -205,3 +205,92 @@ def test_primary_responses_are_parsed_with_the_registry_direction():
     b = parse(_with_responses({"val/bpb": {"margin": 0.01}, "train/step_ms": {"margin": 12}},
                               parallel_stage="backbone"))
     assert b.responses["train/step_ms"] == {"better": "lower", "margin": 12.0}
+
+
+# ---- identity and validation limits (hostile specs that once passed validate) ----
+
+THREE = {"A": {"lo": {"window": "shifted"}, "hi": {"window": "aligned"}},
+         "B": {"lo": {"decay_gamma": 4.0}, "hi": {"decay_gamma": "block"}},
+         "C": {"lo": {"confidence_input": "hidden"}, "hi": {"confidence_input": "hidden+markov"}},
+         "D": {"lo": {"head": "markov"}, "hi": {"head": "rnn"}}}
+
+
+@pytest.mark.parametrize("raw, message", [
+    # levels holding the key's separators: two design rows would share one trial key
+    ({**GOOD, "factors": {"A": {"x|B=y": {"window": "shifted"}, "y|B=z": {"window": "aligned"}},
+                          "B": {"y": {"decay_gamma": 4.0}, "z": {"decay_gamma": "block"}}}},
+     "factors.A.x|B=y: a level name must be letters, digits"),
+    # a factor named `control` beside a control arm `x`: its cell would be the control's
+    ({**GOOD, "factors": {"control": {"x": {"window": "shifted"}, "y": {"window": "aligned"}}},
+      "controls": {"x": {"alpha_tv": 0.5}}}, "factors.control: 'control' is reserved"),
+    ({**GOOD, "name": "n" * 300}, "name: required; letters, digits"),
+    ({**GOOD, "factors": {"D1": {"l" * 65: {"window": "shifted"}, "b": {"window": "aligned"}}}},
+     "a level name must be letters, digits, '_', '-' and '.' only, starting with a letter or digit, at most 64"),
+    ({**GOOD, "factors": {"D1": {True: {"window": "shifted"}, "b": {"window": "aligned"}}}},
+     "factors.D1.True: YAML reads yes/no/on/off/true/false as a boolean"),
+    ({**GOOD, "controls": {"a|b": {"alpha_tv": 0.5}}}, "controls.a|b: a control name must be"),
+    # levels that change only plumbing train the same thing: the factor is dead
+    ({**GOOD, "factors": {"out": {"a": {"out_dir": "x"}, "b": {"out_dir": "y"}}}},
+     "factors.out: levels 'a' and 'b' train the same objective (they differ only in out_dir, which never"),
+    ({**GOOD, "base": {"preset": "tiny", "target_path": "/etc/passwd"}},
+     "target_path: /etc/passwd is not a saved dspark target"),
+    ({**GOOD, "base": {"preset": "tiny", "target_path": "/nonexistent/t.pt"}},
+     "target_path: /nonexistent/t.pt is not a file"),
+    # generators that alias two main effects with each other (resolution II)
+    ({"name": "g", "factors": THREE, "design": {"generators": {"C": "A"}}},
+     "design.generators: main effects A and C are aliased (A = C, resolution II)"),
+    ({"name": "g", "factors": THREE, "design": {"generators": {"C": "AB", "D": "AB"}}},
+     "design.generators: main effects C and D are aliased (C = D, resolution II)"),
+])
+def test_hostile_specs_are_refused_before_any_work(raw, message):
+    with pytest.raises(SpecError) as e:
+        parse(raw)
+    assert any(message in p for p in e.value.problems), e.value.problems
+
+
+def test_every_trial_key_and_run_name_is_unique_and_fits_the_stores():
+    long = {f"F{i}": {"a" * 60: {}, "b" * 60: {}} for i in range(5)}
+    # five 60-character levels: the run name passes MLflow's 250 characters
+    with pytest.raises(SpecError, match="its run name is 3.. characters, over MLflow's 250"):
+        specmod._check_identity(parse({**GOOD, "factors": GOOD["factors"]}).trials[:0] + [
+            specmod.Trial(key="k", cell="c", replicate=0, seed=0, levels={f: "a" * 60 for f in long},
+                          arm="factorial", config=parse(GOOD).trials[0].config)])
+    t = parse(GOOD).trials[0]
+    with pytest.raises(SpecError, match="is also another design row's"):
+        specmod._check_identity([t, t])
+    s = parse({"name": "g", "factors": THREE, "design": {"generators": {"D": "ABC"}}, "replicates": 2})
+    assert len({t.key for t in s.trials}) == len(s.trials) == 16
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
+    lines = ["name: bomb", 'l0: &l0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    lines.append(f"description: [{', '.join(['*l8'] * 9)}]")  # 9**10 strings once expanded
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines))
+    with pytest.raises(SpecError, match="expands to more than 100000 nodes"):
+        specmod.load(tmp_path / "bomb.yaml")
+    (tmp_path / "big.yaml").write_text("#" * (specmod.MAX_SPEC_BYTES + 1))
+    with pytest.raises(SpecError, match="a spec may hold at most"):
+        specmod.load(tmp_path / "big.yaml")
+    # ordinary aliases still load
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(GOOD) + "x_anchor: &w {window: shifted}\n")
+    with pytest.raises(SpecError, match="unknown key 'x_anchor'"):
+        specmod.load(tmp_path / "ok.yaml")
+
+
+def test_a_device_this_machine_lacks_is_refused_by_validate_and_run(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal is for one without")
+    spec = tmp_path / "cuda.yaml"
+    spec.write_text(yaml.safe_dump({**GOOD, "base": {"preset": "tiny", "device": "cuda"}}))
+    for cmd in (["validate", str(spec)], ["run", str(spec), "--storage", str(tmp_path / "st")]):
+        r = subprocess.run([sys.executable, "-m", "trials.cli", *cmd], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith("trials: error: device: cell ") and "torch sees no CUDA device" in r.stderr
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "st").exists() and not (tmp_path / "mlflow.db").exists()
+    r = subprocess.run([sys.executable, "-m", "trials.cli", "validate", str(spec), "--address", "auto"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and "valid" in r.stdout  # a cluster's nodes are checked when it runs
