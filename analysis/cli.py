@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
             raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
 
+        if not args.parquet:  # before any work: the store answers, within a bounded time
+            from dspark.record import probe_store
+
+            probe_store(args.tracking_uri)
         df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
         if args.command == "plan":
             from .plan import plan_text
@@ -115,6 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
+        from mlflow.exceptions import MlflowException
+
+        if not isinstance(e, (MlflowException, ConnectionError)):
+            raise
+        from dspark.record import store_error
+
+        print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

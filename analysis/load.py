@@ -59,10 +59,10 @@ def _factor_levels(parent) -> dict[str, list[str]]:
 
 def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
-    from mlflow.tracking import MlflowClient
+    from dspark.record import tracking_client
 
     check_store(tracking_uri)
-    client = MlflowClient(tracking_uri)
+    client = tracking_client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")

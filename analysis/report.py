@@ -575,14 +575,14 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
     import time
 
     from mlflow.entities import Metric, RunTag
-    from mlflow.tracking import MlflowClient
+    from dspark.record import tracking_client
 
     from dspark.record import VERDICT_PREFIX, tag_key
 
     parent = df.attrs.get("parent_run_id")
     if not parent:
         raise AnalysisError("these runs have no parent run to log the attribution on")
-    client = MlflowClient(tracking_uri)
+    client = tracking_client(tracking_uri)
     d = rep.decision
     tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
     ts = int(time.time() * 1000)

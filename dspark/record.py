@@ -14,6 +14,9 @@ and torch.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -24,6 +27,7 @@ RESPONSES_TAG = "responses"  # on the parent: JSON {response: {better, margin}},
 SEQUENTIAL_TAG = "sequential"  # on the parent: JSON of analysis.sequential.Plan (the looks of `trials augment`)
 LOOK_PREFIX = "look."  # on the parent: look.<k> = JSON of that look's blocks, alpha, verdict counts and action
 VERDICT_PREFIX = "verdict."  # on the parent: verdict.<response>.<term> = matters|negligible|undecided
+DONE_KEY = "trial/done"  # 1.0 in a trial's last result (and metric): its final metrics were all reported
 SQLITE = "sqlite:///"
 # the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -73,3 +77,108 @@ def check_store(uri: str | None) -> None:
         path = Path(uri[len(SQLITE):])
         if not path.is_file():
             raise ValueError(f"tracking-uri: {path} does not exist")
+
+
+# An HTTP tracking server's client: MLflow's defaults (120 s per request, 7 retries with a
+# doubling backoff) block a driver for about 12 minutes when the server is gone. These
+# bound a request to about 2 minutes; a user's own setting of any of them wins.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+STORE_TIMEOUT_S = 30.0  # how long a command waits for the store to answer before any work
+STORE_RETRY_S = 300.0  # how long a sweep keeps retrying a store write before it stops cleanly
+
+
+class StoreUnavailable(RuntimeError):
+    """The tracking store did not answer (or refused writes) for longer than allowed."""
+
+
+def tracking_client(uri: str):
+    """The one way the project opens an MLflow store: HTTP requests bounded (HTTP_DEFAULTS)."""
+    for k, v in HTTP_DEFAULTS.items():
+        os.environ.setdefault(k, v)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def store_error(uri: str, e: BaseException) -> str:
+    """One line naming the store and the cause."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    cause = lines[-1] if lines else type(e).__name__
+    if "Max retries exceeded" in str(e) or "Connection refused" in str(e):
+        cause = "connection refused (is the server running?)"
+    return f"tracking-uri: {uri}: {type(e).__name__}: {cause[:200]}"
+
+
+def probe_store(uri: str, timeout_s: float = STORE_TIMEOUT_S, writable: bool = False) -> None:
+    """Check, before any work, that the store answers as MLflow within `timeout_s`; raise
+    ValueError with one line naming the URI and the cause. A SQLite store is checked on
+    disk (its folder exists and, for a writer, is writable; an existing file is SQLite)."""
+    if uri.startswith(SQLITE):
+        path = Path(uri[len(SQLITE):])
+        if path.exists() and not path.is_file():
+            raise ValueError(f"tracking-uri: {path} is not a file")
+        if path.is_file():
+            with open(path, "rb") as f:
+                head = f.read(16)
+            if head and head != b"SQLite format 3\x00":
+                raise ValueError(f"tracking-uri: {path} is not a SQLite database")
+        elif not path.parent.is_dir():
+            raise ValueError(f"tracking-uri: folder {path.parent} does not exist")
+        if writable and not os.access(path if path.is_file() else path.parent, os.W_OK):
+            raise ValueError(f"tracking-uri: {path} is not writable")
+        return
+    outcome: dict = {}
+
+    def ask():
+        try:
+            tracking_client(uri).search_experiments(max_results=1)
+            outcome["ok"] = True
+        except Exception as e:  # MLflow raises many kinds for a store that is not there
+            outcome["error"] = e
+
+    worker = threading.Thread(target=ask, daemon=True, name="store-probe")
+    worker.start()
+    worker.join(timeout_s)
+    if "error" in outcome:
+        raise ValueError(store_error(uri, outcome["error"]))
+    if not outcome.get("ok"):
+        raise ValueError(f"tracking-uri: {uri} did not answer within {timeout_s:g} s")
+
+
+def store_exceptions() -> tuple[type[BaseException], ...]:
+    """What a store raises when it is down, locked or unreachable (not a program's bug)."""
+    from mlflow.exceptions import MlflowException
+
+    kinds: list[type[BaseException]] = [MlflowException, ConnectionError, TimeoutError]
+    try:
+        from sqlalchemy.exc import OperationalError
+
+        kinds.append(OperationalError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from requests.exceptions import RequestException
+
+        kinds.append(RequestException)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(kinds)
+
+
+def retrying(call, window_s: float = STORE_RETRY_S, first_wait_s: float = 1.0, what: str = "store write"):
+    """`call()`, retried with a doubling backoff (at most 30 s a wait) while it raises, for
+    at most `window_s` seconds; then StoreUnavailable. For writes that may meet a store
+    that is briefly down or locked (SQLite under another writer)."""
+    deadline = time.monotonic() + window_s
+    wait = first_wait_s
+    kinds = store_exceptions()
+    while True:
+        try:
+            return call()
+        except kinds as e:
+            if time.monotonic() + wait > deadline:
+                raise StoreUnavailable(f"{what} kept failing for {window_s:g} s: "
+                                       f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
+            time.sleep(wait)
+            wait = min(wait * 2, 30.0)

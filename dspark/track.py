@@ -76,10 +76,10 @@ def log_run_files(client, run_id: str, config: dict, final: dict, artifacts_dir:
 
 def check_store_writable(uri: str) -> None:
     """Refuse a store MLflow cannot open, in one line, before any work starts."""
-    from mlflow.tracking import MlflowClient
+    from .record import tracking_client
 
     try:
-        MlflowClient(uri).search_experiments(max_results=1)
+        tracking_client(uri).search_experiments(max_results=1)
     except Exception as e:  # MLflow raises many kinds for a bad URI
         raise ValueError(f"tracking-uri: cannot open {uri}: {str(e).splitlines()[0][:200]}") from None
 
@@ -88,11 +88,11 @@ class TrainRun:
     """One `dspark train` run as an MLflow run: params, tags and metric names as a trial's."""
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, config: dict, tags: dict[str, str]):
-        from mlflow.tracking import MlflowClient
+        from .record import tracking_client
 
         from .record import EXPERIMENT_KIND_TAG, MODEL_TRAINING
 
-        self.client = MlflowClient(tracking_uri)
+        self.client = tracking_client(tracking_uri)
         exp = self.client.get_experiment_by_name(experiment)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(
             experiment, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})

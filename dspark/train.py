@@ -15,11 +15,13 @@ final metrics as one that never stopped (exactly, on CPU). Knows nothing of Ray 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
 import shutil
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -90,14 +92,41 @@ def make_optimizer(params, lr: float, weight_decay: float, warmup: int, total: i
     return opt, sched
 
 
+CHECKSUM_FILE = "state.sha256"  # beside state.pt: its SHA-256, written after it, checked before loading
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def checkpoint_problem(ckpt_dir: str | os.PathLike) -> str | None:
+    """Why a checkpoint folder is not intact (None when it is): no state.pt, or a state.pt
+    whose bytes are not the ones its checksum recorded (a copy cut short by a full disk or
+    a kill). A checkpoint written before checksums existed is judged by loading alone."""
+    d = Path(ckpt_dir)
+    if not d.is_dir():
+        return f"{d} is not a checkpoint directory"
+    if not (d / "state.pt").is_file():
+        return f"{d} holds no state.pt"
+    if (d / CHECKSUM_FILE).is_file():
+        if _sha256(d / "state.pt") != (d / CHECKSUM_FILE).read_text().strip():
+            return f"{d / 'state.pt'} does not match its checksum (truncated or altered)"
+    elif not zipfile.is_zipfile(d / "state.pt"):  # torch's format is a zip: a cut one lacks its directory
+        return f"{d / 'state.pt'} is not a dspark checkpoint (cut short, or not a torch file)"
+    return None
+
+
 def read_checkpoint(ckpt_dir: str | os.PathLike, cfg: Config, device="cpu") -> dict:
-    """A checkpoint's state (weights_only), refused with one line when it is not a
+    """A checkpoint's state (weights_only), refused with one line when it is not an intact
     dspark checkpoint or when `cfg` would train something other than it did."""
     path = Path(ckpt_dir) / "state.pt"
-    if not Path(ckpt_dir).is_dir():
-        raise ValueError(f"resume: {ckpt_dir} is not a checkpoint directory")
-    if not path.is_file():
-        raise ValueError(f"resume: {ckpt_dir} holds no state.pt")
+    problem = checkpoint_problem(ckpt_dir)
+    if problem:
+        raise ValueError(f"resume: {problem}")
     try:
         state = torch.load(path, map_location=device, weights_only=True)
         saved = json.loads(state["config"])
@@ -205,6 +234,7 @@ class Trainer:
             "history": json.dumps(self.history),
         }
         torch.save(state, tmp / "state.pt")
+        (tmp / CHECKSUM_FILE).write_text(_sha256(tmp / "state.pt"))
         (tmp / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
         if (self.out_dir / "artifacts").is_dir():
             shutil.copytree(self.out_dir / "artifacts", tmp / "artifacts")
@@ -287,6 +317,10 @@ class Trainer:
             self.stage = "done"
             training_curves(self.history, self.out_dir / "artifacts")  # carried in the final checkpoint
             self._emit(final, checkpoint=True, stage_end=True)
+        elif self.stage == "done" and self.report is not None:
+            # resumed from the final checkpoint: report its final metrics again (no new
+            # checkpoint), so a run that lost its records still ends with them
+            self.report(dict(self.history[-1]), None)
         return self.final_metrics()
 
     def _train_target(self) -> None:

@@ -72,7 +72,7 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
 
 def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
                    alpha: float, say) -> dict:
-    from mlflow.tracking import MlflowClient
+    from dspark.record import tracking_client
 
     from analysis.anova import AnalysisError
     from analysis.load import load_runs
@@ -83,7 +83,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     started = time.monotonic()
     looks: list[Look] = []
     block_s: float | None = None
-    client = MlflowClient(uri)
+    client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
     found = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1) if exp else []
     plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha)  # refused before work

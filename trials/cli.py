@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from . import spec as specmod
-from dspark.record import DEFAULT_TRACKING_URI, absolute_uri, ui_url
+from dspark.record import DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, store_error, ui_url
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -72,6 +72,12 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
         print(f"trials: {spec.name} interrupted ({e}); no run is left RUNNING. Resume it with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 128 + e.signum
+    except runner.StoreStopped as e:
+        root = runner.storage_root(storage)
+        print(f"trials: error: {e}\nNothing is lost: Tune's result files hold every point. Once the store "
+              f"answers, resume with:\n  trials resume {spec.name} --storage {root} --tracking-uri {uri}",
+              file=sys.stderr)
+        return 3
     _show(spec, uri)
     exp_id = result.get("experiment_id", "?")
     print(f"MLflow: experiment {exp_id}, parent run {result.get('parent_run_id', '?')}; browse with:\n"
@@ -88,7 +94,7 @@ def cmd_run(args) -> int:
     if args.out:
         raise ValueError("--out: only with --local (a Ray sweep writes to MLflow; `analysis export` makes a parquet)")
     return _run(spec, absolute_uri(args.tracking_uri), args.storage, address=args.address, max_concurrent=args.max_concurrent,
-                resource_wait_s=args.resource_wait)
+                resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout, store_retry_s=args.store_retry)
 
 
 def _run_local(spec, args) -> int:
@@ -109,7 +115,28 @@ def cmd_resume(args) -> int:
     spec, meta = runner.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
     return _run(spec, uri, args.storage, address=args.address, max_concurrent=meta.get("max_concurrent"),
-                resume=True, resource_wait_s=args.resource_wait)
+                resume=True, resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout,
+                store_retry_s=args.store_retry)
+
+
+def cmd_recover(args) -> int:
+    """Rebuild a sweep's MLflow records from Tune's result files in storage."""
+    from dspark.record import probe_store
+
+    from . import runner
+    from .lease import Lease
+    from .recover import recover
+
+    spec, meta = runner.load_saved(args.name, args.storage, "recover")
+    uri = absolute_uri(args.tracking_uri or meta["tracking_uri"])
+    probe_store(uri, args.store_timeout, writable=True)
+    exp_dir = runner.storage_root(args.storage) / spec.name
+    with Lease(exp_dir, spec.name, "trials recover"):
+        out = recover(spec, exp_dir, uri)
+    print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged); "
+          f"{out['done']} of {out['trials']} trials finished"
+          + ("" if out["done"] == out["trials"] else f"; resume the rest with: trials resume {spec.name}"))
+    return 0
 
 
 def cmd_augment(args) -> int:
@@ -148,10 +175,14 @@ def cmd_reeval(args) -> int:
 
 
 def cmd_status(args) -> int:
+    from dspark.record import probe_store
+
     from . import runner
 
     spec, meta = runner.load_saved(args.name, args.storage, "status")
-    _show(spec, args.tracking_uri or meta["tracking_uri"])
+    uri = args.tracking_uri or meta["tracking_uri"]
+    probe_store(uri, args.store_timeout)
+    _show(spec, uri)
     return 0
 
 
@@ -178,6 +209,14 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _store_flags(p: argparse.ArgumentParser, retry: bool = True) -> None:
+    p.add_argument("--store-timeout", type=float, default=STORE_TIMEOUT_S,
+                   help="seconds the tracking store has to answer before any work starts")
+    if retry:
+        p.add_argument("--store-retry", type=float, default=STORE_RETRY_S,
+                       help="seconds a sweep retries a failing store write before it stops cleanly")
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     p = argparse.ArgumentParser(prog="trials", description=__doc__, formatter_class=fmt)
@@ -199,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resource-wait", type=float, default=600.0,
                    help="on a cluster (--address), seconds to wait for a node that can hold one trial's "
                         "resources before stopping (a local Ray is refused at once)")
+    _store_flags(r)
     r.set_defaults(fn=cmd_run)
     s = sub.add_parser("resume", help="resume an interrupted sweep by name", formatter_class=fmt)
     s.add_argument("name", help="the sweep's name")
@@ -207,7 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage", default="ray_results", help=storage_help)
     s.add_argument("--resource-wait", type=float, default=600.0,
                    help="on a cluster, seconds to wait for a node that fits a trial")
+    _store_flags(s)
     s.set_defaults(fn=cmd_resume)
+    rc = sub.add_parser("recover", help="rebuild a sweep's MLflow records from Tune's result files in storage",
+                        formatter_class=fmt)
+    rc.add_argument("name", help="the sweep's name")
+    rc.add_argument("--tracking-uri", help="MLflow store to rebuild in (none: the one saved with the sweep)")
+    rc.add_argument("--storage", default="ray_results", help=storage_help)
+    _store_flags(rc, retry=False)
+    rc.set_defaults(fn=cmd_recover)
     a = sub.add_parser("augment", help="add replicate blocks, or look until every primary term is decided",
                        formatter_class=fmt)
     a.add_argument("name", help="the sweep's name")
@@ -235,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("name", help="the sweep's name")
     st.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
     st.add_argument("--storage", default="ray_results", help=storage_help)
+    _store_flags(st, retry=False)
     st.set_defaults(fn=cmd_status)
     ls = sub.add_parser("list", help="the sweeps in a storage folder and their state", formatter_class=fmt)
     ls.add_argument("--storage", default="ray_results", help=storage_help)
@@ -258,6 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"trials: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
+        if not _is_store_error(e):
+            raise
+        uri = getattr(args, "tracking_uri", None) or "(the sweep's store)"
+        print(f"trials: error: {store_error(uri, e)}", file=sys.stderr)
+        return 3
+
+
+def _is_store_error(e: BaseException) -> bool:
+    from dspark.record import store_exceptions
+
+    return isinstance(e, store_exceptions())
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int) -> tuple[dict
 def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str | None = None,
            address: str | None = None, say=print) -> dict:
     """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
-    from mlflow.tracking import MlflowClient
+    from dspark.record import tracking_client
 
     from dspark.record import SWEEP_PARENT_TAG
     from dspark.track import log_metrics
@@ -63,7 +63,7 @@ def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str 
     if any(t.config.parallel_stage != "drafter" for t in spec.trials):
         raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing")
     root = runner.storage_root(storage)
-    client = MlflowClient(uri)
+    client = tracking_client(uri)
     exp = client.get_experiment_by_name(name)
     parents = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'") if exp else []
     if not parents:

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,13 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from dspark import targets
-from dspark.record import DEFAULT_TRACKING_URI, check_store
+from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, check_store,
+                           probe_store)
 
 from . import spec as specmod
 
+from .lease import Lease, check_storage, checkpoint_bytes
+from .recover import replay
 from .spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import Ledger, SweepTracker, git_commit, reap_dead_driver
@@ -126,12 +130,19 @@ def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
     """trial key -> its newest checkpoint directory under the sweep's storage (the trial
     directories end in a hash of the key). Nothing is unpickled here: the trainer loads the
     checkpoint's state.pt with weights_only=True."""
+    from dspark.train import checkpoint_problem
+
     out = {}
     for t in trials:
-        found = [p for d in exp_dir.glob(f"*_{_key_hash(t.key)}") if d.is_dir()
+        found = [p.parent for d in exp_dir.glob(f"*_{_key_hash(t.key)}") if d.is_dir()
                  for p in d.glob("checkpoint_*/state.pt")]
-        if found:
-            out[t.key] = str(max(found, key=lambda p: p.stat().st_mtime_ns).parent)
+        for ckpt in sorted(found, key=lambda c: (c / "state.pt").stat().st_mtime_ns, reverse=True):
+            problem = checkpoint_problem(ckpt)
+            if problem is None:
+                out[t.key] = str(ckpt)
+                break
+            warnings.warn(f"resume: {t.key}: skipping a checkpoint that is not intact ({problem}); "
+                          "trying an older one", stacklevel=2)
     return out
 
 
@@ -255,14 +266,43 @@ def _bind_loopback() -> None:
 
 def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
-        verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False) -> dict:
-    """Run (or resume) a validated sweep. Returns a summary of trial states. With `extend`
-    the spec may add replicate blocks to the sweep in storage (`trials augment`)."""
+        verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
+        store_timeout_s: float = STORE_TIMEOUT_S, store_retry_s: float = STORE_RETRY_S) -> dict:
+    """Run (or resume) a validated sweep, as its one driver (`trials.lease`). Returns a
+    summary of trial states. With `extend` the spec may add replicate blocks to the sweep in
+    storage (`trials augment`). Store writes are retried for `store_retry_s` seconds; past
+    that the sweep stops (StoreUnavailable) with nothing left RUNNING that can be closed."""
     root = storage_root(storage)
     exp_dir = root / spec.name
+    # before Ray starts, each refusal in one line: the storage, the store, this machine
+    probe_store(tracking_uri, store_timeout_s, writable=True)
+    check_storage(root, max(checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
     if address is None and not ray.is_initialized():
-        check_local_resources(spec)  # before Ray starts and logs: the refusal is one line
+        check_local_resources(spec)
+    with Lease(exp_dir, spec.name, "trials " + ("resume" if resume else "run")):
+        if resume:
+            _refuse_missing_records(spec, exp_dir, tracking_uri)
+        _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)  # `status` and `resume` find it at once
+        return _run_leased(spec, tracking_uri, root, exp_dir, address, max_concurrent, resume, verbose,
+                           resource_wait_s, store_retry_s)
+
+
+def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> None:
+    """Resuming where the store lost the sweep's records would rerun finished trials into
+    empty runs: refuse, and name the command that rebuilds them."""
+    from .recover import missing_records
+
+    missing = missing_records(spec, exp_dir, tracking_uri)
+    if missing:
+        raise ValueError(f"resume: the store {tracking_uri} has no record of {len(missing)} trial(s) that storage "
+                         f"holds results for (e.g. {missing[0]}); rebuild them first with: trials recover "
+                         f"{spec.name} --storage {exp_dir.parent} --tracking-uri {tracking_uri}")
+
+
+def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, address: str | None,
+                max_concurrent: int | None, resume: bool, verbose: int, resource_wait_s: float,
+                store_retry_s: float) -> dict:
     signals = _Signals()
     ledger = None
     clock = _Clock()  # where a sweep's own time goes, for bench/sweep_overhead.py
@@ -286,9 +326,10 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             for h, meta in shared.items():
                 ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
             commit = git_commit()
-            tracker = SweepTracker(tracking_uri, spec, {k: {**v, "git_commit": commit} for k, v in tags.items()})
-            exp_dir.mkdir(parents=True, exist_ok=True)
-            _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)
+            tracker = SweepTracker(tracking_uri, spec, {k: {**v, "git_commit": commit} for k, v in tags.items()},
+                                   retry_s=store_retry_s)
+            if resume:  # points the store missed (it was down, or the driver died between writes)
+                replay(ledger, tracker.tags_by_key, spec, exp_dir, close=False)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             clock.lap("store")
             results = _fit(spec, todo, resume_dirs, root, tracker, signals, max_concurrent, verbose) if todo else None
@@ -300,9 +341,11 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
                 "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
                 **_timings(tracker, clock)}
     except BaseException as e:
+        gone = _store_failure(e)
         if ledger is not None:
-            ledger.close_open_runs("KILLED")
-            ledger.finish(ledger.parent_id, "KILLED")
+            _best_effort(lambda: (ledger.close_open_runs("KILLED"), ledger.finish(ledger.parent_id, "KILLED")))
+        if gone is not None:
+            raise StoreStopped(f"{spec.name}: stopped, the store {tracking_uri} failed: {gone}") from None
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
             # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
             raise Interrupted(signals.signum or signal.SIGINT) from None
@@ -310,10 +353,34 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     finally:
         background.shutdown(wait=False)
         if ledger is not None:
-            ledger.close_open_runs("KILLED")
+            _best_effort(lambda: ledger.close_open_runs("KILLED"))
         if started_ray:
             ray.shutdown()
             clock.lap("ray_shutdown")  # the returned dict holds this same `seconds` mapping
+
+
+class StoreStopped(RuntimeError):
+    """The sweep stopped because its store stayed unwritable past the retry window."""
+
+
+def _store_failure(e: BaseException) -> StoreUnavailable | None:
+    """The StoreUnavailable behind an exception (Tune wraps a callback's), if any."""
+    seen = 0
+    while e is not None and seen < 10:
+        if isinstance(e, StoreUnavailable):
+            return e
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return None
+
+
+def _best_effort(call) -> None:
+    """Close what can be closed when the store may be gone: a failure here must not hide
+    the one that stopped the sweep (the next resume or `status` closes what is left)."""
+    try:
+        call()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 class _Clock:
@@ -333,10 +400,10 @@ class _Clock:
 def _warm_store(tracking_uri: str) -> None:
     """Open the store once (MLflow creates a new SQLite store's tables on first use); any
     error is left for the Ledger to raise in the driver's thread."""
-    from mlflow.tracking import MlflowClient
+    from dspark.record import tracking_client
 
     try:
-        MlflowClient(tracking_uri).search_experiments(max_results=1)
+        tracking_client(tracking_uri).search_experiments(max_results=1)
     except Exception:
         pass
 
@@ -451,10 +518,10 @@ def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple
 
 def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
     """One row per trial: cell, replicate, state (finished / running / failed / pending)."""
-    from mlflow.tracking import MlflowClient
+    from dspark.record import tracking_client
 
     check_store(tracking_uri)
-    client = MlflowClient(tracking_uri)
+    client = tracking_client(tracking_uri)
     exp = client.get_experiment_by_name(spec.name)
     runs = {}
     if exp is not None:

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Param
-from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
-from dspark.record import (EXPERIMENT_KIND_TAG, MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG,
-                           SWEEP_PARENT_TAG, is_metric, metric_name)
+from dspark.record import (DONE_KEY, EXPERIMENT_KIND_TAG, MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG,
+                           STORE_RETRY_S, SWEEP_PARENT_TAG, is_metric, metric_name, retrying, tracking_client)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
 from .spec import SweepSpec, Trial
@@ -38,7 +37,7 @@ class Ledger:
     def __init__(self, tracking_uri: str, spec: SweepSpec):
         self.uri = tracking_uri
         self.spec = spec
-        self.client = MlflowClient(tracking_uri)
+        self.client = tracking_client(tracking_uri)
         exp = self.client.get_experiment_by_name(spec.name)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(spec.name)
         if exp is None or exp.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
@@ -145,12 +144,16 @@ class Ledger:
 
 
 def _timed(method):
-    """Add the callback's time to the tracker's `seconds` (the driver's MLflow cost)."""
+    """Retry the callback's store writes for the tracker's window (a store briefly down or
+    locked), and add its time to the tracker's `seconds` (the driver's MLflow cost). Past
+    the window StoreUnavailable stops the sweep; what was not written is in Tune's result
+    files, which `trials resume` replays."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         t0 = time.perf_counter()
         try:
-            return method(self, *args, **kwargs)
+            return retrying(lambda: method(self, *args, **kwargs), self.retry_s,
+                            what=f"MLflow write ({method.__name__})")
         finally:
             self.seconds += time.perf_counter() - t0
 
@@ -160,8 +163,10 @@ def _timed(method):
 class SweepTracker(Callback):
     """Ray Tune callback (driver side) writing each trial's life into MLflow."""
 
-    def __init__(self, tracking_uri: str, spec: SweepSpec, tags_by_key: dict[str, dict[str, str]]):
+    def __init__(self, tracking_uri: str, spec: SweepSpec, tags_by_key: dict[str, dict[str, str]],
+                 retry_s: float = STORE_RETRY_S):
         self.tracking_uri = tracking_uri
+        self.retry_s = retry_s
         self.spec = spec
         self.tags_by_key = dict(tags_by_key)  # trial_key -> its own tags (target hash, corpus hash, commit)
         self._ledger: Ledger | None = None
@@ -251,9 +256,13 @@ class SweepTracker(Callback):
         run_id = self._writable(trial)
         if run_id is None:
             return
+        last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k) and finite(v)}
+        if not last.get(DONE_KEY):  # never FINISHED without its final metrics
+            self.ledger.finish(run_id, "FAILED", "the trial ended without reporting its final metrics")
+            self._runs.pop(trial.trial_id, None)
+            return
         t = self._trial(trial)
         client = self.ledger.client
-        last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k) and finite(v)}
         ckpt = trial.checkpoint
         plots = Path(ckpt.path) / "artifacts" if ckpt is not None and ckpt.path else None
         log_run_files(client, run_id, t.config.to_dict(), last, plots)
@@ -291,7 +300,7 @@ def driver_alive(tags: dict[str, str]) -> bool | None:
         return False
 
 
-def reap_dead_driver(client: MlflowClient, experiment_id: str) -> int:
+def reap_dead_driver(client, experiment_id: str) -> int:
     """A sweep whose driver died without closing its runs (kill -9): its RUNNING runs,
     parent and children, end KILLED. Returns how many runs were closed."""
     closed = 0

@@ -19,6 +19,7 @@ import ray
 from ray import tune
 
 from dspark.metrics import HEADLINE
+from dspark.record import DONE_KEY
 
 # Tune's progress table shows the first four metrics of the first result it sees, so every
 # result leads with the registry's headline metrics, NaN until measured (the tracker logs
@@ -62,9 +63,12 @@ def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
 
     node = {"node_id": ray.get_runtime_context().get_node_id()}
 
+    last: dict = {}
+
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         lead = {k: metrics.get(k, float("nan")) for k in TABLE_METRICS}
         metrics = {**lead, **metrics, **cost, **node}  # node: where the trial ran, for the run's tags
+        last.update(metrics)
         t0 = time.perf_counter()
         if checkpoint_dir is None:
             tune.report(metrics)
@@ -82,6 +86,10 @@ def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
             train(cfg, report=report, resume_from=resume_from, before_step=hook)
         else:
             train(cfg, report=report, before_step=hook)
+        # the trial's last word: its final metrics again with DONE_KEY, the mark that the run
+        # ended (the tracker marks no run FINISHED without it, and `trials recover` reads it
+        # from Tune's result files)
+        tune.report({**last, DONE_KEY: 1.0})
     finally:
         # tune.report has already copied every checkpoint to the sweep's storage
         shutil.rmtree(out_dir, ignore_errors=True)

@@ -1,0 +1,203 @@
+"""A team's failures (issue 18): two drivers on one sweep, a store that lost the sweep's
+records, a truncated checkpoint, a store or storage that cannot be used. Each case is one
+the probe reproduced on main, run through the CLI as a user would."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from trials import lease as leasemod
+from trials.lease import Lease, LeaseHeld, check_storage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(home):
+    return {"PYTHONPATH": str(ROOT), "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": str(home)}
+
+
+def trials(*args, cwd, timeout=600):
+    r = subprocess.run([sys.executable, "-m", "trials.cli", *args], capture_output=True, text=True, cwd=cwd,
+                       env=_env(cwd), timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def _spec(tmp_path, corpus_dir, name="team", draft_steps=6, replicates=1):
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": name, "base": {"preset": "tiny", "data": [str(corpus_dir)], "target_steps": 6,
+                               "draft_steps": draft_steps, "eval_interval": 3, "eval_batches": 1,
+                               "spec_prompts": 0, "seq_len": 64, "max_corpus_bytes": 300000},
+        "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}, "max_concurrent": 1,
+        "replicates": replicates}))
+    return spec
+
+
+# ---------------------------------------------------------------- one driver per sweep
+
+def test_a_lease_is_exclusive_reentrant_and_taken_over_from_a_dead_driver(tmp_path):
+    held = Lease(tmp_path, "s", "trials run").acquire()
+    other = subprocess.run([sys.executable, "-c", "from trials.lease import Lease; import sys\n"
+                            f"Lease(sys.argv[1], 's', 'trials resume').acquire()", str(tmp_path)],
+                           capture_output=True, text=True, env=_env(tmp_path), cwd=ROOT)
+    assert other.returncode == 1 and f"is driven by pid {os.getpid()}" in other.stderr
+    inner = Lease(tmp_path, "s", "trials run").acquire()  # augment's looks: the same process again
+    inner.release()
+    assert (tmp_path / "driver.lease").exists()  # only the outer release ends the lease
+    held.release()
+    assert not (tmp_path / "driver.lease").exists()
+    # a lease left by a driver that died (kill -9): its pid is gone, so it is taken over
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "driver.lease").write_text(json.dumps({"host": os.uname().nodename, "pid": int(dead.stdout),
+                                                       "started": 1.0, "command": "trials run"}))
+    Lease(tmp_path, "s", "trials resume").acquire().release()
+    # another host's lease is alive while its heartbeat is fresh, dead once it is stale
+    (tmp_path / "driver.lease").write_text(json.dumps({"host": "elsewhere", "pid": 1, "command": "trials run"}))
+    with pytest.raises(LeaseHeld, match="driven by pid 1 on elsewhere"):
+        Lease(tmp_path, "s", "trials run").acquire()
+    old = time.time() - leasemod.STALE_S - 5
+    os.utime(tmp_path / "driver.lease", (old, old))
+    Lease(tmp_path, "s", "trials run").acquire().release()
+
+
+def test_a_second_driver_is_refused_while_the_first_runs(tmp_path, corpus_dir):
+    spec = _spec(tmp_path, corpus_dir, "busy", draft_steps=60)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    args = ["--storage", str(tmp_path / "st"), "--tracking-uri", uri]
+    first = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args], cwd=tmp_path,
+                             env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (tmp_path / "st" / "busy" / "driver.lease").exists():
+            assert time.time() < deadline and first.poll() is None, first.communicate()[1][-2000:]
+            time.sleep(0.5)
+        for cmd in (["run", str(spec), *args], ["resume", "busy", *args]):
+            rc, _, err = trials(*cmd, cwd=tmp_path)
+            assert rc == 2 and "Traceback" not in err, err[-2000:]
+            assert f"sweep 'busy' is driven by pid {first.pid}" in err and len(err.strip().splitlines()) == 1
+        assert first.wait(timeout=600) == 0
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGINT)
+            first.wait(timeout=60)
+    assert not (tmp_path / "st" / "busy" / "driver.lease").exists()
+
+
+# ---------------------------------------------------------------- nothing fabricated, nothing lost
+
+def test_a_deleted_store_is_refused_by_resume_and_rebuilt_by_recover(tmp_path, corpus_dir):
+    from analysis.load import load_runs
+    from analysis.report import build_report
+
+    spec = _spec(tmp_path, corpus_dir, "lost", replicates=2)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    args = ["--storage", str(tmp_path / "st"), "--tracking-uri", uri]
+    rc, _, err = trials("run", str(spec), *args, cwd=tmp_path)
+    assert rc == 0, err[-2000:]
+    before = load_runs("lost", uri)
+    verdicts = build_report(before, None, responses=["tf/tau"]).decision.table()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    histories = {r.run_name: {k: sorted((m.step, m.value) for m in client.get_metric_history(r.run_id, k))
+                              for k in ("tf/tau", "val/bpb")} for r in before.itertuples()}
+    (tmp_path / "m.db").unlink()  # the store is gone, the storage stays
+    rc, _, err = trials("resume", "lost", *args, cwd=tmp_path)
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert "has no record of 4 trial(s) that storage holds results for" in err and "trials recover lost" in err
+    rc, out, err = trials("recover", "lost", *args, cwd=tmp_path)
+    assert rc == 0 and "4 of 4 trials finished" in out, err[-2000:]
+    after = load_runs("lost", uri)
+    assert len(after) == 4 and set(after["run_name"]) == set(before["run_name"])
+    client = MlflowClient(uri)
+    for r in after.itertuples():  # every point back at its step, none twice
+        for k, points in histories[r.run_name].items():
+            assert sorted((m.step, m.value) for m in client.get_metric_history(r.run_id, k)) == points
+    again = build_report(after, None, responses=["tf/tau"]).decision.table()
+    assert again[["term", "verdict", "estimate"]].equals(verdicts[["term", "verdict", "estimate"]])
+    rc, _, err = trials("resume", "lost", *args, cwd=tmp_path)  # nothing left to run, nothing duplicated
+    assert rc == 0, err[-2000:]
+    assert len(load_runs("lost", uri)) == 4
+
+
+def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_path):
+    """The real tracker on a real store; only Tune's trial object is stood in for."""
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    from trials.spec import parse
+    from trials.tracking import SweepTracker
+
+    spec = parse({"name": "t", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    tracker = SweepTracker(uri, spec, {})
+    status = {}
+    for i, (t, last) in enumerate(zip(spec.trials, ({"tf/tau": 2.0, "step": 10},  # metrics, no last word
+                                                    {"tf/tau": 2.0, "step": 10, "trial/done": 1.0}))):
+        trial = SimpleNamespace(trial_id=f"t{i}", config=spec.tune_params(t), last_result=last, checkpoint=None)
+        tracker.on_trial_start(0, [], trial)
+        tracker.on_trial_result(0, [], trial, last)
+        tracker.on_trial_complete(0, [], trial)
+    client = MlflowClient(uri)
+    for run in tracker.ledger.child_runs().values():
+        status[run.data.tags["cell"]] = (run.info.status, run.data.tags.get("error", ""))
+    first, second = (t.cell for t in spec.trials)
+    assert status[first] == ("FAILED", "the trial ended without reporting its final metrics")
+    assert status[second][0] == "FINISHED"
+    assert client.get_experiment_by_name("t") is not None
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
+    from trials.runner import _key_hash, latest_checkpoints
+    from trials.spec import parse
+
+    spec = parse({"name": "c", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
+    t = spec.trials[0]
+    trial_dir = tmp_path / f"x_00000_{_key_hash(t.key)}"
+    for i in range(2):
+        d = trial_dir / f"checkpoint_00000{i}"
+        d.mkdir(parents=True)
+        torch.save({"step": i, "pad": torch.zeros(2000)}, d / "state.pt")
+        import hashlib
+
+        (d / "state.sha256").write_text(hashlib.sha256((d / "state.pt").read_bytes()).hexdigest())
+        time.sleep(0.01)
+    newest = trial_dir / "checkpoint_000001" / "state.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # a copy cut short by a kill or a full disk
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = latest_checkpoints(tmp_path, [t])
+    assert found == {t.key: str(trial_dir / "checkpoint_000000")}
+    assert any("checkpoint_000001" in str(w.message) and "not intact" in str(w.message) for w in caught)
+
+
+# ---------------------------------------------------------------- the store and storage, checked first
+
+def test_an_unreachable_store_or_unusable_storage_is_refused_before_ray_starts(tmp_path, corpus_dir):
+    spec = _spec(tmp_path, corpus_dir, "early")
+    for cmd, words in (
+            (["run", str(spec), "--tracking-uri", "http://127.0.0.1:9", "--storage", str(tmp_path / "st")],
+             "tracking-uri: http://127.0.0.1:9: MlflowException: connection refused"),
+            (["run", str(spec), "--tracking-uri", "http://nohost.invalid:5000", "--storage", str(tmp_path / "st")],
+             "tracking-uri: http://nohost.invalid:5000"),
+            (["run", str(spec), "--storage", str(spec)], f"storage: {spec} is not a folder")):
+        t0 = time.time()
+        rc, out, err = trials(*cmd, cwd=tmp_path)
+        assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-2000:]
+        assert words in err and "Started a local Ray" not in err + out
+        assert time.time() - t0 < 60  # MLflow's defaults took 8 min 20 s here
+    assert not (tmp_path / "st").exists() and not (tmp_path / "ray_results").exists()
+    with pytest.raises(ValueError, match="MB free; a checkpoint of this sweep needs about"):
+        check_storage(tmp_path, need_bytes=1 << 60)

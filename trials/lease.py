@@ -1,0 +1,180 @@
+"""One driver per sweep: a lease file in the sweep's storage folder, and the checks that
+storage can hold the sweep, both before Ray starts.
+
+`<storage>/<sweep>/driver.lease` holds the driver's host, pid, process start time and
+command. It is created with O_EXCL (atomic on a local disk and on NFS v3+), so of two
+drivers that start together one wins; the other is refused with one line naming the
+holder. The holder touches the file every `HEARTBEAT_S` seconds. A lease whose holder is
+dead (same host: its pid is gone or belongs to a newer process; another host: no
+heartbeat for `STALE_S` seconds) is taken over, under a takeover lock so that two
+drivers cannot both take it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+HEARTBEAT_S = 15.0
+STALE_S = 90.0  # a lease from another host with no heartbeat for this long is dead
+LEASE_FILE = "driver.lease"
+
+
+class LeaseHeld(ValueError):
+    """Another live driver holds the sweep."""
+
+
+def _me(command: str) -> dict:
+    import psutil
+
+    p = psutil.Process()
+    return {"host": socket.gethostname(), "pid": p.pid, "started": round(p.create_time(), 3),
+            "command": command, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def holder_alive(holder: dict, mtime: float) -> bool:
+    """Whether the driver a lease names still runs (checked by pid on this host, by the
+    lease's heartbeat elsewhere)."""
+    import psutil
+
+    if holder.get("host") != socket.gethostname():
+        return time.time() - mtime < STALE_S
+    try:
+        proc = psutil.Process(int(holder["pid"]))
+        return proc.is_running() and abs(proc.create_time() - float(holder.get("started", 0))) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, ValueError, TypeError):
+        return False
+
+
+class Lease:
+    def __init__(self, exp_dir: Path, name: str, command: str):
+        self.path = Path(exp_dir) / LEASE_FILE
+        self.name = name
+        self.me = _me(command)
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._nested = False
+
+    def _read(self) -> tuple[dict, float] | None:
+        try:
+            text = self.path.read_text()
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        try:
+            holder = json.loads(text)
+        except ValueError:  # being written this instant, or cut short by a crash
+            holder = {}
+        return (holder if isinstance(holder, dict) else {}), mtime
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.me, f)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
+    def acquire(self) -> "Lease":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):
+            if self._create():
+                self._start_heartbeat()
+                return self
+            found = self._read()
+            if found is None:
+                continue  # released between the two calls: try again
+            holder, mtime = found
+            if holder.get("pid") == self.me["pid"] and holder.get("host") == self.me["host"] and \
+                    holder.get("started") == self.me["started"]:
+                self._nested = True  # this process holds it already (augment's looks run sweeps)
+                return self
+            if not holder and time.time() - mtime < STALE_S:
+                holder = {"host": "?", "pid": "?", "since": "just now"}
+            if holder and holder_alive(holder, mtime):
+                raise LeaseHeld(f"sweep {self.name!r} is driven by pid {holder.get('pid')} on "
+                                f"{holder.get('host')} (`{holder.get('command', '?')}`, since "
+                                f"{holder.get('since', '?')}); wait for it to end, or stop it first")
+            self._take_over(mtime)
+        raise LeaseHeld(f"sweep {self.name!r}: could not take its lease {self.path} (another driver keeps "
+                        "taking it)")
+
+    def _take_over(self, seen_mtime: float) -> None:
+        """Remove a dead holder's lease, under a lock, only if it is still the one judged."""
+        lock = self.path.with_suffix(".takeover")
+        try:
+            lock.mkdir()
+        except FileExistsError:
+            if time.time() - lock.stat().st_mtime > STALE_S:  # a takeover that crashed midway
+                shutil.rmtree(lock, ignore_errors=True)
+            time.sleep(0.2)
+            return
+        try:
+            if self.path.exists() and self.path.stat().st_mtime == seen_mtime:
+                self.path.unlink()
+        finally:
+            lock.rmdir()
+
+    def _start_heartbeat(self) -> None:
+        def beat():
+            while not self._stop.wait(HEARTBEAT_S):
+                try:
+                    os.utime(self.path)
+                except OSError:
+                    pass
+
+        self._beat = threading.Thread(target=beat, daemon=True, name="lease-heartbeat")
+        self._beat.start()
+
+    def release(self) -> None:
+        if self._nested:
+            return
+        self._stop.set()
+        found = self._read()
+        if found and found[0].get("pid") == self.me["pid"] and found[0].get("host") == self.me["host"]:
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "Lease":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def check_storage(root: Path, need_bytes: int) -> None:
+    """Before Ray starts: the storage folder exists or can be created, is a folder, can be
+    written, and has room for at least one checkpoint. One line otherwise."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"storage: {root} is not a folder")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"storage: cannot create {root} ({e.strerror})") from None
+    probe = root / f".write-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"storage: cannot write in {root} ({e.strerror})") from None
+    free = shutil.disk_usage(root).free
+    if free < need_bytes:
+        raise ValueError(f"storage: {root} has {free / 1e6:.1f} MB free; a checkpoint of this sweep needs about "
+                         f"{need_bytes / 1e6:.1f} MB")
+
+
+def checkpoint_bytes(cfg) -> int:
+    """About the size of one checkpoint of a trial: fp32 weights of the target, drafter and
+    head, with Adam's two moments for the trained part, plus a margin for plots and files."""
+    d, L = cfg.d_model, cfg.n_layers
+    target = 12 * L * d * d + 2 * 256 * d
+    draft = 12 * cfg.drafter_layers * d * d + 2 * 256 * d + 2 * cfg.markov_rank * 256
+    return int(4 * (target + 3 * (target + draft)) + 8e6)

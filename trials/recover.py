@@ -1,0 +1,166 @@
+"""`trials recover NAME`: rebuild a sweep's MLflow records from Tune's result files.
+
+Tune writes every result a trial reports to `<storage>/<sweep>/<trial dir>/result.json`,
+one JSON object per line, whatever happens to the tracking store. A store that was deleted,
+replaced or missed writes while its server was down is rebuilt from them: the experiment,
+the parent run, one run per trial (found again by its `trial_key`, so nothing is
+duplicated), every metric point at its step, and the run's end. A trial whose results end
+with `trial/done` ends FINISHED with its config, final metrics and plots; any other ends
+KILLED, so that `trials resume` continues it from its newest checkpoint.
+
+`trials resume` replays the same files first (points the store missed while it could not
+be written), and refuses a store that holds no record of trials the storage has results
+for: resuming there would rerun finished trials into empty runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dspark.record import DONE_KEY, is_metric
+from dspark.track import finite, log_run_files
+
+from .spec import SweepSpec, Trial
+
+
+def trial_dirs(spec: SweepSpec, exp_dir: Path) -> dict[str, list[Path]]:
+    """trial key -> its trial folders in storage (more than one if Tune restarted it in a
+    new folder), oldest first; folders end in a hash of the key (`runner._dirname_creator`)."""
+    from .runner import _key_hash
+
+    by_hash = {_key_hash(t.key): t.key for t in spec.trials}
+    out: dict[str, list[Path]] = {}
+    for d in sorted(p for p in exp_dir.iterdir() if p.is_dir()) if exp_dir.is_dir() else []:
+        key = by_hash.get(d.name.rsplit("_", 1)[-1])
+        if key is not None and (d / "result.json").is_file():
+            out.setdefault(key, []).append(d)
+    for dirs in out.values():
+        dirs.sort(key=lambda p: (p / "result.json").stat().st_mtime_ns)
+    return out
+
+
+def read_results(dirs: list[Path]) -> list[dict]:
+    """Every result of a trial, in the order Tune wrote them. A line cut short by a crash is
+    skipped: its result was never complete."""
+    out = []
+    for d in dirs:
+        for line in (d / "result.json").read_text(errors="replace").splitlines():
+            try:
+                result = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(result, dict):
+                out.append(result)
+    return out
+
+
+def with_results(spec: SweepSpec, exp_dir: Path) -> list[str]:
+    """The keys of the trials that reported at least one metric to storage."""
+    return [k for k, dirs in trial_dirs(spec, exp_dir).items()
+            if any(is_metric(m) for r in read_results(dirs) for m in r)]
+
+
+def missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[str]:
+    """The trials that storage holds results for and the store has no run of."""
+    from dspark.record import tracking_client
+
+    from dspark.record import SQLITE
+
+    have = with_results(spec, exp_dir)
+    if not have:
+        return []
+    if tracking_uri.startswith(SQLITE) and not Path(tracking_uri[len(SQLITE):]).is_file():
+        return have  # the store's file is gone: opening it would create an empty one
+    client = tracking_client(tracking_uri)
+    exp = client.get_experiment_by_name(spec.name)
+    if exp is None:
+        return have
+    runs = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=50000)
+    known = {r.data.tags.get("trial_key") for r in runs}
+    return [k for k in have if k not in known]
+
+
+def replay(ledger, tracker_tags: dict[str, dict[str, str]], spec: SweepSpec, exp_dir: Path,
+           close: bool) -> dict[str, int]:
+    """Log what the store lacks of every trial's results: each metric at each step it does
+    not hold yet (a step is logged once, as the tracker does). With `close`, each run then
+    ends FINISHED (results end with `trial/done`) or KILLED. Returns counts."""
+    counts = {"runs": 0, "points": 0, "finished": 0, "killed": 0}
+    trials = {t.key: t for t in spec.trials}
+    runs = ledger.child_runs()
+    for key, dirs in trial_dirs(spec, exp_dir).items():
+        results = read_results(dirs)
+        if not any(is_metric(m) for r in results for m in r):
+            continue
+        counts["runs"] += 1
+        if key in runs:  # its run exists: add the points it lacks, leave its state to the caller
+            if runs[key].info.status == "FINISHED":
+                continue
+            run_id = runs[key].info.run_id
+        else:
+            run_id, _ = ledger.open_child(trials[key], tracker_tags.get(key, {}))
+        counts["points"] += _log_missing(ledger, run_id, results)
+        if close:
+            finished = _close_run(ledger, run_id, trials[key], results, dirs)
+            counts["finished" if finished else "killed"] += 1
+    return counts
+
+
+def _log_missing(ledger, run_id: str, results: list[dict]) -> int:
+    last = ledger.last_steps(run_id)
+    n = 0
+    for result in results:
+        step = int(result.get("step", 0) or 0)
+        metrics = {k: float(v) for k, v in result.items()
+                   if is_metric(k) and finite(v) and step > last.get(k, -1)}
+        if metrics:
+            ledger.log_metrics(run_id, metrics, step)
+            last.update({k: step for k in metrics})
+            n += len(metrics)
+    return n
+
+
+def _close_run(ledger, run_id: str, trial: Trial, results: list[dict], dirs: list[Path]) -> bool:
+    final = results[-1] if results else {}
+    if not final.get(DONE_KEY):
+        ledger.finish(run_id, "KILLED")
+        ledger.client.set_tag(run_id, "killed_reason", "recovered from storage: the trial had not finished")
+        return False
+    last = {k: float(v) for k, v in final.items() if is_metric(k) and finite(v)}
+    ckpts = sorted((c for d in dirs for c in d.glob("checkpoint_*") if (c / "artifacts").is_dir()),
+                   key=lambda c: c.stat().st_mtime_ns)
+    log_run_files(ledger.client, run_id, trial.config.to_dict(), last, ckpts[-1] / "artifacts" if ckpts else None)
+    ledger.finish(run_id, "FINISHED")
+    return True
+
+
+def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]:
+    """Rebuild the sweep's records in `tracking_uri`; the parent ends FINISHED when every
+    trial did, else KILLED (resume it)."""
+    from .runner import target_addresses
+    from .tracking import Ledger, git_commit
+
+    if not with_results(spec, exp_dir):
+        raise ValueError(f"recover: no trial of sweep {spec.name!r} has results in {exp_dir}")
+    import dataclasses
+
+    from dspark import targets
+
+    addresses = target_addresses(spec)
+    trials = []
+    for t in spec.trials:  # each trial as it ran: pointed at the shared target in storage
+        shared = targets.target_file(exp_dir.parent, addresses[t.key][0])
+        if t.config.parallel_stage == "drafter" and not t.config.target_path and shared.is_file():
+            t = dataclasses.replace(t, config=t.config.replace(target_path=str(shared)))
+        trials.append(t)
+    spec = dataclasses.replace(spec, trials=trials)
+    ledger = Ledger(tracking_uri, spec)
+    commit = git_commit()
+    tags = {k: {"target_hash": h, "data_sha256": sha, "git_commit": commit} for k, (h, sha) in addresses.items()}
+    counts = replay(ledger, tags, spec, exp_dir, close=True)
+    runs = ledger.child_runs()
+    done = sum(1 for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED")
+    ledger.client.set_tag(ledger.parent_id, "recovered_from", str(exp_dir))
+    ledger.finish(ledger.parent_id, "FINISHED" if done == len(spec.trials) else "KILLED")
+    return {**counts, "trials": len(spec.trials), "done": done}
