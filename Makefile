@@ -22,7 +22,8 @@ demo: $(BIN)/.installed
 	$(BIN)/analysis report demo-seed
 	@echo; echo "=== Question 2: the paper's architecture (experiment demo) ==="
 	$(BIN)/analysis report demo
-	@echo "MLflow UI on the same store: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db  (open the links trials run printed above; at http://127.0.0.1:5000 choose Model training)"
+	@echo; echo "=== Both sweeps and their MLflow links (serve them with: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db) ==="
+	@$(BIN)/trials list
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q tests

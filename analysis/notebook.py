@@ -15,19 +15,29 @@ NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 
 def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=None, timeout: int = 600,
             margins: dict[str, float] | None = None) -> Path:
+    import tempfile
+
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     uri = absolute_uri(tracking_uri)
     check_store(uri)
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    params.source = (f"EXPERIMENT = {experiment!r}\nTRACKING_URI = {uri!r}\n"
+    params.source = ("import warnings  # tqdm (imported by MLflow) warns that this kernel has no progress widgets\n"
+                     "warnings.filterwarnings('ignore', message='IProgress not found')\n"
+                     f"EXPERIMENT = {experiment!r}\nTRACKING_URI = {uri!r}\n"
                      f"RESPONSES = {list(responses) if responses else None!r}\nMARGINS = {dict(margins or {}) or None!r}\n"
                      "ALPHA = 0.05")
     folder = Path(out) / experiment
     folder.mkdir(parents=True, exist_ok=True)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    with tempfile.TemporaryDirectory(prefix="dspark-kernel-") as sockets:
+        # the kernel talks over Unix sockets in a private folder, not TCP ports that any local
+        # user could connect to (jupyter_client's "ipc" transport)
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
+        NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(folder)}}).execute()
     path = folder / f"{name}.ipynb"
     nbformat.write(nb, path)
     return path

@@ -78,11 +78,37 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
               f"answers, resume with:\n  trials resume {spec.name} --storage {root} --tracking-uri {uri}",
               file=sys.stderr)
         return 3
-    _show(spec, uri)
-    exp_id = result.get("experiment_id", "?")
-    print(f"MLflow: experiment {exp_id}, parent run {result.get('parent_run_id', '?')}; browse with:\n"
-          f"  mlflow ui --backend-store-uri {uri}\n  then open {ui_url(exp_id)}")
+    from dspark.record import tracking_client
+
+    from .progress import arms_table
+
+    ledger_runs = {}
+    client = tracking_client(uri)
+    for r in client.search_runs([result["experiment_id"]], "tags.trial_key != ''", max_results=50000):
+        ledger_runs[r.data.tags["trial_key"]] = r
+    table = arms_table(spec, ledger_runs)
+    print(f"\n{spec.name}: {result['finished']} finished, {result['failed']} failed of {len(spec.trials)} trials"
+          + (f"; mean per arm:\n{table}" if table else ""))
+    print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?")))
     return 0 if result["failed"] == 0 else 1
+
+
+def experiment_link(uri: str, name: str) -> str:
+    """The UI link of a sweep's experiment in its store ("" when the store lacks it)."""
+    from dspark.record import tracking_client
+
+    exp = tracking_client(uri).get_experiment_by_name(name)
+    if exp is None:
+        return ""
+    return ui_url(exp.experiment_id, uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000")
+
+
+def mlflow_link(uri: str, experiment_id: str, parent_run_id: str) -> str:
+    """Where to look: the server itself for an HTTP store, else `mlflow ui` on this store."""
+    if uri.startswith(("http://", "https://")):
+        return f"MLflow: experiment {experiment_id} (parent run {parent_run_id}): {ui_url(experiment_id, uri)}"
+    return (f"MLflow: experiment {experiment_id} (parent run {parent_run_id}); browse with:\n"
+            f"  mlflow ui --backend-store-uri {uri}\n  then open {ui_url(experiment_id)}")
 
 
 def cmd_run(args) -> int:
@@ -200,11 +226,14 @@ def cmd_list(args) -> int:
                          "tracking_uri": ""})
             continue
         uri = meta.get("tracking_uri", "")
+        link = ""
         try:
             state = summary_counts(runner.status(spec, uri))
+            link = experiment_link(uri, name)
         except ValueError as e:
             state = str(e)
-        rows.append({"sweep": name, "trials": str(len(spec.trials)), "state": state, "tracking_uri": uri})
+        rows.append({"sweep": name, "trials": str(len(spec.trials)), "state": state, "tracking_uri": uri,
+                     "MLflow": link})
     print(_table(rows) if rows else f"no sweep under {root}")
     return 0
 

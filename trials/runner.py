@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import signal
+import logging
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +28,12 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from dspark import targets
 from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, check_store,
-                           probe_store)
+                           probe_store, retrying)
 
 from . import spec as specmod
 
 from .lease import Lease, check_storage, checkpoint_bytes
+from .progress import ProgressLines, columns
 from .recover import replay
 from .spec import SweepSpec
 from .trainable import shared_target_task, trainable
@@ -90,9 +92,13 @@ def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, f
         n_cpu = max(resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
         opts = {"num_cpus": n_cpu, "num_gpus": resources.get("gpu", 0)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        pending[h] = (path, shared_target_task.options(**opts).remote(cfg.to_dict(), str(path)))
-    for h, (path, ref) in pending.items():
+        print(f"shared target {h}: training {cfg.target_steps} steps of the {cfg.preset} LM on {n_cpu} core(s) "
+              "(once; every trial of this target reuses it)", flush=True)
+        pending[h] = (path, shared_target_task.options(**opts).remote(cfg.to_dict(), str(path)), time.monotonic())
+    for h, (path, ref, t0) in pending.items():
         meta = ray.get(ref)
+        print(f"shared target {h}: trained in {time.monotonic() - t0:.0f} s, val/bpb {meta['val/bpb']:.4f}",
+              flush=True)
         if meta["target_hash"] != h:
             raise RuntimeError(f"shared target {h}: the task trained {meta['target_hash']}")
         out[h] = {**meta, "path": str(path), "reused": False}
@@ -244,10 +250,16 @@ def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
         ray.init(address=address, **kwargs)
     else:
         _bind_loopback()
+        # Ray turns token authentication on for a new local cluster (its default, kept) and
+        # logs a notice inviting users to set RAY_AUTH_MODE=disabled: only that notice is muted
+        logging.getLogger(RAY_AUTH_LOGGER).setLevel(logging.ERROR)
         # "local": always a new Ray of this driver's own, never one that `ray start` left
         # on the machine (found through /tmp/ray, which any local user can write)
         ray.init(address="local", num_cpus=num_cpus, **kwargs)
     return True
+
+
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def _bind_loopback() -> None:
@@ -334,7 +346,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
             clock.lap("store")
             results = _fit(spec, todo, resume_dirs, root, tracker, signals, max_concurrent, verbose) if todo else None
             clock.lap("tune")
-        states = _close(spec, ledger, signals)
+        states = retrying(lambda: _close(spec, ledger, signals), store_retry_s, what="closing the sweep's runs")
         clock.lap("close")
         return {**states, "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
@@ -453,17 +465,20 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker
          signals: "_Signals", max_concurrent: int | None, verbose: int):
     limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
     space, points = search_space(spec, todo)
+    # verbose 1: one line per trial event (trials.progress); 2: Tune's own table as well
+    shown = [ProgressLines(spec, len(todo))] if verbose >= 1 else []
     tuner = tune.Tuner(
         trainable(spec, resume_dirs),
         param_space=space,
         tune_config=tune.TuneConfig(
             num_samples=len(points), reuse_actors=True, trial_dirname_creator=_dirname_creator(spec),
+            trial_name_creator=lambda trial: spec.trial_for(trial.config).run_name,
             search_alg=BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0)),
         run_config=tune.RunConfig(
-            name=spec.name, storage_path=str(root), verbose=verbose,
+            name=spec.name, storage_path=str(root), verbose=2 if verbose >= 2 else 0,
             # Tune's CSV and JSON result files (its ExperimentAnalysis reads them), but not its
             # TensorBoard logger, which MLflow replaces and whose import alone took 1.4 s here
-            callbacks=[tracker, CSVLoggerCallback(), JsonLoggerCallback()],
+            callbacks=[tracker, *shown, CSVLoggerCallback(), JsonLoggerCallback()],
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=4)),
     )
@@ -532,10 +547,12 @@ def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
     rows = []
     names = {"FINISHED": "finished", "RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
              "SCHEDULED": "pending"}
+    cols = columns(spec)  # the sweep's primary responses: never a degenerate or constant one
     for t in spec.trials:
         r = runs.get(t.key)
-        rows.append({"cell": t.cell, "replicate": str(t.replicate),
-                     "state": names.get(r.info.status, r.info.status.lower()) if r else "pending",
-                     "tf/tau": f"{r.data.metrics['tf/tau']:.3f}" if r and "tf/tau" in r.data.metrics else "",
-                     "spec/tau": f"{r.data.metrics['spec/tau']:.3f}" if r and "spec/tau" in r.data.metrics else ""})
+        row = {"run": t.run_name, "state": names.get(r.info.status, r.info.status.lower()) if r else "pending"}
+        for c in cols:
+            v = r.data.metrics.get(c.replace("@", ":")) if r else None
+            row[c] = f"{v:.4g}" if v is not None else ""
+        rows.append(row)
     return rows

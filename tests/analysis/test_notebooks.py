@@ -51,6 +51,9 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
     text = "\n".join(o.get("text", "") for c in out.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "spec/tau: D1: matters (shifted -> aligned: +" in text
     assert (tmp_path / "reports" / "synthetic" / "report.html").read_text() == "the CLI's report"
+    # no alarming noise: the kernel runs over Unix sockets, and no output holds a warning
+    assert "TCP without encryption" not in r.stdout + r.stderr, r.stderr[-2000:]
+    assert "Warning" not in text and "IProgress" not in text
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "synthetic"],
                          cwd=tmp_path / "reports", capture_output=True, text=True)
     assert bad.returncode == 2 and "does not exist" in bad.stderr  # no empty store created

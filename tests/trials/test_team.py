@@ -201,3 +201,75 @@ def test_an_unreachable_store_or_unusable_storage_is_refused_before_ray_starts(t
     assert not (tmp_path / "st").exists() and not (tmp_path / "ray_results").exists()
     with pytest.raises(ValueError, match="MB free; a checkpoint of this sweep needs about"):
         check_storage(tmp_path, need_bytes=1 << 60)
+
+
+# ---------------------------------------------------------------- a store that is briefly unwritable
+
+def test_a_sqlite_store_locked_by_another_writer_for_25_s_loses_nothing(tmp_path, corpus_dir):
+    """Another process holds a write transaction on the SQLite store while trials report:
+    the sweep once crashed after 20 s with 19 'database is locked' tracebacks."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    spec = _spec(tmp_path, corpus_dir, "locked", draft_steps=60)
+    db = tmp_path / "m.db"
+    args = ["--storage", str(tmp_path / "st"), "--tracking-uri", f"sqlite:///{db}"]
+    driver = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args], cwd=tmp_path,
+                              env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while True:  # wait until a trial is running and reporting
+            assert time.time() < deadline and driver.poll() is None, driver.communicate()[1][-2000:]
+            if db.exists():
+                with sqlite3.connect(db, timeout=30) as c:
+                    if c.execute("select count(*) from runs where status = 'RUNNING' and name != "
+                                 "'sweep locked'").fetchone()[0]:
+                        break
+            time.sleep(0.5)
+        lock = sqlite3.connect(db, timeout=30, isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")  # nobody else may read or write the store now
+        time.sleep(25)
+        lock.execute("ROLLBACK")
+        lock.close()
+        out, err = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, err[-3000:]
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("locked")
+    kids = client.search_runs([exp.experiment_id], "tags.trial_key != ''")
+    assert len(kids) == 2 and all(r.info.status == "FINISHED" for r in kids)
+    for r in kids:
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "tf/tau")]
+        assert len(steps) == len(set(steps)) and max(steps) >= 60
+
+
+def test_a_local_sweep_starts_its_own_ray_beside_one_that_ray_start_left(tmp_path, corpus_dir):
+    """`ray start` on the machine writes /tmp/ray/ray_current_cluster; a local sweep once
+    joined that Ray (anyone's), and died with it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    head = subprocess.Popen([ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=1",
+                             "--include-dashboard=false", "--node-ip-address=127.0.0.1"],
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while not Path("/tmp/ray/ray_current_cluster").exists() or \
+                str(port) not in Path("/tmp/ray/ray_current_cluster").read_text():
+            assert time.time() < deadline and head.poll() is None, "ray start did not come up"
+            time.sleep(0.5)
+        spec = _spec(tmp_path, corpus_dir, "own")
+        rc, out, err = trials("run", str(spec), "--storage", str(tmp_path / "st"),
+                              "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path)
+        assert rc == 0, err[-2000:]
+        assert "Started a local Ray instance" in err + out
+        assert "Connecting to existing Ray cluster" not in err + out and f":{port}" not in err + out
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
