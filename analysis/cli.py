@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from dspark.record import DEFAULT_TRACKING_URI
 
@@ -63,56 +64,62 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _export(args) -> int:
+    from .load import check_writable, load_runs, to_parquet
+
+    check_writable(args.path)
+    df = load_runs(args.experiment, args.tracking_uri)
+    to_parquet(df, args.path)
+    print(f"{len(df)} runs written to {args.path}")
+    return 0
+
+
+def _notebook(args) -> int:
+    from .notebook import execute
+    from .verdicts import parse_margins
+
+    path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
+                   margins=parse_margins(args.margin))
+    print(f"executed notebook: {path}")
+    return 0
+
+
+def _report_or_plan(args) -> int:
+    from .load import load_runs, read_parquet
+    from .report import build_report
+    from .verdicts import parse_margins
+
+    margins = parse_margins(args.margin)  # refused before any work
+    if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
+        raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
+    if not args.parquet:  # before any work: the store answers, within a bounded time
+        from dspark.record import probe_store
+
+        probe_store(args.tracking_uri)
+    df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
+    if args.command == "plan":
+        from .plan import plan_text
+
+        print(plan_text(df, args.effect, args.response, args.alpha, args.power, margins))
+        return 0
+    rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust, alpha=args.alpha,
+                       margins=margins)
+    print(rep.summary)
+    print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
+    if not args.no_log and not args.parquet:
+        from .report import log_to_parent
+
+        n = log_to_parent(rep, df, args.tracking_uri)
+        print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
+              f"{df.attrs['parent_run_id']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    command = {"export": _export, "notebook": _notebook}.get(args.command, _report_or_plan)
     try:
-        if args.command == "export":
-            from .load import check_writable, load_runs, to_parquet
-
-            check_writable(args.path)
-            df = load_runs(args.experiment, args.tracking_uri)
-            to_parquet(df, args.path)
-            print(f"{len(df)} runs written to {args.path}")
-            return 0
-        from pathlib import Path
-
-        if args.command == "notebook":
-            from .notebook import execute
-            from .verdicts import parse_margins
-
-            path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
-                           margins=parse_margins(args.margin))
-            print(f"executed notebook: {path}")
-            return 0
-        from .load import load_runs, read_parquet
-        from .report import build_report
-        from .verdicts import parse_margins
-
-        margins = parse_margins(args.margin)  # refused before any work
-        if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
-            raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
-
-        if not args.parquet:  # before any work: the store answers, within a bounded time
-            from dspark.record import probe_store
-
-            probe_store(args.tracking_uri)
-        df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
-        if args.command == "plan":
-            from .plan import plan_text
-
-            print(plan_text(df, args.effect, args.response, args.alpha, args.power, margins))
-            return 0
-        rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust, alpha=args.alpha,
-                           margins=margins)
-        print(rep.summary)
-        print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
-        if not args.no_log and not args.parquet:
-            from .report import log_to_parent
-
-            n = log_to_parent(rep, df, args.tracking_uri)
-            print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
-                  f"{df.attrs['parent_run_id']}")
-        return 0
+        return command(args)
     except AnalysisError as e:
         print(f"analysis: cannot analyse: {e}", file=sys.stderr)
         return 2
@@ -120,12 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        from mlflow.exceptions import MlflowException
+        from dspark.record import store_error, store_exceptions
 
-        if not isinstance(e, (MlflowException, ConnectionError)):
+        if not isinstance(e, store_exceptions()):
             raise
-        from dspark.record import store_error
-
         print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)
         return 3
 

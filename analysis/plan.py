@@ -81,7 +81,30 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
     cost = (f"blocks priced at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
             "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
     lines = [f"{df.attrs.get('experiment', '')}: what would decide each undecided term ({d.method()}; {cost})"]
-    blocks_all, prompt_multiples = 0, []  # per undecided primary term: the multiple of prompts, None: none does
+    more, blocks_all, prompt_multiples = _undecided_lines(d, df, factors)
+    lines += more
+    if blocks_all:
+        price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
+        lines.append(f"every primary term decided by blocks alone (each with 80% probability, if the effects are as "
+                     f"estimated): {blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
+    if prompt_multiples and None not in prompt_multiples:
+        prompts_all = max(prompt_multiples)
+        prompts = int(pd.to_numeric(df["split/prompts"]).median())
+        # `trials reeval` decodes the whole new set of prompts in every run, not only the added ones
+        price = f", about {prompts_all * prompts * n_runs * decode:.0f} worker-minutes of decoding" if decode else ""
+        lines.append(f"every primary term decided by prompts alone: trials reeval NAME --spec-prompts "
+                     f"{prompts_all * prompts}{price}")
+    elif blocks_all:
+        lines.append("more prompts alone cannot decide every primary term" if "split/prompts" in df.columns else
+                     "these runs carry no prompt groups: re-evaluate them (trials reeval) to price more prompts")
+    return "\n".join(lines)
+
+
+def _undecided_lines(d, df: pd.DataFrame, factors: list[str]) -> tuple[list[str], int, list]:
+    """Per response, its undecided terms with what would decide each; the blocks that would
+    decide every primary term and, per undecided primary term, the multiple of prompts
+    (None where more prompts alone would not)."""
+    lines, blocks_all, prompt_multiples = [], 0, []
     for r, check in d.checks.items():
         undecided = [v for v in d.of(r) if v.verdict == "undecided"]
         tag = "primary" if check.primary else "secondary"
@@ -102,21 +125,7 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
             if check.primary:
                 blocks_all = max(blocks_all, v.blocks or 0)
                 prompt_multiples.append(k)
-    if blocks_all:
-        price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
-        lines.append(f"every primary term decided by blocks alone (each with 80% probability, if the effects are as "
-                     f"estimated): {blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
-    if prompt_multiples and None not in prompt_multiples:
-        prompts_all = max(prompt_multiples)
-        prompts = int(pd.to_numeric(df["split/prompts"]).median())
-        price = (f", about {(prompts_all - 1) * prompts * n_runs * decode:.0f} worker-minutes of decoding"
-                 if decode else "")
-        lines.append(f"every primary term decided by prompts alone: trials reeval NAME --spec-prompts "
-                     f"{prompts_all * prompts}{price}")
-    elif blocks_all:
-        lines.append("more prompts alone cannot decide every primary term" if "split/prompts" in df.columns else
-                     "these runs carry no prompt groups: re-evaluate them (trials reeval) to price more prompts")
-    return "\n".join(lines)
+    return lines, blocks_all, prompt_multiples
 
 
 def median_minutes(df: pd.DataFrame, column: str) -> float | None:

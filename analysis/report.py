@@ -237,42 +237,12 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     alpha, look_note = _look_alpha(df, data, alpha)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, alpha, adjust, controls[0] if controls else None)
-    drift = {}
-    for r, res in results.items():
-        d = drift_check(data, res)
-        if d is not None:
-            drift[r] = d
-    dunnett, pooled = {}, {}
-    for r in chosen if controls else []:
-        try:
-            dunnett[r] = _control_table(df, r, controls[0])
-            pooled[r] = control_contrast(df, r, controls[0], alpha=decision.alpha_star)
-        except AnalysisError:
-            pass
+    drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
+    dunnett, pooled = _against_control(df, chosen, controls, decision.alpha_star)
     noise = {r: split(df, r, factors) for r in chosen if groups_of(df, r)}
     summary = (header_text(df, stage, factors) + "\n" + verdict_table_text(decision) + "\n"
-               + summarise(decision, results, drift, noise))
-    if fraction:
-        summary += "\n" + fraction
-    for r in chosen:
-        missing = without_value(data, r)
-        if missing:
-            summary += (f"\nwarning: {r} is analysed on {len(data) - len(missing)} of {len(data)} runs; "
-                        f"without a value: {', '.join(missing)}")
-    prompts = sorted(set(pd.to_numeric(data["split/prompts"]).dropna())) if "split/prompts" in data.columns else []
-    if len(prompts) > 1:
-        summary += (f"\nnote: the runs' latest evaluations decoded different numbers of prompts "
-                    f"({', '.join(f'{p:g}' for p in prompts)}): finish `trials reeval` before reading the decoding "
-                    "responses")
-    if look_note:
-        summary += "\n" + look_note
-    if dunnett:
-        summary += "\neach arm against the control (Dunnett): see the report"
-    inc = report_incomplete(df)
-    if inc:
-        summary += "\n" + inc
-    if skipped:
-        summary += "\nskipped: " + "; ".join(skipped)
+               + summarise(decision, results, drift, noise)
+               + _notes(df, data, chosen, fraction, look_note, bool(dunnett), skipped))
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,
                  decision=decision)
     if out is not None:
@@ -280,6 +250,45 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
         rep.html_path = write_html(df, rep, factors, out)
         rep.markdown_path = write_markdown(df, rep, factors, out / "report.md")
     return rep
+
+
+def _against_control(df: pd.DataFrame, chosen: list[str], controls: list[str],
+                     alpha_star: float) -> tuple[dict, dict]:
+    """Each arm against the control (Dunnett) and the pooled contrast, per response."""
+    dunnett, pooled = {}, {}
+    for r in chosen if controls else []:
+        try:
+            dunnett[r] = _control_table(df, r, controls[0])
+            pooled[r] = control_contrast(df, r, controls[0], alpha=alpha_star)
+        except AnalysisError:
+            pass
+    return dunnett, pooled
+
+
+def _notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str, look_note: str,
+           dunnett: bool, skipped: list[str]) -> str:
+    """The summary's closing lines: the design's aliases, runs a response lacks, mixed
+    evaluations, the sequential look, incomplete runs and what was skipped."""
+    lines = [fraction] if fraction else []
+    for r in chosen:
+        missing = without_value(data, r)
+        if missing:
+            lines.append(f"warning: {r} is analysed on {len(data) - len(missing)} of {len(data)} runs; "
+                         f"without a value: {', '.join(missing)}")
+    prompts = sorted(set(pd.to_numeric(data["split/prompts"]).dropna())) if "split/prompts" in data.columns else []
+    if len(prompts) > 1:
+        lines.append(f"note: the runs' latest evaluations decoded different numbers of prompts "
+                     f"({', '.join(f'{p:g}' for p in prompts)}): finish `trials reeval` before reading the decoding "
+                     "responses")
+    if look_note:
+        lines.append(look_note)
+    if dunnett:
+        lines.append("each arm against the control (Dunnett): see the report")
+    if report_incomplete(df):
+        lines.append(report_incomplete(df))
+    if skipped:
+        lines.append("skipped: " + "; ".join(skipped))
+    return "".join("\n" + line for line in lines)
 
 
 def _analysable(data: pd.DataFrame, chosen: list[str], factors: list[str], primary: set[str],

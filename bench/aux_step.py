@@ -69,10 +69,17 @@ def main() -> None:
     for _ in range(args.repeats):
         for a, h in arms.items():
             times[a].append(step(h))
-    base = times["pure CE"]
     print(f"seed's system: backbone, d={cfg.d_model} L={cfg.n_layers} seq={cfg.seq_len} batch={cfg.batch_size} "
           f"K={cfg.block_size} rnn rank={cfg.markov_rank}, {torch.get_num_threads()} threads, "
           f"{args.repeats} interleaved repeats (medians)")
+    _print_ratios(times)
+    print(f"parameters: LM {sum(p.numel() for p in t.target.parameters()):,}; "
+          f"head {sum(p.numel() for p in heads['hidden+markov'].parameters()):,}")
+
+
+def _print_ratios(times: dict[str, list[float]]) -> None:
+    """Each arm's median step, and its ratio to pure CE measured pair by pair."""
+    base = times["pure CE"]
     for a, ts in times.items():
         line = f"{a:24s} {1e3 * statistics.median(ts):8.1f} ms"
         if a != "pure CE":
@@ -81,8 +88,6 @@ def main() -> None:
             line += (f"   x{statistics.median(ts) / statistics.median(base):.3f} of pure CE "
                      f"(per-pair ratios: median {statistics.median(ratios):.3f}, IQR {q1:.3f}-{q3:.3f})")
         print(line)
-    print(f"parameters: LM {sum(p.numel() for p in t.target.parameters()):,}; "
-          f"head {sum(p.numel() for p in heads['hidden+markov'].parameters()):,}")
 
 
 if __name__ == "__main__":

@@ -76,17 +76,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{cfg.precision}, d={cfg.d_model} L={cfg.n_layers} batch={cfg.batch_size}x{cfg.seq_len}; "
           f"peak {peak:.4g} TFLOP/s ({peak_src})")
 
-    sync(dev)
-    t0 = time.perf_counter()
-    t._train_target()
-    sync(dev)
-    target_s = time.perf_counter() - t0
-    n_target = sum(p.numel() for p in t.target.parameters())
-    tps = cfg.target_steps * tokens / target_s
-    mfu = tps * flops_per_token(n_target, cfg.n_layers, cfg.seq_len, cfg.d_model) / (peak * 1e12)
-    bpb = next((h["val/bpb"] for h in reversed(t.history) if "val/bpb" in h), float("nan"))
-    print(f"target stage: {cfg.target_steps} steps, {tps:,.0f} tokens/s, MFU {100 * mfu:.1f}%, val/bpb {bpb:.3f}")
-
+    target_stage(t, peak)
     t.stage, t.step = "draft", 0
     t._build_optimizer()
     sync(dev)
@@ -101,6 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     speculative(t)
     print("gpu_check: done")
     return 0
+
+
+def target_stage(t: Trainer, peak: float) -> None:
+    """The target stage, timed: tokens per second and MFU against `peak` TFLOP/s."""
+    cfg, dev = t.cfg, t.device
+    sync(dev)
+    t0 = time.perf_counter()
+    t._train_target()
+    sync(dev)
+    target_s = time.perf_counter() - t0
+    n_target = sum(p.numel() for p in t.target.parameters())
+    tps = cfg.target_steps * cfg.batch_size * cfg.seq_len / target_s
+    mfu = tps * flops_per_token(n_target, cfg.n_layers, cfg.seq_len, cfg.d_model) / (peak * 1e12)
+    bpb = next((h["val/bpb"] for h in reversed(t.history) if "val/bpb" in h), float("nan"))
+    print(f"target stage: {cfg.target_steps} steps, {tps:,.0f} tokens/s, MFU {100 * mfu:.1f}%, val/bpb {bpb:.3f}")
 
 
 def speculative(t: Trainer) -> None:

@@ -85,6 +85,22 @@ class Console:
             self.bar = None
 
 
+def _write_run_files(trainer, final: dict, save_target_to: str | None) -> Path:
+    """final_metrics.json and run.json in the run's folder, and the target where asked."""
+    cfg = trainer.cfg
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "final_metrics.json").write_text(json.dumps(final, indent=2, sort_keys=True))
+    (out / "run.json").write_text(json.dumps({"config": cfg.to_dict(), "data_sha256": trainer.data_sha256,
+                                              "target_hash": trainer.target_hash}, indent=2))
+    if save_target_to:
+        from .train import save_target
+
+        save_target(save_target_to, trainer.target, {"target_hash": trainer.target_hash,
+                                                     "data_sha256": trainer.data_sha256})
+    return out
+
+
 def cmd_train(args) -> int:
     from .train import Trainer, load_target, read_checkpoint
 
@@ -126,16 +142,7 @@ def cmd_train(args) -> int:
             tracked.finish("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED", error=repr(e))
         raise
     console.close()
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "final_metrics.json").write_text(json.dumps(final, indent=2, sort_keys=True))
-    (out / "run.json").write_text(json.dumps({"config": cfg.to_dict(), "data_sha256": trainer.data_sha256,
-                                              "target_hash": trainer.target_hash}, indent=2))
-    if args.save_target:
-        from .train import save_target
-
-        save_target(args.save_target, trainer.target, {"target_hash": trainer.target_hash,
-                                                       "data_sha256": trainer.data_sha256})
+    out = _write_run_files(trainer, final, args.save_target)
     shown = [k for k in (*HEADLINE, *DEFAULT_RESPONSES["drafter"]) if k in final]
     shown = list(dict.fromkeys(shown))
     print("final: " + "  ".join(f"{k} {final[k]:.4f}" for k in shown))

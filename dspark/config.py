@@ -145,6 +145,10 @@ class Config:
                      "spec_interval_prompts", "max_corpus_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        self._validate_shapes()
+
+    def _validate_shapes(self) -> None:
+        """The relations between fields: head widths, the block in the sequence, the layers."""
         if self.spec_prompts and (self.spec_prompt_len < 1 or self.spec_new_tokens < 1):
             raise ValueError("spec_prompt_len/spec_new_tokens: must be >= 1 when spec_prompts > 0")
         if self.decay_gamma != "block" and not (isinstance(self.decay_gamma, float) and self.decay_gamma > 0):

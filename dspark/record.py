@@ -80,7 +80,7 @@ def check_store(uri: str | None) -> None:
 
 
 # An HTTP tracking server's client: MLflow's defaults (120 s per request, 7 retries with a
-# doubling backoff) block a driver for about 12 minutes when the server is gone. These
+# doubling backoff) block a driver for many minutes when the server is gone. These
 # bound a request to about 2 minutes; a user's own setting of any of them wins.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}

@@ -109,19 +109,25 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
                 return _failed(out, looks, spec)
             continue
         plan = candidate
-        client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
         stop = _stop_reason(counts, spec.replicates, plan.max_replicates, budget_minutes, started, block_s)
         look = Look(spec.replicates, look_alpha, counts, stop or "add one replicate block")
         looks.append(look)
-        k = len(plan.looks)
-        client.set_tag(parent, f"{LOOK_PREFIX}{k}", json.dumps({**look.__dict__}))
-        client.log_metric(parent, "augment/undecided", counts["undecided"], step=k)
+        _record_look(client, parent, plan, look)
         say(f"{spec.name}: {look.text()}")
         if stop:
             return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
         spec, out, block_s = _add_block(spec, kwargs)
         if out["failed"]:
             return _failed(out, looks, spec)
+
+
+def _record_look(client, parent: str, plan, look: "Look") -> None:
+    """A look on the parent run: the sequential plan so far, the look's tag and the count of
+    undecided terms as a metric at the look's number."""
+    k = len(plan.looks)
+    client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
+    client.set_tag(parent, f"{LOOK_PREFIX}{k}", json.dumps({**look.__dict__}))
+    client.log_metric(parent, "augment/undecided", look.counts["undecided"], step=k)
 
 
 def _failed(out: dict, looks: list, spec) -> dict:

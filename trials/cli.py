@@ -213,6 +213,8 @@ def cmd_status(args) -> int:
 
 
 def cmd_list(args) -> int:
+    if args.tracking_uri:
+        return _list_store(absolute_uri(args.tracking_uri))
     from . import runner
 
     root = runner.storage_root(args.storage)
@@ -238,6 +240,23 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _list_store(uri: str) -> int:
+    """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
+    from dspark.record import SWEEP_PARENT_TAG, check_store, probe_store, tracking_client
+
+    check_store(uri)
+    probe_store(uri)
+    client = tracking_client(uri)
+    rows = []
+    for exp in client.search_experiments(max_results=1000):
+        parents = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
+        if parents:
+            rows.append({"sweep": exp.name, "state": parents[0].info.status.lower(),
+                         "MLflow": experiment_link(uri, exp.name)})
+    print(_table(rows) if rows else f"no sweep recorded in {uri}")
+    return 0
+
+
 def _store_flags(p: argparse.ArgumentParser, retry: bool = True) -> None:
     p.add_argument("--store-timeout", type=float, default=STORE_TIMEOUT_S,
                    help="seconds the tracking store has to answer before any work starts")
@@ -246,17 +265,29 @@ def _store_flags(p: argparse.ArgumentParser, retry: bool = True) -> None:
                        help="seconds a sweep retries a failing store write before it stops cleanly")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-    p = argparse.ArgumentParser(prog="trials", description=__doc__, formatter_class=fmt)
-    sub = p.add_subparsers(dest="command", required=True)
-    storage_help = "Tune storage folder (shared on a cluster)"
-    r = sub.add_parser("run", help="run a sweep spec", formatter_class=fmt)
+FMT = argparse.ArgumentDefaultsHelpFormatter
+STORAGE_HELP = "Tune storage folder (shared on a cluster)"
+
+
+def _named(sub, command: str, help: str, fn, address: bool = True, uri_help: str | None = None):
+    """A subcommand on a sweep in storage: its name, the store, the storage (and the Ray)."""
+    p = sub.add_parser(command, help=help, formatter_class=FMT)
+    p.add_argument("name", help="the sweep's name")
+    if address:
+        p.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
+    p.add_argument("--tracking-uri", help=uri_help or "MLflow store (none: the one saved with the sweep)")
+    p.add_argument("--storage", default="ray_results", help=STORAGE_HELP)
+    p.set_defaults(fn=fn)
+    return p
+
+
+def _add_run(sub) -> None:
+    r = sub.add_parser("run", help="run a sweep spec", formatter_class=FMT)
     r.add_argument("spec", help="the sweep spec (YAML)")
     r.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
     r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow store (a relative sqlite "
                    "path is made absolute and saved with the sweep)")
-    r.add_argument("--storage", default="ray_results", help=storage_help)
+    r.add_argument("--storage", default="ray_results", help=STORAGE_HELP)
     r.add_argument("--max-concurrent", type=int, help="trials at once (none: the spec's max_concurrent)")
     r.add_argument("--smoke-test", action="store_true", help="every trial shrunk to a few steps, as <name>-smoke")
     r.add_argument("--local", action="store_true",
@@ -269,25 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "resources before stopping (a local Ray is refused at once)")
     _store_flags(r)
     r.set_defaults(fn=cmd_run)
-    s = sub.add_parser("resume", help="resume an interrupted sweep by name", formatter_class=fmt)
-    s.add_argument("name", help="the sweep's name")
-    s.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
-    s.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
-    s.add_argument("--storage", default="ray_results", help=storage_help)
-    s.add_argument("--resource-wait", type=float, default=600.0,
-                   help="on a cluster, seconds to wait for a node that fits a trial")
-    _store_flags(s)
-    s.set_defaults(fn=cmd_resume)
-    rc = sub.add_parser("recover", help="rebuild a sweep's MLflow records from Tune's result files in storage",
-                        formatter_class=fmt)
-    rc.add_argument("name", help="the sweep's name")
-    rc.add_argument("--tracking-uri", help="MLflow store to rebuild in (none: the one saved with the sweep)")
-    rc.add_argument("--storage", default="ray_results", help=storage_help)
-    _store_flags(rc, retry=False)
-    rc.set_defaults(fn=cmd_recover)
-    a = sub.add_parser("augment", help="add replicate blocks, or look until every primary term is decided",
-                       formatter_class=fmt)
-    a.add_argument("name", help="the sweep's name")
+
+
+def _add_augment(sub) -> None:
+    a = _named(sub, "augment", "add replicate blocks, or look until every primary term is decided", cmd_augment)
     how = a.add_mutually_exclusive_group(required=True)
     how.add_argument("--replicates", type=int, help="add this many replicate blocks and run them")
     how.add_argument("--until-decided", action="store_true",
@@ -296,28 +312,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the most blocks the looks may reach (none: 3x the sweep's; fixed at the first look)")
     a.add_argument("--budget-minutes", type=float, help="stop before a block that would pass this (none: no budget)")
     a.add_argument("--alpha", type=float, default=0.05, help="the alpha spent over all looks")
-    a.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
-    a.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
-    a.add_argument("--storage", default="ray_results", help=storage_help)
-    a.set_defaults(fn=cmd_augment)
-    rv = sub.add_parser("reeval", help="re-run every finished trial's speculative evaluation with more prompts",
-                        formatter_class=fmt)
-    rv.add_argument("name", help="the sweep's name")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trials", description=__doc__, formatter_class=FMT)
+    sub = p.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    s = _named(sub, "resume", "resume an interrupted sweep by name", cmd_resume)
+    s.add_argument("--resource-wait", type=float, default=600.0,
+                   help="on a cluster, seconds to wait for a node that fits a trial")
+    _store_flags(s)
+    _store_flags(_named(sub, "recover", "rebuild a sweep's MLflow records from Tune's result files in storage",
+                        cmd_recover, address=False,
+                        uri_help="MLflow store to rebuild in (none: the one saved with the sweep)"), retry=False)
+    _add_augment(sub)
+    rv = _named(sub, "reeval", "re-run every finished trial's speculative evaluation with more prompts", cmd_reeval)
     rv.add_argument("--spec-prompts", type=int, required=True, help="prompts per evaluation")
-    rv.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
-    rv.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
-    rv.add_argument("--storage", default="ray_results", help=storage_help)
-    rv.set_defaults(fn=cmd_reeval)
-    st = sub.add_parser("status", help="cells finished / running / failed / pending", formatter_class=fmt)
-    st.add_argument("name", help="the sweep's name")
-    st.add_argument("--tracking-uri", help="MLflow store (none: the one saved with the sweep)")
-    st.add_argument("--storage", default="ray_results", help=storage_help)
-    _store_flags(st, retry=False)
-    st.set_defaults(fn=cmd_status)
-    ls = sub.add_parser("list", help="the sweeps in a storage folder and their state", formatter_class=fmt)
-    ls.add_argument("--storage", default="ray_results", help=storage_help)
+    _store_flags(_named(sub, "status", "cells finished / running / failed / pending", cmd_status, address=False),
+                 retry=False)
+    ls = sub.add_parser("list", help="the sweeps in a storage folder, or in a store, and their state",
+                        formatter_class=FMT)
+    ls.add_argument("--storage", default="ray_results", help=STORAGE_HELP)
+    ls.add_argument("--tracking-uri", help="list the sweeps recorded in this MLflow store instead")
     ls.set_defaults(fn=cmd_list)
-    v = sub.add_parser("validate", help="validate a spec and print its alias structure", formatter_class=fmt)
+    v = sub.add_parser("validate", help="validate a spec and print its alias structure", formatter_class=FMT)
     v.add_argument("spec", help="the sweep spec (YAML)")
     v.add_argument("--address", help="the Ray cluster it will run on (none: this machine, whose cores, GPUs "
                                      "and CUDA devices are checked now)")

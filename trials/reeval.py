@@ -51,10 +51,8 @@ def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str 
     """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
     from dspark.record import tracking_client
 
-    from dspark.record import SWEEP_PARENT_TAG
-    from dspark.track import log_metrics
-
     from . import runner
+    from .lease import Lease
 
     if not isinstance(spec_prompts, int) or isinstance(spec_prompts, bool) or spec_prompts < 2:
         raise ValueError(f"--spec-prompts: an integer >= 2, got {spec_prompts!r}")
@@ -64,48 +62,67 @@ def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str 
         raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing")
     root = runner.storage_root(storage)
     client = tracking_client(uri)
-    exp = client.get_experiment_by_name(name)
-    parents = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'") if exp else []
-    if not parents:
-        raise ValueError(f"reeval: the store {uri} holds no sweep {name!r}")
-    runs = {r.data.tags.get("trial_key"): r for r in client.search_runs(
-        [exp.experiment_id], "tags.trial_key != ''", max_results=50000)}
-    finished = [t for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED"]
-    checkpoints = runner.latest_checkpoints(root / name, finished)
-    missing = [t.key for t in finished if t.key not in checkpoints]
-    if missing:
-        raise ValueError(f"reeval: {len(missing)} finished trial(s) have no checkpoint under {root / name} "
-                         f"(e.g. {missing[0]}); re-evaluation needs each trial's final checkpoint")
+    runs, finished, checkpoints = _finished_trials(client, spec, root, uri)
     todo = [t for t in finished if runs[t.key].data.tags.get(REEVAL_TAG) != str(spec_prompts)]
     bound = _bind_existing_targets(spec, root)
     say(f"{name}: re-evaluating {len(todo)} trial(s) with {spec_prompts} prompts "
         f"({len(finished) - len(todo)} already done)")
-    started = runner._init_ray(address)
-    try:
-        res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
-        pending = {reeval_task.options(**res).remote(bound[t.key].to_dict(), checkpoints[t.key], spec_prompts): t
-                   for t in todo}
-        done = 0
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            t = pending.pop(ready[0])
-            metrics, per_prompt = ray.get(ready[0])
-            run = runs[t.key]
-            step = 1 + max((m.step for key in ("tf/tau", "spec/tau") if key in run.data.metrics
-                            for m in client.get_metric_history(run.info.run_id, key)), default=0)
-            log_metrics(client, run.info.run_id, metrics, step)
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
-                path.write_text(json.dumps(per_prompt))
-                client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
-            client.set_tag(run.info.run_id, REEVAL_TAG, str(spec_prompts))  # last: marks it done
-            done += 1
-            say(f"{name}: {done}/{len(todo)} {t.run_name}: spec/tau {metrics.get('spec/tau', float('nan')):.3f} "
-                f"with {spec_prompts} prompts")
-    finally:
-        if started:
-            ray.shutdown()
+    with Lease(root / name, name, "trials reeval"):
+        started = runner._init_ray(address)
+        try:
+            res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
+            pending = {reeval_task.options(**res).remote(bound[t.key].to_dict(), checkpoints[t.key], spec_prompts): t
+                       for t in todo}
+            done = 0
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                t = pending.pop(ready[0])
+                metrics, per_prompt = ray.get(ready[0])
+                _log_evaluation(client, runs[t.key], metrics, per_prompt, spec_prompts)
+                done += 1
+                say(f"{name}: {done}/{len(todo)} {t.run_name}: spec/tau {metrics.get('spec/tau', float('nan')):.3f} "
+                    f"with {spec_prompts} prompts")
+        finally:
+            if started:
+                ray.shutdown()
     return {"done": done, "skipped": len(finished) - len(todo)}
+
+
+def _finished_trials(client, spec, root: Path, uri: str) -> tuple[dict, list, dict[str, str]]:
+    """The sweep's runs by trial key, its finished trials and each one's final checkpoint;
+    refused with one line when the store lacks the sweep or a checkpoint is gone."""
+    from dspark.record import SWEEP_PARENT_TAG
+
+    from . import runner
+
+    exp = client.get_experiment_by_name(spec.name)
+    parents = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'") if exp else []
+    if not parents:
+        raise ValueError(f"reeval: the store {uri} holds no sweep {spec.name!r}")
+    runs = {r.data.tags.get("trial_key"): r for r in client.search_runs(
+        [exp.experiment_id], "tags.trial_key != ''", max_results=50000)}
+    finished = [t for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED"]
+    checkpoints = runner.latest_checkpoints(root / spec.name, finished)
+    missing = [t.key for t in finished if t.key not in checkpoints]
+    if missing:
+        raise ValueError(f"reeval: {len(missing)} finished trial(s) have no checkpoint under {root / spec.name} "
+                         f"(e.g. {missing[0]}); re-evaluation needs each trial's final checkpoint")
+    return runs, finished, checkpoints
+
+
+def _log_evaluation(client, run, metrics: dict, per_prompt: dict, spec_prompts: int) -> None:
+    """The new evaluation as the run's next step, its per-prompt file, and last the tag that
+    marks the trial done (so an interrupted reeval redoes exactly the trials without it)."""
+    from dspark.track import log_metrics
+
+    step = 1 + max((m.step for key in ("tf/tau", "spec/tau") if key in run.data.metrics
+                    for m in client.get_metric_history(run.info.run_id, key)), default=0)
+    log_metrics(client, run.info.run_id, metrics, step)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
+        path.write_text(json.dumps(per_prompt))
+        client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
+    client.set_tag(run.info.run_id, REEVAL_TAG, str(spec_prompts))
 
 
 def _bind_existing_targets(spec, root: Path) -> dict:

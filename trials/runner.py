@@ -88,7 +88,7 @@ def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, f
             out[h] = {**meta, "path": str(path), "reused": True}
             continue
         # nothing else runs while the shared targets train: a local sweep gives them every
-        # core (one target on one of 2 cores took 9.5 min of the paper study's budget)
+        # core (README "Results on this machine" has what one target costs)
         n_cpu = max(resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
         opts = {"num_cpus": n_cpu, "num_gpus": resources.get("gpu", 0)}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -316,7 +316,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
                 max_concurrent: int | None, resume: bool, verbose: int, resource_wait_s: float,
                 store_retry_s: float) -> dict:
     signals = _Signals()
-    ledger = None
+    opened: dict[str, Ledger] = {}  # the ledger once it exists, for the cleanup below
     clock = _Clock()  # where a sweep's own time goes, for bench/sweep_overhead.py
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
     # for a large one) and let a new SQLite store create its tables (seconds too)
@@ -332,16 +332,8 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
             spec, tags, shared = bind_targets(spec, root, cpus, addressing.result())
             clock.lap("targets")
             warming.result()
-            ledger = Ledger(tracking_uri, spec)
-            reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
-            ledger.claim()
-            for h, meta in shared.items():
-                ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
-            commit = git_commit()
-            tracker = SweepTracker(tracking_uri, spec, {k: {**v, "git_commit": commit} for k, v in tags.items()},
-                                   retry_s=store_retry_s)
-            if resume:  # points the store missed (it was down, or the driver died between writes)
-                replay(ledger, tracker.tags_by_key, spec, exp_dir, close=False)
+            ledger = opened["ledger"] = Ledger(tracking_uri, spec)
+            tracker = _open_records(ledger, spec, tags, shared, exp_dir, resume, store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             clock.lap("store")
             results = _fit(spec, todo, resume_dirs, root, tracker, signals, max_concurrent, verbose) if todo else None
@@ -353,22 +345,43 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
                 "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
                 **_timings(tracker, clock)}
     except BaseException as e:
-        gone = _store_failure(e)
-        if ledger is not None:
-            _best_effort(lambda: (ledger.close_open_runs("KILLED"), ledger.finish(ledger.parent_id, "KILLED")))
-        if gone is not None:
-            raise StoreStopped(f"{spec.name}: stopped, the store {tracking_uri} failed: {gone}") from None
-        if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
-            # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
-            raise Interrupted(signals.signum or signal.SIGINT) from None
+        _stopped(e, opened.get("ledger"), spec.name, tracking_uri, signals)
         raise
     finally:
         background.shutdown(wait=False)
-        if ledger is not None:
-            _best_effort(lambda: ledger.close_open_runs("KILLED"))
+        if "ledger" in opened:
+            _best_effort(lambda: opened["ledger"].close_open_runs("KILLED"))
         if started_ray:
             ray.shutdown()
             clock.lap("ray_shutdown")  # the returned dict holds this same `seconds` mapping
+
+
+def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, shared: dict, exp_dir: Path, resume: bool,
+                  store_retry_s: float) -> SweepTracker:
+    """Claim the parent for this driver, note the shared targets, and on a resume replay the
+    points the store missed (it was down, or the driver died between writes)."""
+    reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
+    ledger.claim()
+    for h, meta in shared.items():
+        ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
+    commit = git_commit()
+    tracker = SweepTracker(ledger.uri, spec, {k: {**v, "git_commit": commit} for k, v in tags.items()},
+                           retry_s=store_retry_s)
+    if resume:
+        replay(ledger, tracker.tags_by_key, spec, exp_dir, close=False)
+    return tracker
+
+
+def _stopped(e: BaseException, ledger: Ledger | None, name: str, tracking_uri: str, signals: "_Signals") -> None:
+    """A sweep that did not end: close what can be closed, then say why in one exception."""
+    gone = _store_failure(e)
+    if ledger is not None:
+        _best_effort(lambda: (ledger.close_open_runs("KILLED"), ledger.finish(ledger.parent_id, "KILLED")))
+    if gone is not None:
+        raise StoreStopped(f"{name}: stopped, the store {tracking_uri} failed: {gone}") from None
+    if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
+        # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
+        raise Interrupted(signals.signum or signal.SIGINT) from None
 
 
 class StoreStopped(RuntimeError):
@@ -477,7 +490,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker
         run_config=tune.RunConfig(
             name=spec.name, storage_path=str(root), verbose=2 if verbose >= 2 else 0,
             # Tune's CSV and JSON result files (its ExperimentAnalysis reads them), but not its
-            # TensorBoard logger, which MLflow replaces and whose import alone took 1.4 s here
+            # TensorBoard logger, which MLflow replaces and whose import alone costs seconds
             callbacks=[tracker, *shown, CSVLoggerCallback(), JsonLoggerCallback()],
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=4)),

@@ -4,7 +4,7 @@ trains a shared target.
 Kept apart from `trials.runner` so that a worker imports what a trial needs (torch,
 dspark, Ray Tune) and not the driver's MLflow and tracking code: Tune unpickles the
 trainable in every trial actor, which imports the module that defines it, and MLflow's
-import alone took 2.7 s on the 2-core test machine.
+import alone costs seconds (README "Results on this machine").
 """
 
 from __future__ import annotations

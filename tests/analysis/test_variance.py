@@ -71,8 +71,8 @@ def test_plan_prices_more_prompts_against_more_blocks():
     text = plan_text(df, None)
     assert "y (primary): " in text and "evaluation" in text and "between seeds" in text
     assert "x the prompts (" in text and "per evaluation) on the existing checkpoints" in text
-    # 2x the prompts: 32 more prompts x 12 runs x 0.5 s = 3.2 minutes of decoding
-    assert "every primary term decided by prompts alone: trials reeval NAME --spec-prompts 64, about 3 " \
+    # 2x the prompts: reeval decodes all 64 in each of the 12 runs, x 0.5 s = 6.4 minutes of decoding
+    assert "every primary term decided by prompts alone: trials reeval NAME --spec-prompts 64, about 6 " \
            "worker-minutes of decoding" in text
     assert "blocks priced at 2 min per trial" in text and "every primary term decided by blocks alone" in text
     rep = build_report(df, None)
