@@ -194,14 +194,22 @@ def drift_check(data: pd.DataFrame, res: ResponseResult) -> tuple[float, float] 
     if "run_order" not in data.columns:
         return None
     resid = residuals(data, res)
+    raw = pd.to_numeric(data.loc[resid.index, "run_order"], errors="coerce")
+    ok = (raw.notna() & (raw >= 0)).to_numpy()
+    order = centred_order(data, res, resid)
+    if ok.sum() < 3 or len(np.unique(order[ok])) < 3:
+        return None
+    fit = stats.linregress(order[ok], resid.to_numpy(float)[ok])
+    return float(fit.slope), float(fit.pvalue)
+
+
+def centred_order(data: pd.DataFrame, res: ResponseResult, resid: pd.Series) -> np.ndarray:
+    """Each run's launch position centred within its replicate block (the drift the blocks
+    leave), the x of both the drift check and its plot."""
     order = pd.to_numeric(data.loc[resid.index, "run_order"], errors="coerce")
-    ok = order.notna() & (order >= 0)
     if res.block and res.block in data.columns:
         order = order - order.groupby(data.loc[resid.index, res.block]).transform("mean")
-    if ok.sum() < 3 or order[ok].nunique() < 3:
-        return None
-    fit = stats.linregress(order[ok].to_numpy(float), resid[ok].to_numpy(float))
-    return float(fit.slope), float(fit.pvalue)
+    return order.to_numpy(float)
 
 
 def _control_table(df: pd.DataFrame, response: str, control: str) -> pd.DataFrame:
@@ -533,10 +541,18 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
         parts.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "
                      "relative to the control mean)</h3>" + _table_html(rep.dunnett[r]))
     resid = residuals(data, res)
+    if len(resid) > 2:
+        fitted = pd.to_numeric(data.loc[resid.index, r]).to_numpy(float) - resid.to_numpy(float)
+        figs.append(plots.residual_checks(fitted, resid.to_numpy(float), r, img / f"{slug}_residuals.png"))
+    out = parts + [_img(p) for p in figs]
     if "run_order" in data.columns and len(resid):
-        order = pd.to_numeric(data.loc[resid.index, "run_order"]).to_numpy(float)
-        figs.append(plots.residuals_vs_order(order, resid.to_numpy(float), r, img / f"{slug}_drift.png"))
-    return parts + [_img(p) for p in figs]
+        drift = rep.drift.get(r)
+        path = plots.residuals_vs_order(centred_order(data, res, resid), resid.to_numpy(float), r,
+                                        img / f"{slug}_drift.png", drift)
+        caption = (f"drift within blocks: slope {drift[0]:+.3g}/run, p={drift[1]:.2g} (the summary's figures)"
+                   if drift else "drift not checked (too few runs)")
+        out.append(f"<figure class='drift'>{_img(path)}<figcaption>{esc(caption)}</figcaption></figure>")
+    return out
 
 
 def _md_table(df: pd.DataFrame) -> str:

@@ -98,7 +98,7 @@ class Config:
     # --- run plumbing ---
     checkpoint_every_s: float = knob('plumbing', 0.0)  # seconds between checkpoints at evals (0: every eval); a stage's end always writes one
     target_path: str = knob('plumbing', "")  # load a trained target instead of training one
-    out_dir: str = knob('plumbing', "runs/dspark")
+    out_dir: str = knob('plumbing', "runs/dspark")  # `dspark train` without it: a new runs/<preset>-<date>-<time>
 
     def __post_init__(self) -> None:
         self.context_layers = tuple(int(i) for i in self.context_layers)

@@ -2,6 +2,7 @@
 (runs) view at the link `trials run` prints, and the HTML report renders with its images.
 Headless Chromium; skipped where no Chromium is installed (`apt-get install chromium`)."""
 
+import re
 import shutil
 import socket
 import subprocess
@@ -82,6 +83,14 @@ def test_the_report_renders_with_its_images(tmp_path):
     dom = browser("--dump-dom", html.as_uri())
     assert dom.count('src="data:image/png;base64,') >= 4  # the plots travel inside the one file
     assert "p_adj" in dom and "D1" in dom
+    # the answer first: the question, then the verdict table, before anything else
+    assert re.search(r"</h1>\s*<p>experiment render: the question is[^<]*</p>\s*<table class=\"t verdicts\"", dom), \
+        dom[dom.find("</h1>"):dom.find("</h1>") + 400]
+    # one drift computation: the summary's slope and p are the plot's
+    summary = re.search(r"drift check: residual slope ([+-][0-9.e+-]+) per run within blocks, p=([0-9.e+-]+)", dom)
+    caption = re.search(r"drift within blocks: slope ([+-][0-9.e+-]+)/run, p=([0-9.e+-]+)", dom)
+    assert summary and caption and summary.groups() == caption.groups(), (summary, caption)
+    assert 'alt="spec_tau_residuals"' in dom or "_residuals" in dom  # normal probability, residuals vs fitted
     shot = tmp_path / "report.png"
     browser(f"--screenshot={shot}", html.as_uri())
     pixels = mpimg.imread(shot)
