@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dspark.record import FACTOR_PREFIX, RESPONSES_TAG, SEQUENTIAL_TAG, SWEEP_PARENT_TAG, check_store, metric_name
+from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM, RESPONSES_TAG,
+                           SEQUENTIAL_TAG, check_store, metric_name, sweep_parent)
 
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
@@ -41,17 +42,12 @@ def _typed(value: str):
     return value
 
 
-def _parent(client, experiment_id: str):
-    runs = client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
-    return runs[0] if runs else None
-
-
 def _factor_levels(parent) -> dict[str, list[str]]:
     """Level order per factor, from the parent run's `factors` param (the spec order)."""
-    if parent is None or "factors" not in parent.data.params:
+    if parent is None or FACTORS_PARAM not in parent.data.params:
         return {}
     try:
-        factors = json.loads(parent.data.params["factors"])
+        factors = json.loads(parent.data.params[FACTORS_PARAM])
     except json.JSONDecodeError:
         return {}
     return {f: list(levels) for f, levels in factors.items()}
@@ -59,25 +55,16 @@ def _factor_levels(parent) -> dict[str, list[str]]:
 
 def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
-    from dspark.record import tracking_client
+    from dspark.record import sweep_trials, tracking_client
 
     check_store(tracking_uri)
     client = tracking_client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")
-    parent = _parent(client, exp.experiment_id)
+    parent = sweep_parent(client, exp.experiment_id)
     order = _factor_levels(parent)
-    rows = []
-    token = None
-    while True:
-        page = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=5000, page_token=token)
-        for r in page:
-            rows.append(_row(r))
-        token = page.token
-        if not token:
-            break
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([_row(r) for r in sweep_trials(client, exp.experiment_id)])
     if df.empty:
         out = pd.DataFrame(columns=list(META_COLUMNS))
         out.attrs[INCOMPLETE_KEY] = []
@@ -86,10 +73,10 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
         return out
     df = finished_frame(df, order)
     df.attrs["experiment"] = experiment
-    df.attrs["description"] = parent.data.tags.get("description", "") if parent is not None else ""
+    df.attrs["description"] = parent.data.tags.get(DESCRIPTION_TAG, "") if parent is not None else ""
     df.attrs["experiment_id"] = exp.experiment_id
     df.attrs["parent_run_id"] = parent.info.run_id if parent is not None else ""
-    df.attrs["design"] = parent.data.params.get("design", "") if parent is not None else ""
+    df.attrs["design"] = parent.data.params.get(DESIGN_PARAM, "") if parent is not None else ""
     df.attrs["responses"] = _responses(parent)
     df.attrs["sequential"] = parent.data.tags.get(SEQUENTIAL_TAG, "") if parent is not None else ""
     return df

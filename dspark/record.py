@@ -27,6 +27,11 @@ RESPONSES_TAG = "responses"  # on the parent: JSON {response: {better, margin}},
 SEQUENTIAL_TAG = "sequential"  # on the parent: JSON of analysis.sequential.Plan (the looks of `trials augment`)
 LOOK_PREFIX = "look."  # on the parent: look.<k> = JSON of that look's blocks, alpha, verdict counts and action
 VERDICT_PREFIX = "verdict."  # on the parent: verdict.<response>.<term> = matters|negligible|undecided
+# a trial run's tags (trials.spec.Trial.tags) and the parent's params and tags
+TRIAL_KEY_TAG = "trial_key"  # cell + replicate: what finds a trial's run again
+CELL_TAG, REPLICATE_TAG, SEED_TAG, ARM_TAG, RUN_ORDER_TAG = "cell", "replicate", "seed", "arm", "run_order"
+DESCRIPTION_TAG = "description"
+FACTORS_PARAM, DESIGN_PARAM = "factors", "design"  # the parent's: factor -> levels (JSON, spec order); full | 2^(k-p)
 DONE_KEY = "trial/done"  # 1.0 in a trial's last result (and metric): its final metrics were all reported
 SQLITE = "sqlite:///"
 # the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)
@@ -42,6 +47,25 @@ def store_key(name: str) -> str:
 def metric_name(stored: str) -> str:
     """The trainer's name of a stored metric (`tf/accept:3` -> `tf/accept@3`)."""
     return stored.replace(":", "@")
+
+
+def sweep_trials(client, experiment_id: str, page_size: int = 5000) -> list:
+    """Every trial run of a sweep's experiment (the runs with a trial key), all pages: the
+    one query that decides which runs are a sweep's trials."""
+    out, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], f"tags.{TRIAL_KEY_TAG} != ''", max_results=page_size,
+                                  page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def sweep_parent(client, experiment_id: str):
+    """The sweep's parent run in its experiment, or None."""
+    found = client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
+    return found[0] if found else None
 
 
 def tag_key(text: str) -> str:

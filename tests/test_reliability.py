@@ -186,7 +186,7 @@ def test_an_autoscaling_wait_is_bounded_and_names_the_resource():
 
     spec = parse({"name": "w", "base": {"preset": "tiny"}, "resources": {"cpu": 64, "gpu": 0},
                   "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         with pytest.raises(ValueError, match=r"asks for cpu=64, which no node holds after waiting 0.2 s"):
             check_resources(spec, autoscaling=True, wait_s=0.2, poll_s=0.05)

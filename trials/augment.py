@@ -22,7 +22,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from dspark.record import LOOK_PREFIX, SEQUENTIAL_TAG, SWEEP_PARENT_TAG
+from dspark.record import LOOK_PREFIX, SEQUENTIAL_TAG, sweep_parent
 
 from . import spec as specmod
 
@@ -85,7 +85,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     block_s: float | None = None
     client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
-    found = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1) if exp else []
+    found = [p for p in [sweep_parent(client, exp.experiment_id)] if p is not None] if exp else []
     plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha)  # refused before work
     out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
     parent = out["parent_run_id"]

@@ -78,14 +78,14 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
               f"answers, resume with:\n  trials resume {spec.name} --storage {root} --tracking-uri {uri}",
               file=sys.stderr)
         return 3
-    from dspark.record import tracking_client
+    from dspark.record import TRIAL_KEY_TAG, sweep_trials, tracking_client
 
     from .progress import arms_table
 
     ledger_runs = {}
     client = tracking_client(uri)
-    for r in client.search_runs([result["experiment_id"]], "tags.trial_key != ''", max_results=50000):
-        ledger_runs[r.data.tags["trial_key"]] = r
+    for r in sweep_trials(client, result["experiment_id"]):
+        ledger_runs[r.data.tags[TRIAL_KEY_TAG]] = r
     table = arms_table(spec, ledger_runs)
     print(f"\n{spec.name}: {result['finished']} finished, {result['failed']} failed of {len(spec.trials)} trials"
           + (f"; mean per arm:\n{table}" if table else ""))
@@ -242,16 +242,16 @@ def cmd_list(args) -> int:
 
 def _list_store(uri: str) -> int:
     """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
-    from dspark.record import SWEEP_PARENT_TAG, check_store, probe_store, tracking_client
+    from dspark.record import check_store, probe_store, sweep_parent, tracking_client
 
     check_store(uri)
     probe_store(uri)
     client = tracking_client(uri)
     rows = []
     for exp in client.search_experiments(max_results=1000):
-        parents = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
-        if parents:
-            rows.append({"sweep": exp.name, "state": parents[0].info.status.lower(),
+        parent = sweep_parent(client, exp.experiment_id)
+        if parent is not None:
+            rows.append({"sweep": exp.name, "state": parent.info.status.lower(),
                          "MLflow": experiment_link(uri, exp.name)})
     print(_table(rows) if rows else f"no sweep recorded in {uri}")
     return 0

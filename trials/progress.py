@@ -18,6 +18,7 @@ import time
 from ray.tune import Callback
 
 from dspark import metrics
+from dspark.record import store_key
 
 from .spec import SweepSpec
 
@@ -115,7 +116,7 @@ def arms_table(spec: SweepSpec, runs: dict) -> str:
     for arm, rows in by_arm.items():
         means = []
         for c in cols:
-            vals = [m[c.replace("@", ":")] for m in rows if c.replace("@", ":") in m]
+            vals = [m[store_key(c)] for m in rows if store_key(c) in m]
             means.append(f"{sum(vals) / len(vals):12.4g}" if vals else " " * 12)
         lines.append(arm.ljust(width) + f"  {len(rows)}  " + "  ".join(means))
     return "\n".join(lines)

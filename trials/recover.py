@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dspark.record import DONE_KEY, is_metric
+from dspark.record import DONE_KEY, TRIAL_KEY_TAG, is_metric, sweep_trials
 from dspark.track import finite, log_run_files
 
 from .spec import SweepSpec, Trial
@@ -76,8 +76,7 @@ def missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[s
     exp = client.get_experiment_by_name(spec.name)
     if exp is None:
         return have
-    runs = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=50000)
-    known = {r.data.tags.get("trial_key") for r in runs}
+    known = {r.data.tags.get(TRIAL_KEY_TAG) for r in sweep_trials(client, exp.experiment_id)}
     return [k for k in have if k not in known]
 
 

@@ -91,16 +91,14 @@ def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str 
 def _finished_trials(client, spec, root: Path, uri: str) -> tuple[dict, list, dict[str, str]]:
     """The sweep's runs by trial key, its finished trials and each one's final checkpoint;
     refused with one line when the store lacks the sweep or a checkpoint is gone."""
-    from dspark.record import SWEEP_PARENT_TAG
+    from dspark.record import TRIAL_KEY_TAG, sweep_parent, sweep_trials
 
     from . import runner
 
     exp = client.get_experiment_by_name(spec.name)
-    parents = client.search_runs([exp.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'") if exp else []
-    if not parents:
+    if exp is None or sweep_parent(client, exp.experiment_id) is None:
         raise ValueError(f"reeval: the store {uri} holds no sweep {spec.name!r}")
-    runs = {r.data.tags.get("trial_key"): r for r in client.search_runs(
-        [exp.experiment_id], "tags.trial_key != ''", max_results=50000)}
+    runs = {r.data.tags.get(TRIAL_KEY_TAG): r for r in sweep_trials(client, exp.experiment_id)}
     finished = [t for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED"]
     checkpoints = runner.latest_checkpoints(root / spec.name, finished)
     missing = [t.key for t in finished if t.key not in checkpoints]

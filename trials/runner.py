@@ -28,7 +28,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from dspark import targets
 from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, check_store,
-                           probe_store, retrying)
+                           TRIAL_KEY_TAG, probe_store, retrying, store_key, sweep_trials)
 
 from . import spec as specmod
 
@@ -554,9 +554,7 @@ def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
     runs = {}
     if exp is not None:
         reap_dead_driver(client, exp.experiment_id)
-        for r in client.search_runs([exp.experiment_id], "", max_results=50000):
-            if "trial_key" in r.data.tags:
-                runs[r.data.tags["trial_key"]] = r
+        runs = {r.data.tags[TRIAL_KEY_TAG]: r for r in sweep_trials(client, exp.experiment_id)}
     rows = []
     names = {"FINISHED": "finished", "RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
              "SCHEDULED": "pending"}
@@ -565,7 +563,7 @@ def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
         r = runs.get(t.key)
         row = {"run": t.run_name, "state": names.get(r.info.status, r.info.status.lower()) if r else "pending"}
         for c in cols:
-            v = r.data.metrics.get(c.replace("@", ":")) if r else None
+            v = r.data.metrics.get(store_key(c)) if r else None
             row[c] = f"{v:.4g}" if v is not None else ""
         rows.append(row)
     return rows

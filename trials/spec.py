@@ -41,7 +41,8 @@ import yaml
 
 from dspark import metrics
 from dspark.config import FIELD_NAMES, Config, from_dict, role_of, smoke_overrides
-from dspark.record import FACTOR_PREFIX
+from dspark.record import (ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, RUN_ORDER_TAG, SEED_TAG,
+                           TRIAL_KEY_TAG)
 
 TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
             "max_concurrent", "max_failures", "description", "responses"}
@@ -81,8 +82,8 @@ class Trial:
     @property
     def tags(self) -> dict[str, str]:
         """What identifies the trial in a run's tags (the MLflow runs and the local runner's rows)."""
-        tags = {"cell": self.cell, "replicate": str(self.replicate), "seed": str(self.seed), "trial_key": self.key,
-                "arm": self.arm, "run_order": str(self.run_order)}
+        tags = {CELL_TAG: self.cell, REPLICATE_TAG: str(self.replicate), SEED_TAG: str(self.seed),
+                TRIAL_KEY_TAG: self.key, ARM_TAG: self.arm, RUN_ORDER_TAG: str(self.run_order)}
         tags.update({f"{FACTOR_PREFIX}{f}": level for f, level in self.levels.items()})
         return tags
 

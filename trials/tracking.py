@@ -18,8 +18,9 @@ from typing import Any
 from mlflow.entities import Param
 from ray.tune import Callback
 
-from dspark.record import (DONE_KEY, EXPERIMENT_KIND_TAG, MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG,
-                           STORE_RETRY_S, SWEEP_PARENT_TAG, is_metric, metric_name, retrying, tracking_client)
+from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXPERIMENT_KIND_TAG, FACTORS_PARAM,
+                           MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG, STORE_RETRY_S, SWEEP_PARENT_TAG, TRIAL_KEY_TAG,
+                           is_metric, metric_name, retrying, sweep_parent, sweep_trials, tracking_client)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
 from .spec import SweepSpec, Trial
@@ -50,24 +51,24 @@ class Ledger:
         self.parent_id = self._parent()
 
     def _parent(self) -> str:
-        runs = self.client.search_runs([self.experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
-        if runs:
-            self.client.set_tag(runs[0].info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
-            return runs[0].info.run_id
+        parent = sweep_parent(self.client, self.experiment_id)
+        if parent is not None:
+            self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
+            return parent.info.run_id
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
                                      tags={SWEEP_PARENT_TAG: "true", "sweep": self.spec.name,
-                                           "design": self.spec.design, "git_commit": git_commit(),
+                                           DESIGN_PARAM: self.spec.design, "git_commit": git_commit(),
                                            **source_tags("trials run"),
-                                           "factors": ",".join(self.spec.factors),
+                                           FACTORS_PARAM: ",".join(self.spec.factors),
                                            # the primary responses and margins (a tag: a resume may restate them)
                                            RESPONSES_TAG: json.dumps(self.spec.responses),
-                                           "description": self.spec.description[:4000],
+                                           DESCRIPTION_TAG: self.spec.description[:4000],
                                            # MLflow shows this tag as the run's description
                                            "mlflow.note.content": self.spec.description[:4000]})
         self.client.log_batch(run.info.run_id, params=[
-            Param("design", self.spec.design), Param("replicates", str(self.spec.replicates)),
+            Param(DESIGN_PARAM, self.spec.design), Param("replicates", str(self.spec.replicates)),
             # level order matters: the analysis reads it back as each factor's order
-            Param("factors", json.dumps(self.spec.factors, default=str)[:6000]),
+            Param(FACTORS_PARAM, json.dumps(self.spec.factors, default=str)[:6000]),
             Param("base", json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
         return run.info.run_id
 
@@ -86,17 +87,8 @@ class Ledger:
             self.client.set_tag(self.parent_id, k, v)
 
     def child_runs(self) -> dict[str, Any]:
-        """trial_key -> run, for the children of this sweep's parent."""
-        out = {}
-        token = None
-        while True:
-            page = self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_id}'",
-                                           max_results=1000, page_token=token)
-            for r in page:
-                out[r.data.tags.get("trial_key")] = r
-            token = page.token
-            if not token:
-                return out
+        """trial_key -> run, for this sweep's trials."""
+        return {r.data.tags.get(TRIAL_KEY_TAG): r for r in sweep_trials(self.client, self.experiment_id)}
 
     def open_child(self, trial: Trial, extra_tags: dict[str, str]) -> tuple[str, bool]:
         """The run of a trial: reused when it exists (resume), else created. The flag says
@@ -307,8 +299,7 @@ def reap_dead_driver(client, experiment_id: str) -> int:
     for parent in client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=10):
         if parent.info.status != "RUNNING" or driver_alive(parent.data.tags) is not False:
             continue
-        kids = client.search_runs([experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
-                                  max_results=50000)
+        kids = sweep_trials(client, experiment_id)
         for run in [*kids, parent]:
             if run.info.status == "RUNNING":
                 client.set_terminated(run.info.run_id, status="KILLED")

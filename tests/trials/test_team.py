@@ -273,3 +273,6 @@ def test_a_local_sweep_starts_its_own_ray_beside_one_that_ray_start_left(tmp_pat
     finally:
         head.terminate()
         head.wait(timeout=60)
+        marker = Path("/tmp/ray/ray_current_cluster")  # `ray start` leaves it naming its head: not ours to keep
+        if marker.exists() and f":{port}" in marker.read_text():
+            marker.unlink()
