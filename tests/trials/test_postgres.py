@@ -1,0 +1,172 @@
+"""A team's tracking server: `mlflow server` on 127.0.0.1, backed by PostgreSQL (an
+unprivileged cluster this module starts in a temporary folder). A sweep runs against it
+over HTTP; `status` and `report` read it; the server stops mid-sweep and never comes back
+(the driver stops within its retry window, one line, exit 3); it comes back and `resume`
+finishes the sweep with every metric point once; the link printed points at the server."""
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run it as the `postgres` user."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+def _env(home) -> dict:
+    return {"PYTHONPATH": str(ROOT), "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": str(home)}
+
+
+class Server:
+    """`mlflow server` on a PostgreSQL store, restartable on the same port."""
+
+    def __init__(self, db_uri: str, artifacts: Path, home: Path):
+        self.db_uri, self.artifacts, self.home = db_uri, artifacts, home
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.db_uri,
+             "--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", "1"],
+            env=_env(self.home), stdout=subprocess.DEVNULL, stderr=open(self.home / "server.log", "ab"),
+            start_new_session=True)
+        deadline = time.time() + 180
+        while True:
+            try:
+                if urllib.request.urlopen(f"{self.url}/health", timeout=2).status == 200:
+                    return
+            except OSError:
+                pass
+            assert time.time() < deadline and self.proc.poll() is None, \
+                "mlflow server did not come up: " + (self.home / "server.log").read_text()[-2000:]
+            time.sleep(1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # gone at once, as when its machine dies
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+    if not initdb or not pg_ctl:
+        pytest.skip("PostgreSQL is not installed here (.ci/run installs Debian's postgresql)")
+    folder = Path(tempfile.mkdtemp(prefix="dspark-pg-", dir="/tmp"))  # a folder the postgres user can reach
+    data, port = folder / "data", _free_port()
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres")
+    subprocess.run(_as_postgres([initdb, "-D", str(data), "-U", "mlflow", "-A", "trust", "--no-sync"]),
+                   check=True, capture_output=True)
+    subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-w", "-o",
+                                 f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"]),
+                   check=True, capture_output=True)
+    try:
+        subprocess.run([_bin("createdb") or "createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow"],
+                       check=True, capture_output=True)
+        home = tmp_path_factory.mktemp("home")
+        s = Server(f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow", home / "artifacts", home)
+        s.start()
+        yield s
+        s.stop()
+    finally:
+        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _cli(module, *args, cwd, timeout=600):
+    r = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=cwd,
+                       env=_env(cwd), timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def _spec(tmp_path, corpus_dir, name, draft_steps=6):
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": name, "base": {"preset": "tiny", "data": [str(corpus_dir)], "target_steps": 6,
+                               "draft_steps": draft_steps, "eval_interval": 3, "eval_batches": 1,
+                               "spec_prompts": 0, "seq_len": 64, "max_corpus_bytes": 300000},
+        "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}, "replicates": 2,
+        "max_concurrent": 1}))
+    return spec
+
+
+def test_a_sweep_status_and_report_on_a_postgresql_backed_server(server, tmp_path, corpus_dir):
+    spec = _spec(tmp_path, corpus_dir, "pg")
+    args = ["--storage", str(tmp_path / "st"), "--tracking-uri", server.url]
+    rc, out, err = _cli("trials.cli", "run", str(spec), *args, cwd=tmp_path)
+    assert rc == 0, err[-3000:]
+    assert f"{server.url}/#/experiments/" in out and "mlflow ui" not in out  # the link is the server's
+    rc, out, err = _cli("trials.cli", "status", "pg", "--storage", str(tmp_path / "st"), cwd=tmp_path)
+    assert rc == 0 and out.count("finished") >= 4, err[-2000:]
+    rc, out, err = _cli("analysis.cli", "report", "pg", "--tracking-uri", server.url, "--out", str(tmp_path / "rep"),
+                        "--responses", "tf/tau", cwd=tmp_path)
+    assert rc == 0 and "D1: " in out and (tmp_path / "rep" / "pg" / "report.html").is_file(), err[-2000:]
+
+
+def test_the_server_gone_mid_sweep_stops_it_cleanly_and_resume_loses_nothing(server, tmp_path, corpus_dir):
+    from mlflow.tracking import MlflowClient
+
+    spec = _spec(tmp_path, corpus_dir, "gone", draft_steps=60)
+    args = ["--storage", str(tmp_path / "st"), "--tracking-uri", server.url]
+    driver = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args, "--store-retry", "20"],
+                              cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        client = MlflowClient(server.url)
+        deadline = time.time() + 240
+        while True:  # a trial is reporting: stop the server for good
+            exp = client.get_experiment_by_name("gone")
+            kids = client.search_runs([exp.experiment_id], "tags.trial_key != ''") if exp else []
+            if any("tf/tau" in r.data.metrics for r in kids):
+                break
+            assert time.time() < deadline and driver.poll() is None, driver.communicate()[1][-2000:]
+            time.sleep(1)
+        server.stop()
+        t0 = time.time()
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    waited = time.time() - t0
+    assert driver.returncode == 3, err[-3000:]
+    assert "Traceback" not in err and f"the store {server.url} failed" in err and "trials resume gone" in err
+    assert waited < 300  # MLflow's defaults blocked 12 min 24 s here
+    server.start()  # it comes back: resume finishes the sweep and every point is there once
+    rc, out, err = _cli("trials.cli", "resume", "gone", *args, cwd=tmp_path)
+    assert rc == 0, err[-3000:]
+    client = MlflowClient(server.url)
+    exp = client.get_experiment_by_name("gone")
+    kids = client.search_runs([exp.experiment_id], "tags.trial_key != ''")
+    assert len(kids) == 4 and all(r.info.status == "FINISHED" for r in kids)
+    for r in kids:
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "tf/tau")]
+        assert len(steps) == len(set(steps)) and max(steps) >= 60, steps
