@@ -95,7 +95,10 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
         lines.append(f"every primary term decided by prompts alone: trials reeval NAME --spec-prompts "
                      f"{prompts_all * prompts}{price}")
     elif blocks_all:
-        lines.append("more prompts alone cannot decide every primary term" if "split/prompts" in df.columns else
+        decoded = any(r.startswith(("spec/", "conf/", "sched/")) for r, c in d.checks.items() if c.primary)
+        lines.append("no primary response comes from decoded prompts: only replicate blocks can decide these"
+                     if not decoded else "more prompts alone cannot decide every primary term"
+                     if "split/prompts" in df.columns else
                      "these runs carry no prompt groups: re-evaluate them (trials reeval) to price more prompts")
     return "\n".join(lines)
 

@@ -103,3 +103,15 @@ def test_plan_arguments_out_of_range_give_one_line_and_huge_effects_have_power_o
                        capture_output=True, text=True)
     assert r.returncode == 0 and "nan" not in r.stdout and "power 1.00" in r.stdout, r.stdout
     assert math.isfinite(power.power(-1e9, 0.05, 8, 2))
+
+
+def test_the_plan_of_a_sweep_without_decoded_responses_names_blocks_only():
+    from analysis.plan import plan_text
+
+    df = _sweep(fraction=False)
+    df["parallel_stage"] = "backbone"
+    df["run_s"] = 60.0
+    df.attrs["responses"] = {"val/bpb": {"better": "lower", "margin": 0.0001}}  # small: stays undecided
+    text = plan_text(df, None)
+    assert "no primary response comes from decoded prompts: only replicate blocks can decide these" in text
+    assert "trials reeval" not in text  # it refuses a backbone sweep: never advise it
