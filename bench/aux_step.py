@@ -15,13 +15,10 @@ import time
 
 import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible mode)
 import torch
-import torch.nn.functional as F
 
-from dspark.blocks import draft_blocks
 from dspark.config import VOCAB_SIZE, from_dict
 from dspark.data import sample_batch
 from dspark.heads import DraftHead
-from dspark.loss import dspark_loss
 from dspark.train import Trainer
 
 SEED_SYSTEM = dict(preset="small", parallel_stage="backbone", head="rnn", block_size=4, anchors="strided",
@@ -37,6 +34,8 @@ def main() -> None:
     cfg = from_dict({**SEED_SYSTEM, "d_model": args.d_model, "seq_len": args.seq_len,
                      "out_dir": "bench/out/aux_step"})
     t = Trainer(cfg)
+    pure = Trainer(cfg.replace(aux_weight=0.0), corpus=t.corpus)
+    pure.target = t.target  # the same LM: the arms differ only in the aux loss
     heads = {ci: DraftHead("rnn", ci, VOCAB_SIZE, cfg.d_model, cfg.markov_rank) for ci in ("hidden", "hidden+markov")}
     gen = torch.Generator().manual_seed(0)
     opt = torch.optim.AdamW([*t.target.parameters(), *(p for h in heads.values() for p in h.parameters())], lr=1e-4)
@@ -44,18 +43,13 @@ def main() -> None:
 
     def step(head: DraftHead | None) -> float:
         x = sample_batch(t.corpus.train, cfg.batch_size, cfg.seq_len + 1, gen)
-        anchors = t._anchors(x.shape[0])
+        anchors = t.anchors(x.shape[0])
         t0 = time.perf_counter()
-        if head is None:  # the pure-CE control
-            lm = t.target(x[:, :-1])
-            loss = F.cross_entropy(lm.logits.reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-        else:
+        if head is None:  # the pure-CE control: the trainer's own step with aux_weight 0 (no head runs)
+            loss, _ = pure.head_loss(x, anchors)
+        else:  # the trainer's own joint step: CE_lm + aux_weight * L_dspark with the config's weights
             t.models.head = head
-            out = draft_blocks(t.models, x, anchors, cfg.window)
-            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, out.conf_logits,
-                              cfg.decay_denominator)
-            lm_ce = F.cross_entropy(out.lm.logits.reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-            loss = lm_ce + cfg.aux_weight * res["loss"]
+            loss, _ = t.head_loss(x, anchors)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -77,11 +77,10 @@ def main(argv: list[str] | None = None) -> int:
           f"peak {peak:.4g} TFLOP/s ({peak_src})")
 
     target_stage(t, peak)
-    t.stage, t.step = "draft", 0
-    t._build_optimizer()
+    t.start_draft()
     sync(dev)
     t0 = time.perf_counter()
-    t._train_head()
+    t.train_head()
     sync(dev)
     draft_s = time.perf_counter() - t0
     last = next(h for h in reversed(t.history) if "tf/tau" in h)
@@ -98,7 +97,7 @@ def target_stage(t: Trainer, peak: float) -> None:
     cfg, dev = t.cfg, t.device
     sync(dev)
     t0 = time.perf_counter()
-    t._train_target()
+    t.train_target()
     sync(dev)
     target_s = time.perf_counter() - t0
     n_target = sum(p.numel() for p in t.target.parameters())

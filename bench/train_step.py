@@ -58,7 +58,7 @@ def make_steps(t: Trainer, cfg):
 
     def draft_step(with_heads: bool) -> float:
         x = batch()
-        anchors = t._anchors(x.shape[0])
+        anchors = t.anchors(x.shape[0])
         t0 = time.perf_counter()
         with torch.no_grad():
             lm = t.target(x[:, :-1])
@@ -67,8 +67,9 @@ def make_steps(t: Trainer, cfg):
             models.head = _Bare()
         out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
         models.head = head
-        res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid,
-                          out.conf_logits if with_heads else None, cfg.decay_denominator)
+        res = dspark_loss(draft_logits=out.draft_logits, target_logits=out.target_logits, labels=out.labels,
+                          valid=out.valid, confidence_logits=out.conf_logits if with_heads else None,
+                          decay_gamma=cfg.decay_denominator, alphas=(cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf))
         opt.zero_grad(set_to_none=True)
         res["loss"].backward()
         opt.step()
@@ -98,8 +99,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = from_dict({"preset": args.preset, "spec_prompts": 0, "out_dir": "bench/out/train_step"})
     t = Trainer(cfg)
-    t.stage = "draft"
-    t._build_optimizer()
+    t.start_draft()
     steps = make_steps(t, cfg)
     for _ in range(3):  # warm-up
         [step() for step in steps]

@@ -55,8 +55,9 @@ def teacher_forced(models: Models, batches: list[torch.Tensor], stride: int, dev
         lm_ce += F.cross_entropy(out.lm.logits.float().reshape(-1, out.lm.logits.shape[-1]),
                                  x[:, 1:].reshape(-1), reduction="sum").item()
         lm_n += x[:, 1:].numel()
-        res = dspark_loss(out.draft_logits.float(), out.target_logits.float(), out.labels, out.valid,
-                          out.conf_logits.float(), None)
+        res = dspark_loss(draft_logits=out.draft_logits.float(), target_logits=out.target_logits.float(),
+                          labels=out.labels, valid=out.valid, confidence_logits=out.conf_logits.float(),
+                          decay_gamma=None)
         for key in ("ce", "tv", "conf"):
             sums[key] = sums.get(key, 0.0) + res[key].item()
         taus.append(res["tau_tf"].item())

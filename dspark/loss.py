@@ -47,9 +47,11 @@ def tau_from_accept(accept: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return (per_block * keep).sum() / keep.sum().clamp_min(1)
 
 
-def dspark_loss(draft_logits, target_logits, labels, valid, confidence_logits, decay_gamma,
+def dspark_loss(*, draft_logits, target_logits, labels, valid, confidence_logits, decay_gamma,
                 alphas=(0.1, 0.9, 1.0)) -> dict:
-    """The DSpark loss (Eq 8-12) and its no-grad metrics.
+    """The DSpark loss (Eq 8-12) and its no-grad metrics. Keyword-only: seven tensors and
+    numbers in a row are too easy to pass in the wrong order. `alphas` = (alpha_ce,
+    alpha_tv, alpha_conf); a run passes its config's (`Trainer.head_loss`).
 
     Returns tensors: `loss`, `ce`, `tv`, `conf`, `tau_tf`, `accept_rate` (K,), and the
     confidence diagnostics `conf_abs_error`, `conf_bias`, `conf_cumprod_bias`.

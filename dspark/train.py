@@ -301,16 +301,22 @@ class Trainer:
         return self.step
 
     # ---- stages ----
+    def start_draft(self) -> None:
+        """From the target stage to the draft stage: the target frozen, a new optimizer."""
+        self.stage, self.step = "draft", 0
+        self._build_optimizer()
+
     def run(self) -> dict:
+        """Both stages from wherever this trainer stands (a resume point): the target stage
+        (trained, or loaded from target_path), then the head stage and the final evaluation."""
         if self.stage == "target":
             if self.cfg.target_path:
                 self._load_shared_target()
             else:
-                self._train_target()
-            self.stage, self.step = "draft", 0
-            self._build_optimizer()
+                self.train_target()
+            self.start_draft()
         if self.stage in ("draft", "joint"):
-            self._train_head()
+            self.train_head()
             final = self.final_metrics()
             if self.stage == "draft" and self.cfg.spec_prompts:
                 final.update(self.speculative(self.cfg.spec_prompts, full=True))
@@ -323,7 +329,8 @@ class Trainer:
             self.report(dict(self.history[-1]), None)
         return self.final_metrics()
 
-    def _train_target(self) -> None:
+    def train_target(self) -> None:
+        """The target stage: next-byte CE on the corpus until target_steps."""
         cfg = self.cfg
         self.target.train()
         tokens, t0 = 0, time.perf_counter()
@@ -345,7 +352,8 @@ class Trainer:
                 self._emit(m, checkpoint=True, stage_end=self.step == cfg.target_steps)
         self.target.eval()
 
-    def _anchors(self, batch: int) -> torch.Tensor:
+    def anchors(self, batch: int) -> torch.Tensor:
+        """The block anchors of one batch: (B, A)."""
         cfg = self.cfg
         if cfg.anchors == "strided":
             return strided_anchors(cfg.seq_len, cfg.stride).expand(batch, -1)
@@ -359,7 +367,8 @@ class Trainer:
         self.opt.step()
         self.sched.step()
 
-    def _train_head(self) -> None:
+    def train_head(self) -> None:
+        """The head stage (the draft stage on a frozen target, or the backbone's joint stage)."""
         cfg = self.cfg
         total = cfg.draft_steps if self.stage == "draft" else cfg.target_steps
         if self.step == 0 and not self.resumed:
@@ -371,9 +380,9 @@ class Trainer:
                 self.before_step(self.step, self.resumed)
             self._train_mode(True)
             x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
-            anchors = self._anchors(x.shape[0]).to(self.device)
+            anchors = self.anchors(x.shape[0]).to(self.device)
             ts = time.perf_counter()
-            loss, parts = self._head_loss(x, anchors)
+            loss, parts = self.head_loss(x, anchors)
             self._optimizer_step(loss, params)
             sync(self.device)
             step_s += time.perf_counter() - ts
@@ -393,7 +402,7 @@ class Trainer:
                 self._emit(m, checkpoint=True, stage_end=self.step == total)
         self._train_mode(False)
 
-    def _head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """One batch's loss and its logged parts. Draft stage: the DSpark loss on the frozen
         target. Backbone stage: CE_lm + aux_weight * L_dspark, where the pure-CE control
         (aux_weight 0) runs no head at all, so its step time is what the LM costs alone."""
@@ -411,8 +420,9 @@ class Trainer:
                 lm = out.lm
         parts: dict[str, torch.Tensor] = {}
         if not pure_ce:
-            res = dspark_loss(out.draft_logits, out.target_logits, out.labels, out.valid, out.conf_logits,
-                              cfg.decay_denominator, (cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf))
+            res = dspark_loss(draft_logits=out.draft_logits, target_logits=out.target_logits, labels=out.labels,
+                              valid=out.valid, confidence_logits=out.conf_logits, decay_gamma=cfg.decay_denominator,
+                              alphas=(cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf))
             parts = {k: res[k] for k in ("ce", "tv", "conf", "tau_tf")}
         if self.stage != "joint":
             return res["loss"], parts
@@ -472,7 +482,7 @@ def train_shared_target(config: Config | dict[str, Any], path: str | os.PathLike
     cfg = config if isinstance(config, Config) else from_dict(config)
     with tempfile.TemporaryDirectory(prefix="dspark-target-") as tmp:
         trainer = Trainer(cfg.replace(target_path="", parallel_stage="drafter", out_dir=tmp))
-        trainer._train_target()
+        trainer.train_target()
         bpb = next((h["val/bpb"] for h in reversed(trainer.history) if "val/bpb" in h), float("nan"))
     meta = {"target_hash": trainer.target_hash, "data_sha256": trainer.data_sha256, "val/bpb": bpb,
             "target_config": cfg.target_dict()}

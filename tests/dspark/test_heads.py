@@ -96,7 +96,8 @@ def test_ce_tv_gradient_reaches_w1_at_step_0_in_both_d9_arms(head, confidence_in
         dh.zero_grad()
         draft, conf = dh(h, U, prev)
         # CE and TV only: the confidence loss's own path into W1 is switched off
-        dspark_loss(draft, target, labels, valid, conf, 7.0, (0.1, 0.9, 0.0))["loss"].backward()
+        dspark_loss(draft_logits=draft, target_logits=target, labels=labels, valid=valid, confidence_logits=conf,
+                    decay_gamma=7.0, alphas=(0.1, 0.9, 0.0))["loss"].backward()
         return dh.seq.W1.weight.grad.norm().item()
 
     assert w1_grad() > 0

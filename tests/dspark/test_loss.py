@@ -34,11 +34,13 @@ def test_invalid_slots_do_not_count():
     d, t = torch.randn(1, 2, 3, 5), torch.randn(1, 2, 3, 5)
     labels = torch.randint(0, 5, (1, 2, 3))
     valid = torch.tensor([[[1, 1, 0], [1, 0, 0]]]).bool()
-    a = dspark_loss(d, t, labels, valid, torch.randn(1, 2, 3), 7.0)
+    a = dspark_loss(draft_logits=d, target_logits=t, labels=labels, valid=valid,
+                    confidence_logits=torch.randn(1, 2, 3), decay_gamma=7.0)
     d2 = d.clone()
     d2[0, 0, 2] += 100.0  # change only invalid slots
     d2[0, 1, 1:] -= 50.0
-    b = dspark_loss(d2, t, labels, valid, None, 7.0)
+    b = dspark_loss(draft_logits=d2, target_logits=t, labels=labels, valid=valid, confidence_logits=None,
+                    decay_gamma=7.0)
     assert a["ce"].item() == pytest.approx(b["ce"].item())
     assert a["tv"].item() == pytest.approx(b["tv"].item())
 
@@ -47,6 +49,13 @@ def test_loss_gradient_reaches_draft_and_confidence_but_not_target():
     d = torch.randn(2, 3, 4, 6, requires_grad=True)
     t = torch.randn(2, 3, 4, 6, requires_grad=True)
     c = torch.randn(2, 3, 4, requires_grad=True)
-    out = dspark_loss(d, t.detach(), torch.randint(0, 6, (2, 3, 4)), torch.ones(2, 3, 4).bool(), c, 4.0)
+    out = dspark_loss(draft_logits=d, target_logits=t.detach(), labels=torch.randint(0, 6, (2, 3, 4)),
+                      valid=torch.ones(2, 3, 4).bool(), confidence_logits=c, decay_gamma=4.0)
     out["loss"].backward()
     assert d.grad.abs().sum() > 0 and c.grad.abs().sum() > 0 and t.grad is None
+
+
+def test_the_loss_takes_keywords_only():
+    d, t = torch.randn(1, 2, 3, 5), torch.randn(1, 2, 3, 5)
+    with pytest.raises(TypeError):
+        dspark_loss(d, t, torch.zeros(1, 2, 3, dtype=torch.long), torch.ones(1, 2, 3).bool(), None, 7.0)

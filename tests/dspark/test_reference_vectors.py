@@ -20,8 +20,9 @@ def test_loss_case(case):
     # the reference keeps a block only when it has a valid slot; our keep is derived
     assert torch.equal(valid.any(-1), T(c["block_keep_mask"]).bool())
     conf = None if c["confidence_logits"] is None else T(c["confidence_logits"])
-    out = dspark_loss(T(c["draft_logits"]), T(c["target_logits"]), T(c["target_ids"], torch.long),
-                      valid, conf, c["decay_gamma"], alphas=tuple(c["alpha"]))
+    out = dspark_loss(draft_logits=T(c["draft_logits"]), target_logits=T(c["target_logits"]),
+                      labels=T(c["target_ids"], torch.long), valid=valid, confidence_logits=conf,
+                      decay_gamma=c["decay_gamma"], alphas=tuple(c["alpha"]))
     m = c["metrics"]
     atol = 1e-5
     assert out["loss"].item() == pytest.approx(c["total_loss"], abs=atol)

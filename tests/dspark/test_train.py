@@ -135,3 +135,16 @@ def test_pure_ce_control_runs_no_head_and_logs_step_cost(corpus_dir, tmp_path):
     rows = [h for h in aux.history if "train/loss" in h]
     assert all(h["train/step_ms"] > 0 and "train/tv" in h for h in rows)
     assert all(h["train/loss"] > h["train/lm_ce"] for h in rows)  # CE_lm + 0.1 * L_dspark
+
+
+def test_no_code_outside_the_trainer_calls_its_private_methods():
+    """The benches, the GPU check and the shared-target task use the public stage functions."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    private = re.compile(r"(?<!self)\.(_train_target|_train_head|_anchors|_build_optimizer|_head_loss)\(")
+    offenders = [f"{p.relative_to(root)}:{i}" for folder in ("dspark", "trials", "bench", "analysis")
+                 for p in (root / folder).rglob("*.py")
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
+    assert offenders == []
