@@ -287,11 +287,11 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     root = storage_root(storage)
     exp_dir = root / spec.name
     # before Ray starts, each refusal in one line: the storage, the store, this machine
+    if address is None and not ray.is_initialized():
+        check_local_resources(spec)
     probe_store(tracking_uri, store_timeout_s, writable=True)
     check_storage(root, max(checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
-    if address is None and not ray.is_initialized():
-        check_local_resources(spec)
     with Lease(exp_dir, spec.name, "trials " + ("resume" if resume else "run")):
         if resume:
             _refuse_missing_records(spec, exp_dir, tracking_uri)

@@ -403,12 +403,8 @@ def _parse_factors(raw: dict, problems: list[str]) -> dict[str, dict[str, dict]]
             if not NAME_RE.match(lname):
                 problems.append(f"factors.{fname}.{str(lname)[:80]}: a level name must be {NAME_RULE}")
                 continue
-            if not isinstance(over, dict):
-                problems.append(f"factors.{fname}.{lname}: must map to config overrides")
-                continue
-            problems += [f"factors.{fname}.{lname}: unknown trainer config field {key!r}"
-                         for key in sorted(set(over) - set(FIELD_NAMES))]
-            clean[fname][lname] = over
+            if _overrides_ok(f"factors.{fname}.{lname}", over, problems):
+                clean[fname][lname] = over
     problems += clashing_factors(clean)
     return clean
 
@@ -496,13 +492,19 @@ def _parse_controls(raw: dict, problems: list[str]) -> dict[str, dict]:
         if not isinstance(cname, str) or not NAME_RE.match(cname):
             problems.append(f"controls.{str(cname)[:80]}: a control name must be {NAME_RULE}")
             continue
-        if not isinstance(over, dict):
-            problems.append(f"controls.{cname}: must map to config overrides")
-            continue
-        problems += [f"controls.{cname}: unknown trainer config field {key!r}"
-                     for key in sorted(set(over) - set(FIELD_NAMES))]
-        clean[cname] = over
+        if _overrides_ok(f"controls.{cname}", over, problems):
+            clean[cname] = over
     return clean
+
+
+def _overrides_ok(where: str, over: Any, problems: list[str]) -> bool:
+    """A level's or a control's overrides: a mapping (else refused, and left out); every
+    unknown field named."""
+    if not isinstance(over, dict):
+        problems.append(f"{where}: must map to config overrides")
+        return False
+    problems += [f"{where}: unknown trainer config field {key!r}" for key in sorted(set(over) - set(FIELD_NAMES))]
+    return True
 
 
 def _parse_resources(raw: dict, problems: list[str]) -> dict[str, float]:
