@@ -65,6 +65,7 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
     if replicates is not None:
         spec = specmod.with_replicates(spec, spec.replicates + replicates)
         out = runner.run(spec, **kwargs)
+        _evaluate_like_the_rest(spec, kwargs)
         return {"looks": [], "stopped": f"added {replicates} block(s)", "replicates": spec.replicates, "run": out,
                 "ok": out["failed"] == 0}
     return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say)
@@ -142,7 +143,23 @@ def _add_block(spec, kwargs: dict):
     spec = specmod.with_replicates(spec, spec.replicates + 1)
     t0 = time.monotonic()
     out = runner.run(spec, **kwargs)
+    _evaluate_like_the_rest(spec, kwargs)
     return spec, out, time.monotonic() - t0
+
+
+def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
+    """A sweep re-evaluated with more prompts (`trials reeval`): a new block's trials get the
+    same evaluation, so that every run of a look decodes the same number of prompts (the
+    spec's own count would mix two evaluations in one analysis)."""
+    from dspark.record import sweep_trials, tracking_client
+
+    from .reeval import REEVAL_TAG, reeval
+
+    client = tracking_client(kwargs["tracking_uri"])
+    exp = client.get_experiment_by_name(spec.name)
+    counts = {r.data.tags[REEVAL_TAG] for r in sweep_trials(client, exp.experiment_id) if REEVAL_TAG in r.data.tags}
+    if len(counts) == 1:
+        reeval(spec.name, kwargs["storage"], int(counts.pop()), kwargs["tracking_uri"], kwargs["address"])
 
 
 def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float):

@@ -165,6 +165,12 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     assert reeval("again", storage, 6, say=said.append) == {"done": 0, "skipped": 4}  # resumable: nothing again
     with pytest.raises(ValueError, match="--spec-prompts"):
         reeval("again", storage, 1)
+    # a block added after a reeval is evaluated like the rest: no look mixes 2 and 6 prompts
+    from trials.augment import augment
+
+    augment("again", storage, uri, replicates=1)
+    df = load_runs("again", uri)
+    assert len(df) == 8 and set(df["split/prompts"]) == {6.0}
     import shutil
 
     for d in (tmp_path / "st" / "again").glob("*/checkpoint_*"):
