@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     pl.add_argument("--response", action="append", help="response(s) to plan for (none: the stage's primary ones)")
     pl.add_argument("--power", type=float, default=0.8, help="the power wanted")
-    pl.add_argument("--alpha", type=float, default=0.05, help="two-sided test level")
+    pl.add_argument("--alpha", type=float, help="the familywise level (none: the report's: 0.05, or the current "
+                                                "look's under a sweep's sequential rule)")
     pl.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
     pl.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
     nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)",

@@ -19,6 +19,7 @@ from .anova import AnalysisError
 from .attribution import analyse
 from .design import factorial_rows
 from .report import choose_responses, sensitivity
+from .sequential import look_alpha
 from .variance import PROMPT_FACTORS, prompts_to_decide, split
 from .verdicts import decide_all, margins_for
 
@@ -33,10 +34,14 @@ def check_arguments(effect: float | None, alpha: float, target_power: float) -> 
         raise AnalysisError(f"--power: must lie in (0, 1), got {target_power!r}")
 
 
-def plan_text(df: pd.DataFrame, effect: float | None, responses: list[str] | None = None, alpha: float = 0.05,
-              target_power: float = 0.8, margins: dict[str, float] | None = None) -> str:
-    check_arguments(effect, alpha, target_power)
+def plan_text(df: pd.DataFrame, effect: float | None, responses: list[str] | None = None,
+              alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None) -> str:
+    """`alpha` None: the report's (0.05, or the current look's under a sweep's sequential rule)."""
     factors = list(df.attrs.get("factors") or [])
+    if factors and alpha is None and len(df):
+        alpha, _ = look_alpha(df, factorial_rows(df, factors), None)
+    alpha = 0.05 if alpha is None else alpha
+    check_arguments(effect, alpha, target_power)
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
     declared = margins_for(df, margins)

@@ -28,6 +28,7 @@ from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult,
 from .anova import check_design
 from .design import alias_structure, design_matrix, factorial_rows, with_value, without_value
 from .load import report_incomplete, responses as metric_columns
+from .sequential import look_alpha
 from .variance import groups_of, split
 from .verdicts import Decision, decide_all, margins_for
 
@@ -242,7 +243,7 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     block = "replicate" if data["replicate"].nunique() > 1 else None
     fraction = _fraction(df, data, factors)
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
-    alpha, look_note = _look_alpha(df, data, alpha)
+    alpha, look_note = look_alpha(df, data, alpha)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, alpha, adjust, controls[0] if controls else None)
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
@@ -337,21 +338,6 @@ def _fraction(df: pd.DataFrame, data: pd.DataFrame, factors: list[str]) -> str:
     lines = alias_structure(design_matrix(data, factors))
     return (f"fractional design {design}: each term's estimate is its sum with its aliases ("
             + "; ".join(lines) + ")")
-
-
-def _look_alpha(df: pd.DataFrame, data: pd.DataFrame, alpha: float | None) -> tuple[float, str]:
-    """The alpha of this analysis and, for a sweep under the sequential rule, what it is."""
-    if alpha is not None:
-        return alpha, ""
-    if not df.attrs.get("sequential"):
-        return 0.05, ""
-    from .sequential import Plan
-
-    plan = Plan.from_json(df.attrs["sequential"])
-    n = int(data["replicate"].nunique())
-    a = plan.look(n)
-    return a, (f"sequential rule ({plan.rule}): look {len(plan.looks)} at {n} of at most {plan.max_replicates} "
-               f"replicate blocks tests at alpha {a:.3g} of the sweep's {plan.alpha:g}")
 
 
 def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:

@@ -24,6 +24,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 RULE = "Lan-DeMets alpha spending, Pocock-type, Bonferroni across looks"
 
 
@@ -73,3 +75,16 @@ class Plan:
     def from_json(cls, text: str) -> "Plan":
         d = json.loads(text)
         return cls(int(d["max_replicates"]), float(d["alpha"]), [int(n) for n in d.get("looks", [])])
+
+
+def look_alpha(df: pd.DataFrame, data: pd.DataFrame, alpha: float | None) -> tuple[float, str]:
+    """The alpha of this analysis and, for a sweep under the sequential rule, what it is."""
+    if alpha is not None:
+        return alpha, ""
+    if not df.attrs.get("sequential"):
+        return 0.05, ""
+    plan = Plan.from_json(df.attrs["sequential"])
+    n = int(data["replicate"].nunique())
+    a = plan.look(n)
+    return a, (f"sequential rule ({plan.rule}): look {len(plan.looks)} at {n} of at most {plan.max_replicates} "
+               f"replicate blocks tests at alpha {a:.3g} of the sweep's {plan.alpha:g}")

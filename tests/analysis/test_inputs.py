@@ -115,3 +115,20 @@ def test_the_plan_of_a_sweep_without_decoded_responses_names_blocks_only():
     text = plan_text(df, None)
     assert "no primary response comes from decoded prompts: only replicate blocks can decide these" in text
     assert "trials reeval" not in text  # it refuses a backbone sweep: never advise it
+
+
+def test_the_plan_uses_the_alpha_of_the_reports_look():
+    """A sweep augmented look after look: the plan judges at the alpha the report uses."""
+    from analysis.plan import plan_text
+    from analysis.sequential import Plan
+
+    df = _sweep(fraction=False, replicates=3)
+    df["run_s"] = 60.0
+    plan = Plan(6, 0.05)
+    plan.look(2)
+    plan.look(3)
+    df.attrs["sequential"] = plan.to_json()
+    look = plan.alpha_at(1)
+    assert look < 0.05
+    assert f"alpha {look:.5g}" in plan_text(df, None) and f"alpha {look:.5g}" in build_report(df, None).summary
+    assert "alpha 0.05," in plan_text(df, None, alpha=0.05)  # an explicit --alpha still wins
