@@ -78,15 +78,15 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
               f"answers, resume with:\n  trials resume {spec.name} --storage {root} --tracking-uri {uri}",
               file=sys.stderr)
         return 3
-    from dspark.record import TRIAL_KEY_TAG, sweep_trials, tracking_client
+    from dspark.record import TRIAL_KEY_TAG, retrying, sweep_trials, tracking_client
 
     from .progress import arms_table
 
-    ledger_runs = {}
     client = tracking_client(uri)
-    for r in sweep_trials(client, result["experiment_id"]):
-        ledger_runs[r.data.tags[TRIAL_KEY_TAG]] = r
-    table = arms_table(spec, ledger_runs)
+    # read like the sweep wrote: a store briefly locked or down is retried, not a traceback
+    found = retrying(lambda: sweep_trials(client, result["experiment_id"]),
+                     kwargs.get("store_retry_s", STORE_RETRY_S), what="reading the sweep's runs")
+    table = arms_table(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found})
     print(f"\n{spec.name}: {result['finished']} finished, {result['failed']} failed of {len(spec.trials)} trials"
           + (f"; mean per arm:\n{table}" if table else ""))
     print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?")))
