@@ -293,8 +293,9 @@ def _notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: st
         lines.append(look_note)
     if dunnett:
         lines.append("each arm against the control (Dunnett): see the report")
-    if report_incomplete(df):
-        lines.append(report_incomplete(df))
+    incomplete = report_incomplete(df)
+    if incomplete:
+        lines.append(incomplete)
     if skipped:
         lines.append("skipped: " + "; ".join(skipped))
     return "".join("\n" + line for line in lines)

@@ -22,3 +22,13 @@ D1_D9 = {
     "D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}},
     "D9": {"hidden": {"confidence_input": "hidden"}, "markov": {"confidence_input": "hidden+markov"}},
 }
+
+
+def quick_spec(tmp_path, corpus_dir, name, draft_steps=6, replicates=1):
+    """A 2-cell sweep (D1) of a few tiny steps with no decoding, one trial at a time: the
+    CLI-level fault tests' sweep."""
+    base = {"target_steps": 6, "draft_steps": draft_steps, "eval_interval": 3, "eval_batches": 1,
+            "spec_prompts": 0, "seq_len": 64, "max_corpus_bytes": 300000}
+    return write_spec(tmp_path / f"{name}.yaml", corpus_dir, name,
+                      {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}},
+                      base=base, replicates=replicates, max_concurrent=1)

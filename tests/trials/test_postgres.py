@@ -17,7 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
+
+from .conftest import quick_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,14 +110,7 @@ def _cli(module, *args, cwd, timeout=600):
 
 
 def _spec(tmp_path, corpus_dir, name, draft_steps=6):
-    spec = tmp_path / f"{name}.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": name, "base": {"preset": "tiny", "data": [str(corpus_dir)], "target_steps": 6,
-                               "draft_steps": draft_steps, "eval_interval": 3, "eval_batches": 1,
-                               "spec_prompts": 0, "seq_len": 64, "max_corpus_bytes": 300000},
-        "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}, "replicates": 2,
-        "max_concurrent": 1}))
-    return spec
+    return quick_spec(tmp_path, corpus_dir, name, draft_steps, replicates=2)
 
 
 def test_a_sweep_on_the_server_survives_its_loss_and_reads_back(server, tmp_path, corpus_dir):

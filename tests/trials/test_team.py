@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from trials import lease as leasemod
 from trials.lease import Lease, LeaseHeld, check_storage
+from .conftest import quick_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,14 +31,7 @@ def trials(*args, cwd, timeout=600):
 
 
 def _spec(tmp_path, corpus_dir, name="team", draft_steps=6, replicates=1):
-    spec = tmp_path / f"{name}.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": name, "base": {"preset": "tiny", "data": [str(corpus_dir)], "target_steps": 6,
-                               "draft_steps": draft_steps, "eval_interval": 3, "eval_batches": 1,
-                               "spec_prompts": 0, "seq_len": 64, "max_corpus_bytes": 300000},
-        "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}, "max_concurrent": 1,
-        "replicates": replicates}))
-    return spec
+    return quick_spec(tmp_path, corpus_dir, name, draft_steps, replicates)
 
 
 # ---------------------------------------------------------------- one driver per sweep
