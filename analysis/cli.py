@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
                    help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
+    r.add_argument("--ui-url", help="the MLflow UI the report's run links open (none: the tracking server itself, "
+                                    "or http://127.0.0.1:5000 where `mlflow ui` serves a file store)")
     r.add_argument("--no-log", action="store_true",
                    help="do not log the effects and the report on the sweep's parent run")
     pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma",
@@ -103,8 +105,10 @@ def _report_or_plan(args) -> int:
 
         print(plan_text(df, args.effect, args.response, args.alpha, args.power, margins))
         return 0
+    from dspark.record import default_ui_url
+
     rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust, alpha=args.alpha,
-                       margins=margins)
+                       margins=margins, ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri))
     print(rep.summary)
     print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
     if not args.no_log and not args.parquet:

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dspark.record import UI_URL, run_url
+
 from . import plots, power
 from .anova import AnalysisError
 from .attribution import (DEFAULT_RESPONSES_BY_STAGE, QUESTIONS, ResponseResult, analyse, control_contrast,
@@ -225,8 +227,8 @@ def _control_table(df: pd.DataFrame, response: str, control: str) -> pd.DataFram
 
 def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] | None = None,
                  adjust: str = "bonferroni", typ: int | None = None, alpha: float | None = None,
-                 margins: dict[str, float] | None = None) -> Report:
-    """The whole attribution of a sweep. `margins` (`--margin`) supply or override the
+                 margins: dict[str, float] | None = None, ui: str = UI_URL) -> Report:
+    """The whole attribution of a sweep (`ui`: the MLflow UI the HTML's run links open). `margins` (`--margin`) supply or override the
     spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep
     analysed look after look (`trials augment --until-decided`), the alpha its spending
     rule gives the look at the current number of blocks."""
@@ -256,7 +258,7 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
                  decision=decision)
     if out is not None:
         out = Path(out)
-        rep.html_path = write_html(df, rep, factors, out)
+        rep.html_path = write_html(df, rep, factors, out, ui)
         rep.markdown_path = write_markdown(df, rep, factors, out / "report.md")
     return rep
 
@@ -372,16 +374,13 @@ def cell_means(data: pd.DataFrame, response: str, factors: list[str]) -> pd.Data
     return pd.DataFrame({"n": g.count(), "mean": g.mean(), "sd": g.std()})
 
 
-UI_BASE = "http://127.0.0.1:5000"  # `mlflow ui` on the same store, as the README starts it
-
-
 def run_table(df: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in ("run_order", "run_name", "cell", "replicate", "seed", "run_id") if c in df.columns]
     return df[cols].sort_values("run_order" if "run_order" in cols else cols[0]).reset_index(drop=True)
 
 
-def _run_table_html(df: pd.DataFrame) -> str:
-    """The runs in launch order, each name linked to its run in the MLflow UI."""
+def _run_table_html(df: pd.DataFrame, ui: str) -> str:
+    """The runs in launch order, each name linked to its run in the MLflow UI at `ui`."""
     t = run_table(df)
     exp_id = df.attrs.get("experiment_id")
     rows = ["<table class='t'><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr>"]
@@ -390,14 +389,25 @@ def _run_table_html(df: pd.DataFrame) -> str:
         for c, v in zip(t.columns, rec):
             text = html.escape(str(v))
             if c == "run_name" and exp_id and "run_id" in t.columns:
-                url = f"{UI_BASE}/#/experiments/{exp_id}/runs/{rec.run_id}"
+                url = run_url(exp_id, rec.run_id, ui)
                 text = f"<a href='{html.escape(url)}'>{text}</a>"
             cells.append(f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return "".join(rows) + "</table>"
 
 
-VERDICT_COLOURS = {"matters": "#f6c9c4", "negligible": "#cfe8cf", "undecided": "#f3e6b3"}
+# a term that matters is coloured by what it does to the response, not alarmed at
+VERDICT_COLOURS = {"better": "#c8e6c9", "worse": "#f6c9c4", "negligible": "#e4e4e4", "undecided": "#f3e6b3"}
+
+
+def verdict_colour(v) -> str:
+    """better / worse (a term that matters: its +1 level moves the response the better or
+    the worse way), negligible or undecided."""
+    if v.verdict != "matters":
+        return v.verdict
+    if v.better not in ("higher", "lower"):
+        return "undecided"
+    return "better" if (v.estimate > 0) == (v.better == "higher") else "worse"
 
 
 def verdict_cell(v) -> str:
@@ -425,15 +435,23 @@ def verdict_grid(decision: Decision, columns: list[str] | None = None) -> pd.Dat
 def _verdict_table_html(decision: Decision) -> str:
     esc = html.escape
     grid = verdict_grid(decision)
+    colours = {(v.term, v.response): VERDICT_COLOURS[verdict_colour(v)] for v in decision.verdicts}
     head = "".join(f"<th>{esc(c)}<br><small>{esc(_col_note(decision.checks[c]))}</small></th>" for c in grid.columns)
     rows = []
     for term, row in grid.iterrows():
         cells = []
-        for text in row:
-            colour = VERDICT_COLOURS.get(text.split(":", 1)[0], "#fff")
+        for response, text in row.items():
+            colour = colours.get((term, response), "#fff")
             cells.append(f"<td style='background:{colour}'>{esc(text)}</td>")
         rows.append(f"<tr><th>{esc(str(term))}</th>{''.join(cells)}</tr>")
-    return f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>"
+    key = " ".join(f"<span style='background:{c};padding:0 6px'>{esc(k)}</span>" for k, c in (
+        ("matters: better at the term's +1", VERDICT_COLOURS["better"]),
+        ("matters: worse at +1", VERDICT_COLOURS["worse"]), ("negligible", VERDICT_COLOURS["negligible"]),
+        ("undecided", VERDICT_COLOURS["undecided"])))
+    key += (" <small>(+1: a factor's second level; for an interaction, the product of its factors' "
+            "codes)</small>")
+    return (f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>"
+            f"<p class='key'><small>{key}</small></p>")
 
 
 def _col_note(check) -> str:
@@ -441,7 +459,7 @@ def _col_note(check) -> str:
     return f"{check.better} is better; {margin}"
 
 
-def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path) -> Path:
+def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui: str = UI_URL) -> Path:
     """One self-contained file: every plot is embedded (written atomically). The question
     and the verdict table come first."""
     out.mkdir(parents=True, exist_ok=True)
@@ -469,8 +487,8 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path) -> 
     parts.append(f"<p>Design {esc(df.attrs.get('design') or 'full')}; alias structure (aliased terms are "
                  "left out of the ANOVA, noted per response):</p><pre>"
                  + esc("\n".join(alias_structure(coded))) + "</pre>")
-    parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI "
-                 f"(<code>mlflow ui</code> on the same store, {UI_BASE}).</p>" + _run_table_html(df))
+    parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI at "
+                 f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>" + _run_table_html(df, ui))
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
              "table.verdicts td{text-align:left;white-space:nowrap}"

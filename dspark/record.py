@@ -7,7 +7,8 @@ and torch.
   `tf/accept:3`; `metric_name` maps it back. Tune's results keep the trainer's names.
 - Tags: `mlflow.parentRunId` links a trial's run to its sweep's parent run (tagged
   `sweep_parent=true`); `factor.<name>` holds each factor's level.
-- The UI link (`ui_url`) names the model-training view, which MLflow 3 does not pick alone.
+- The UI link (`ui_url`) names the model-training view, which MLflow 3 does not pick alone,
+  and the sweep's saved runs view (`runs_view`, an experiment tag).
 - The default store is `sqlite:///mlflow.db`; a relative sqlite path is resolved against
   the current folder and saved absolute.
 """
@@ -77,14 +78,56 @@ def is_metric(key: str) -> bool:
     return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
 
 
-def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
-    """The MLflow UI's link to a sweep, opening in the model-training (runs) view.
+UI_URL = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it; `--ui-url` elsewhere
+TRAINING_VIEW = "workflowType=machine_learning"
+RUNS_VIEW = "dspark"  # the share key of a sweep's saved runs view
+RUNS_VIEW_TAG = "mlflow.sharedViewState." + RUNS_VIEW  # an experiment tag: MLflow 3's saved views live there
+
+
+def ui_url(experiment_id: str, base: str = UI_URL, view: bool = False) -> str:
+    """The MLflow UI's link to a sweep, opening in the model-training (runs) view; with
+    `view`, in the sweep's saved runs view (`runs_view`: the trials with their factors and
+    primary responses as columns).
 
     MLflow 3.17's UI picks the GenAI or the model-training view from the link's
     `workflowType` (else from the browser's last choice, GenAI at first) and ignores the
     experiment's `mlflow.experimentKind` tag, which is set as well for other MLflow versions.
     """
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"
+    if view:
+        return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={RUNS_VIEW}&{TRAINING_VIEW}"
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}?{TRAINING_VIEW}"
+
+
+def default_ui_url(tracking_uri: str | None) -> str:
+    """Where a store's UI is: an MLflow server serves its own; a file store needs `mlflow ui`
+    (127.0.0.1:5000, as the README starts it)."""
+    uri = tracking_uri or ""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI_URL
+
+
+def run_url(experiment_id: str, run_id: str, base: str = UI_URL) -> str:
+    """The MLflow UI's page of one run, in the model-training view."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
+
+
+def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = (), now_ms: int | None = None) -> str:
+    """The value of RUNS_VIEW_TAG: MLflow 3's saved-view envelope around a runs-table state
+    that lists the sweep's trials (not the parent), with the factors, the replicate and the
+    primary responses as columns and the run name wide enough for the whole name. MLflow's
+    UI lists it under "Views"; a link with `viewStateShareKey` opens it."""
+    import json
+
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    state = {
+        "selectedColumns": [f"metrics.`{store_key(r)}`" for r in responses]
+                           + [f"tags.`{FACTOR_PREFIX}{f}`" for f in factors]
+                           + [f"tags.`{t}`" for t in (*tags, REPLICATE_TAG)],
+        "searchFilter": f"tags.{TRIAL_KEY_TAG} != ''",
+        "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+        "columnWidths": {"attributes.`Run Name`": 320},
+    }
+    return json.dumps({"name": "dspark: factors and primary responses", "createdAt": now_ms,
+                       "updatedAt": now_ms, "state": json.dumps(state)})
 
 
 def absolute_uri(uri: str) -> str:

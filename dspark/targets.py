@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from pathlib import Path
 
 import torch
@@ -52,7 +53,8 @@ def target_file(storage: str | os.PathLike, target_hash_: str) -> Path:
 def save_target(path: str | os.PathLike, target: TargetLM, meta: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    # a name of this writer's own: two sweeps' drivers may train the same target at once
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     torch.save({"arch": target.arch(), "state": target.state_dict(), "meta": json.dumps(meta)}, tmp)
     os.replace(tmp, path)  # readers never see a half-written target
 

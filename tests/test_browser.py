@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark.record import ui_url
+from dspark.record import run_url, ui_url
 from tests.analysis.conftest import synthetic_sweep
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
@@ -60,14 +60,31 @@ def mlflow_ui(tmp_path):
 def test_the_printed_link_opens_the_runs_view(mlflow_ui, tmp_path):
     from mlflow.tracking import MlflowClient
 
+    from trials.cli import mlflow_link
+
     base, uri, spec = mlflow_ui
-    exp = MlflowClient(uri).get_experiment_by_name(spec.name)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(spec.name)
     dom = browser("--dump-dom", ui_url(exp.experiment_id, base))
     # the runs table (model-training view) with the sweep's parent run, not GenAI's overview
     assert "Run Name" in dom and f"sweep {spec.name}" in dom, dom[-2000:]
+    # the link a sweep prints opens its saved runs view: the trials, not the parent, with the
+    # factors and the primary responses as columns and the whole run names
+    link = mlflow_link(uri, exp.experiment_id, "p", ui=base).split(": ")[-1]
+    assert link == ui_url(exp.experiment_id, base, view=True)
+    dom = browser("--dump-dom", link)
+    for column in ("factor.D1", "factor.D2", "factor.D9", "replicate", "spec/tau"):
+        assert column in dom, (column, dom[-3000:])
+    assert "aligned·block·hidden r0" in dom and "shifted·const4·markov r1" in dom
+    assert f"sweep {spec.name}" not in dom and "does not exist" not in dom
     shot = tmp_path / "runs.png"
-    browser(f"--screenshot={shot}", ui_url(exp.experiment_id, base))
+    browser(f"--screenshot={shot}", link)
     assert shot.stat().st_size > 10_000
+    # a run's page, as the report links it, stays in the model-training view (no GenAI
+    # "Evaluations" entry)
+    run = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=1)[0]
+    page = browser("--dump-dom", run_url(exp.experiment_id, run.info.run_id, base))
+    assert "Model metrics" in page and "Evaluations" not in page
 
 
 def test_the_report_renders_with_its_images(tmp_path):

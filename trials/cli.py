@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from . import spec as specmod
-from dspark.record import DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, store_error, ui_url
+from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, default_ui_url,
+                           store_error, ui_url)
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -60,7 +62,7 @@ def _show(spec, uri: str) -> None:
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
 
 
-def _run(spec, uri: str, storage, **kwargs) -> int:
+def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
     """Run or resume; an interrupted sweep exits 128 + the signal (130 SIGINT, 143
     SIGTERM) and says how to resume it."""
     from . import runner
@@ -74,9 +76,11 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
         return 128 + e.signum
     except runner.StoreStopped as e:
         root = runner.storage_root(storage)
-        print(f"trials: error: {e}\nNothing is lost: Tune's result files hold every point. Once the store "
-              f"answers, resume with:\n  trials resume {spec.name} --storage {root} --tracking-uri {uri}",
-              file=sys.stderr)
+        full = isinstance(e, runner.StorageStopped)
+        kept = "the store holds every point so far" if full else "Tune's result files hold what the store missed"
+        print(f"trials: error: {e}\nNo run is left RUNNING and {kept}. Once "
+              f"{'there is room again' if full else 'the store answers'}, resume with:\n"
+              f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 3
     from dspark.record import TRIAL_KEY_TAG, retrying, sweep_trials, tracking_client
 
@@ -89,26 +93,29 @@ def _run(spec, uri: str, storage, **kwargs) -> int:
     table = arms_table(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found})
     print(f"\n{spec.name}: {result['finished']} finished, {result['failed']} failed of {len(spec.trials)} trials"
           + (f"; mean per arm:\n{table}" if table else ""))
-    print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?")))
+    print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?"), ui))
     return 0 if result["failed"] == 0 else 1
 
 
-def experiment_link(uri: str, name: str) -> str:
-    """The UI link of a sweep's experiment in its store ("" when the store lacks it)."""
-    from dspark.record import tracking_client
+def experiment_link(uri: str, name: str, ui: str | None = None) -> str:
+    """The UI link of a sweep's experiment in its store ("" when the store lacks it): its
+    saved runs view where the sweep wrote one."""
+    from dspark.record import RUNS_VIEW_TAG, tracking_client
 
     exp = tracking_client(uri).get_experiment_by_name(name)
     if exp is None:
         return ""
-    return ui_url(exp.experiment_id, uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000")
+    return ui_url(exp.experiment_id, ui or default_ui_url(uri), view=RUNS_VIEW_TAG in exp.tags)
 
 
-def mlflow_link(uri: str, experiment_id: str, parent_run_id: str) -> str:
-    """Where to look: the server itself for an HTTP store, else `mlflow ui` on this store."""
-    if uri.startswith(("http://", "https://")):
-        return f"MLflow: experiment {experiment_id} (parent run {parent_run_id}): {ui_url(experiment_id, uri)}"
+def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None = None) -> str:
+    """Where to look: the sweep's runs view, on the server itself for an HTTP store, else on
+    `mlflow ui` over this store (or on `ui`, the UI's address given)."""
+    link = ui_url(experiment_id, ui or default_ui_url(uri), view=True)
+    if uri.startswith(("http://", "https://")) or ui:
+        return f"MLflow: experiment {experiment_id} (parent run {parent_run_id}): {link}"
     return (f"MLflow: experiment {experiment_id} (parent run {parent_run_id}); browse with:\n"
-            f"  mlflow ui --backend-store-uri {uri}\n  then open {ui_url(experiment_id)}")
+            f"  mlflow ui --backend-store-uri {uri}\n  then open {link}")
 
 
 def cmd_run(args) -> int:
@@ -119,8 +126,9 @@ def cmd_run(args) -> int:
         return _run_local(spec, args)
     if args.out:
         raise ValueError("--out: only with --local (a Ray sweep writes to MLflow; `analysis export` makes a parquet)")
-    return _run(spec, absolute_uri(args.tracking_uri), args.storage, address=args.address, max_concurrent=args.max_concurrent,
-                resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout, store_retry_s=args.store_retry)
+    return _run(spec, absolute_uri(args.tracking_uri), args.storage, ui=args.ui_url, address=args.address,
+                max_concurrent=args.max_concurrent, resource_wait_s=args.resource_wait,
+                store_timeout_s=args.store_timeout, store_retry_s=args.store_retry)
 
 
 def _run_local(spec, args) -> int:
@@ -140,8 +148,8 @@ def cmd_resume(args) -> int:
 
     spec, meta = runner.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
-    return _run(spec, uri, args.storage, address=args.address, max_concurrent=meta.get("max_concurrent"),
-                resume=True, resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout,
+    return _run(spec, uri, args.storage, ui=args.ui_url, address=args.address,
+                max_concurrent=meta.get("max_concurrent"), resume=True, resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout,
                 store_retry_s=args.store_retry)
 
 
@@ -214,7 +222,7 @@ def cmd_status(args) -> int:
 
 def cmd_list(args) -> int:
     if args.tracking_uri:
-        return _list_store(absolute_uri(args.tracking_uri))
+        return _list_store(absolute_uri(args.tracking_uri), args.ui_url)
     from . import runner
 
     root = runner.storage_root(args.storage)
@@ -231,7 +239,7 @@ def cmd_list(args) -> int:
         link = ""
         try:
             state = summary_counts(runner.status(spec, uri))
-            link = experiment_link(uri, name)
+            link = experiment_link(uri, name, args.ui_url)
         except ValueError as e:
             state = str(e)
         rows.append({"sweep": name, "trials": str(len(spec.trials)), "state": state, "tracking_uri": uri,
@@ -240,7 +248,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _list_store(uri: str) -> int:
+def _list_store(uri: str, ui: str | None = None) -> int:
     """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
     from dspark.record import check_store, probe_store, sweep_parent, tracking_client
 
@@ -252,7 +260,7 @@ def _list_store(uri: str) -> int:
         parent = sweep_parent(client, exp.experiment_id)
         if parent is not None:
             rows.append({"sweep": exp.name, "state": parent.info.status.lower(),
-                         "MLflow": experiment_link(uri, exp.name)})
+                         "MLflow": experiment_link(uri, exp.name, ui)})
     print(_table(rows) if rows else f"no sweep recorded in {uri}")
     return 0
 
@@ -265,8 +273,37 @@ def _store_flags(p: argparse.ArgumentParser, retry: bool = True) -> None:
                        help="seconds a sweep retries a failing store write before it stops cleanly")
 
 
+def _ui_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ui-url", help="the MLflow UI's address for the links printed (none: the tracking server "
+                                    "itself, or http://127.0.0.1:5000 where `mlflow ui` serves a file store)")
+
+
 FMT = argparse.ArgumentDefaultsHelpFormatter
 STORAGE_HELP = "Tune storage folder (shared on a cluster)"
+
+
+ADDRESS_HELP = ("the Ray cluster: auto (the one `ray start` runs on this node, as inside `ray job submit`) "
+                "or its GCS address HOST:PORT (none: a new local Ray of this sweep's own)")
+
+
+def ray_address(text: str) -> str:
+    """--address as users type it, checked before any work: `auto` or HOST:PORT (the GCS
+    port `ray start --head --port` names). A Ray Client address (ray://) and the dashboard's
+    http:// address are refused with what to type instead."""
+    if text == "auto":
+        return text
+    if text.startswith("ray://"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: Ray Client (ray://) is not supported, because the sweep's driver needs the shared "
+            "storage; run it on the cluster with `ray job submit ... -- trials run ... --address auto`")
+    if text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a dashboard address, for `ray job submit --address`; give the GCS address "
+            "HOST:PORT (`ray start --head --port`, 6379 by default) or auto")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or not re.fullmatch(r"[\w.\-\[\]:]+", host):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected auto or HOST:PORT, such as 10.0.0.5:6379")
+    return text
 
 
 def _named(sub, command: str, help: str, fn, address: bool = True, uri_help: str | None = None):
@@ -274,7 +311,7 @@ def _named(sub, command: str, help: str, fn, address: bool = True, uri_help: str
     p = sub.add_parser(command, help=help, formatter_class=FMT)
     p.add_argument("name", help="the sweep's name")
     if address:
-        p.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
+        p.add_argument("--address", type=ray_address, help=ADDRESS_HELP)
     p.add_argument("--tracking-uri", help=uri_help or "MLflow store (none: the one saved with the sweep)")
     p.add_argument("--storage", default="ray_results", help=STORAGE_HELP)
     p.set_defaults(fn=fn)
@@ -284,7 +321,7 @@ def _named(sub, command: str, help: str, fn, address: bool = True, uri_help: str
 def _add_run(sub) -> None:
     r = sub.add_parser("run", help="run a sweep spec", formatter_class=FMT)
     r.add_argument("spec", help="the sweep spec (YAML)")
-    r.add_argument("--address", help="Ray cluster address (none: a local Ray started here)")
+    r.add_argument("--address", type=ray_address, help=ADDRESS_HELP)
     r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow store (a relative sqlite "
                    "path is made absolute and saved with the sweep)")
     r.add_argument("--storage", default="ray_results", help=STORAGE_HELP)
@@ -299,6 +336,7 @@ def _add_run(sub) -> None:
                    help="on a cluster (--address), seconds to wait for a node that can hold one trial's "
                         "resources before stopping (a local Ray is refused at once)")
     _store_flags(r)
+    _ui_flag(r)
     r.set_defaults(fn=cmd_run)
 
 
@@ -322,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resource-wait", type=float, default=600.0,
                    help="on a cluster, seconds to wait for a node that fits a trial")
     _store_flags(s)
+    _ui_flag(s)
     _store_flags(_named(sub, "recover", "rebuild a sweep's MLflow records from Tune's result files in storage",
                         cmd_recover, address=False,
                         uri_help="MLflow store to rebuild in (none: the one saved with the sweep)"), retry=False)
@@ -334,11 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=FMT)
     ls.add_argument("--storage", default="ray_results", help=STORAGE_HELP)
     ls.add_argument("--tracking-uri", help="list the sweeps recorded in this MLflow store instead")
+    _ui_flag(ls)
     ls.set_defaults(fn=cmd_list)
     v = sub.add_parser("validate", help="validate a spec and print its alias structure", formatter_class=FMT)
     v.add_argument("spec", help="the sweep spec (YAML)")
-    v.add_argument("--address", help="the Ray cluster it will run on (none: this machine, whose cores, GPUs "
-                                     "and CUDA devices are checked now)")
+    v.add_argument("--address", type=ray_address, help="the Ray cluster it will run on, as for run (none: this "
+                   "machine, whose cores, GPUs and CUDA devices are checked now)")
     v.set_defaults(fn=cmd_validate)
     return p
 

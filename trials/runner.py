@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import socket
 import signal
 import logging
 import time
@@ -37,7 +38,7 @@ from .progress import ProgressLines, columns
 from .recover import replay
 from .spec import SweepSpec
 from .trainable import shared_target_task, trainable
-from .tracking import Ledger, SweepTracker, git_commit, reap_dead_driver
+from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full, reap_dead_driver
 
 DEFAULT_STORAGE = "ray_results"
 def storage_root(storage: str | None) -> Path:
@@ -247,7 +248,12 @@ def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address:
-        ray.init(address=address, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except ConnectionError as e:
+            raise ValueError(f"address {address}: no Ray cluster answered ({e}); if the cluster uses token "
+                             "authentication, set RAY_AUTH_MODE=token and its token here (README: Team "
+                             "setup)") from None
     else:
         _bind_loopback()
         # Ray turns token authentication on for a new local cluster (its default, kept) and
@@ -276,6 +282,19 @@ def _bind_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def check_gcs_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """A HOST:PORT address answers on TCP, checked before any work: `ray.init` retries a
+    silent address for minutes."""
+    if address == "auto" or ":" not in address:
+        return  # Ray finds `auto` (RAY_ADDRESS, or the node's `ray start`) and says at once if it cannot
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        raise ValueError(f"address {address}: nothing answers there ({getattr(e, 'strerror', None) or e}); "
+                         "is the head started (`ray start --head --port PORT`)?") from None
+
+
 def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
         verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
@@ -289,6 +308,8 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     # before Ray starts, each refusal in one line: the storage, the store, this machine
     if address is None and not ray.is_initialized():
         check_local_resources(spec)
+    elif address and not ray.is_initialized():
+        check_gcs_reachable(address)
     probe_store(tracking_uri, store_timeout_s, writable=True)
     check_storage(root, max(checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
@@ -379,6 +400,10 @@ def _stopped(e: BaseException, ledger: Ledger | None, name: str, tracking_uri: s
         _best_effort(lambda: (ledger.close_open_runs("KILLED"), ledger.finish(ledger.parent_id, "KILLED")))
     if gone is not None:
         raise StoreStopped(f"{name}: stopped, the store {tracking_uri} failed: {gone}") from None
+    full = _in_chain(e, lambda x: isinstance(x, StorageFull) or (isinstance(x, OSError) and is_storage_full(x)))
+    if full is not None:
+        raise StorageStopped(f"{name}: stopped, {full if isinstance(full, StorageFull) else f'storage is full ({full})'}"
+                             ) from None
     if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
         # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
         raise Interrupted(signals.signum or signal.SIGINT) from None
@@ -388,11 +413,20 @@ class StoreStopped(RuntimeError):
     """The sweep stopped because its store stayed unwritable past the retry window."""
 
 
+class StorageStopped(StoreStopped):
+    """The sweep stopped because its storage filled up: resumable once there is room."""
+
+
 def _store_failure(e: BaseException) -> StoreUnavailable | None:
     """The StoreUnavailable behind an exception (Tune wraps a callback's), if any."""
+    return _in_chain(e, lambda x: isinstance(x, StoreUnavailable))
+
+
+def _in_chain(e: BaseException | None, match) -> BaseException | None:
+    """The first exception in `e`'s cause/context chain that `match`es, if any."""
     seen = 0
     while e is not None and seen < 10:
-        if isinstance(e, StoreUnavailable):
+        if match(e):
             return e
         e = e.__cause__ or e.__context__
         seen += 1

@@ -8,9 +8,11 @@ Tune callback: it runs in the driver and turns trial events into MLflow writes.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,13 @@ from typing import Any
 from mlflow.entities import Param
 from ray.tune import Callback
 
-from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXPERIMENT_KIND_TAG, FACTORS_PARAM,
-                           MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG, STORE_RETRY_S, SWEEP_PARENT_TAG, TRIAL_KEY_TAG,
-                           is_metric, metric_name, retrying, sweep_parent, sweep_trials, tracking_client)
+from dspark.record import (ARM_TAG, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXPERIMENT_KIND_TAG, FACTORS_PARAM,
+                           MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG, RUNS_VIEW_TAG, STORE_RETRY_S, SWEEP_PARENT_TAG,
+                           TRIAL_KEY_TAG, is_metric, metric_name, retrying, runs_view, sweep_parent, sweep_trials,
+                           tracking_client)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
+from .progress import columns
 from .spec import SweepSpec, Trial
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
@@ -45,6 +49,11 @@ class Ledger:
             # MLflow 3 opens an experiment of this kind in its model-training (runs) view,
             # not the GenAI "Overview / Traces" page
             self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+        # the sweep's runs view (the link `trials run` prints opens it): written each time, as a
+        # resume may restate the primary responses
+        shown = columns(spec, limit=6)
+        self.client.set_experiment_tag(self.experiment_id, RUNS_VIEW_TAG, runs_view(
+            list(spec.factors), shown, (ARM_TAG,) if spec.controls else ()))
         if spec.description and (exp is None or not exp.tags.get("mlflow.note.content")):
             # the experiment's description in the MLflow UI: which question the sweep answers
             self.client.set_experiment_tag(self.experiment_id, "mlflow.note.content", spec.description[:4000])
@@ -215,6 +224,7 @@ class SweepTracker(Callback):
 
     @_timed
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        persist_results(trial)  # the results before this one (Tune's own writer comes after this callback)
         run_id = self._writable(trial)
         if run_id is None:
             return
@@ -236,6 +246,7 @@ class SweepTracker(Callback):
 
     @_timed
     def on_trial_recover(self, iteration, trials, trial, **info):
+        _stop_if_storage_full(trial)
         run_id = self._writable(trial)
         if run_id is None:
             return
@@ -245,6 +256,7 @@ class SweepTracker(Callback):
 
     @_timed
     def on_trial_complete(self, iteration, trials, trial, **info):
+        persist_results(trial)
         run_id = self._writable(trial)
         if run_id is None:
             return
@@ -265,15 +277,81 @@ class SweepTracker(Callback):
 
     @_timed
     def on_trial_error(self, iteration, trials, trial, **info):
+        _stop_if_storage_full(trial)
+        persist_results(trial)
         run_id = self._writable(trial)
         if run_id is None:
             return
-        error = getattr(trial, "error_msg", None) or ""
-        path = getattr(trial, "error_file", None)
-        if not error and path and os.path.isfile(path):
-            error = Path(path).read_text()
-        self.ledger.finish(run_id, "FAILED", error or "trial failed")
+        self.ledger.finish(run_id, "FAILED", _trial_error(trial) or "trial failed")
         self._runs.pop(trial.trial_id, None)
+
+
+def persist_results(trial) -> None:
+    """Copy the trial's result file from the driver's staging folder into storage now.
+
+    Tune writes `result.json` under /tmp/ray/session_*/.../driver_artifacts and copies it to
+    storage only every so often (its experiment checkpoints): a driver killed with SIGKILL
+    right after a trial ended left a FINISHED run whose last points storage lacked, so
+    `trials recover` would have rebuilt it as unfinished. Done at each result and before a
+    run is marked FINISHED or FAILED, storage holds every point of every closed run and all
+    but the latest of a running one."""
+    storage = getattr(trial, "storage", None)
+    if storage is None:
+        return
+    try:
+        src = Path(storage.trial_driver_staging_path) / "result.json"
+        dst = Path(storage.trial_fs_path) / "result.json"
+    except (RuntimeError, AttributeError):
+        return  # no trial folder yet
+    if not src.is_file() or src == dst:
+        return
+    from pyarrow.fs import LocalFileSystem, copy_files
+
+    try:
+        if isinstance(storage.storage_filesystem, LocalFileSystem):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".result.json.{os.getpid()}.tmp")
+            try:
+                shutil.copyfile(src, tmp)
+                os.replace(tmp, dst)  # a kill mid-copy leaves the older whole file, never half of one
+            finally:
+                tmp.unlink(missing_ok=True)
+        else:
+            copy_files(str(src), dst.as_posix(), source_filesystem=LocalFileSystem(),
+                       destination_filesystem=storage.storage_filesystem)
+    except OSError as e:
+        if is_storage_full(e):
+            raise StorageFull(f"storage {Path(storage.trial_fs_path).parent.parent} is full ({e.strerror or e})") from None
+        raise
+
+
+class StorageFull(RuntimeError):
+    """The sweep's storage has no room left (ENOSPC): the sweep stops, resumable once there is."""
+
+
+def is_storage_full(error: BaseException | str) -> bool:
+    """An ENOSPC, raised here or in a trial (Tune hands the driver the trial's error text)."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    return "No space left on device" in str(error) or "[Errno 28]" in str(error)
+
+
+def _trial_error(trial) -> str:
+    error = getattr(trial, "error_msg", None) or ""
+    path = getattr(trial, "error_file", None)
+    if not error and path and os.path.isfile(path):
+        error = Path(path).read_text(errors="replace")
+    return error
+
+
+def _stop_if_storage_full(trial) -> None:
+    """A trial that failed for want of room: stop the sweep now rather than let every trial
+    fail the same way (its run is closed KILLED, so `trials resume` reruns it)."""
+    error = _trial_error(trial)
+    if is_storage_full(error):
+        where = getattr(getattr(trial, "storage", None), "experiment_fs_path", None) or "storage"
+        raise StorageFull(f"storage {Path(where).parent} is full: a trial could not write its checkpoint "
+                          "(No space left on device)")
 
 
 def driver_alive(tags: dict[str, str]) -> bool | None:

@@ -204,3 +204,22 @@ def test_margins_come_from_the_spec_and_the_command_line():
     for bad in ("spec/tau", "spec/tau=0", "spec/tau=nan", "=0.1", "spec/tau=-1", "spec/tau=x"):
         with pytest.raises(AnalysisError, match="--margin"):
             parse_margins([bad])
+
+
+def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
+    from analysis.report import VERDICT_COLOURS, verdict_colour
+    from analysis.verdicts import Verdict
+
+    def v(verdict, estimate, better):
+        return Verdict(response="r", term="D1", label="D1", verdict=verdict, estimate=estimate, se=0.1, df=10,
+                       alpha_star=0.01, ci_low=estimate - 0.1, ci_high=estimate + 0.1, eq_low=estimate - 0.05,
+                       eq_high=estimate + 0.05, margin=0.5, better=better, p=0.001, p_adj=0.01, p_equiv=None,
+                       detectable=0.2)
+
+    assert verdict_colour(v("matters", +0.4, "higher")) == "better"  # tau up: good news, not red
+    assert verdict_colour(v("matters", -0.4, "higher")) == "worse"
+    assert verdict_colour(v("matters", -0.01, "lower")) == "better"  # ECE down
+    assert verdict_colour(v("matters", +0.01, "lower")) == "worse"
+    assert verdict_colour(v("negligible", +0.01, "lower")) == "negligible"
+    assert verdict_colour(v("undecided", +0.3, "higher")) == "undecided"
+    assert len(set(VERDICT_COLOURS.values())) == 4

@@ -2,7 +2,9 @@
 unprivileged cluster this module starts in a temporary folder). A sweep runs against it
 over HTTP; the server stops mid-sweep and never comes back (the driver stops within its
 retry window, one line, exit 3); it comes back and `resume` finishes the sweep with every
-metric point once; the link printed points at the server; `status` and `report` read it."""
+metric point once; the link printed points at the server; `status` and `report` read it.
+Another sweep lives through a server restart and a SIGKILL of its driver, then `status`,
+`resume`, `recover` into a second database and a notebook run against the servers."""
 
 import glob
 import os
@@ -95,6 +97,7 @@ def server(tmp_path_factory):
                        check=True, capture_output=True)
         home = tmp_path_factory.mktemp("home")
         s = Server(f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow", home / "artifacts", home)
+        s.pg_port = port
         s.start()
         yield s
         s.stop()
@@ -157,3 +160,98 @@ def test_a_sweep_on_the_server_survives_its_loss_and_reads_back(server, tmp_path
     rc, out, err = _cli("analysis.cli", "report", "gone", "--tracking-uri", server.url, "--out", str(tmp_path / "rep"),
                         "--responses", "tf/tau", cwd=tmp_path)
     assert rc == 0 and "D1: " in out and (tmp_path / "rep" / "gone" / "report.html").is_file(), err[-2000:]
+
+
+def _tune_points(exp_dir: Path, metric: str) -> list[tuple[str, int, float]]:
+    """(D1 level and replicate, step, value) of every point Tune's result files hold, each
+    step once per trial (a trial resumed from a checkpoint reports its later steps again)."""
+    import json
+
+    seen = {}
+    for f in exp_dir.rglob("result.json"):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            if metric in r and r[metric] is not None and r[metric] == r[metric]:
+                seen[(f"{r['config']['D1']} r{r['config']['replicate']}", int(r["step"]))] = round(r[metric], 9)
+    return sorted((k, step, v) for (k, step), v in seen.items())
+
+
+def _store_points(client, experiment: str, metric: str) -> list[tuple[str, int, float]]:
+    exp = client.get_experiment_by_name(experiment)
+    out = []
+    for r in client.search_runs([exp.experiment_id], "tags.trial_key != ''"):
+        name = f"{r.data.tags['factor.D1']} r{r.data.tags['replicate']}"
+        out += [(name, m.step, round(m.value, 9)) for m in client.get_metric_history(r.info.run_id, metric)]
+    return sorted(out)
+
+
+def test_restart_sigkill_resume_recover_and_a_notebook_on_the_server(server, tmp_path, corpus_dir):
+    from mlflow.tracking import MlflowClient
+
+    spec = _spec(tmp_path, corpus_dir, "team", draft_steps=30)
+    storage = tmp_path / "st"
+    args = ["--storage", str(storage), "--tracking-uri", server.url]
+    driver = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args], cwd=tmp_path,
+                              env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    client = MlflowClient(server.url)
+
+    def kids():
+        exp = client.get_experiment_by_name("team")
+        return client.search_runs([exp.experiment_id], "tags.trial_key != ''") if exp else []
+
+    def wait_until(ready, what):
+        deadline = time.time() + 300
+        while not ready():
+            assert time.time() < deadline and driver.poll() is None, f"{what}: the driver exited {driver.poll()}"
+            time.sleep(1)
+
+    try:
+        wait_until(lambda: any("tf/tau" in r.data.metrics for r in kids()), "a trial reporting")
+        server.stop()  # the server restarts mid-sweep: the driver's writes wait and go on
+        time.sleep(5)
+        server.start()
+        wait_until(lambda: any(r.info.status == "FINISHED" for r in kids()), "a trial finishing")
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver's machine dies
+        driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    rc, out, err = _cli("trials.cli", "status", "team", *args, cwd=tmp_path)
+    assert rc == 0 and "Traceback" not in err, err[-2000:]
+    assert not [r for r in kids() if r.info.status == "RUNNING"]  # status closed the dead driver's runs
+    rc, out, err = _cli("trials.cli", "resume", "team", *args, cwd=tmp_path)
+    assert rc == 0, err[-3000:]
+    assert len(kids()) == 4 and all(r.info.status == "FINISHED" for r in kids())
+    # through the restart, the SIGKILL and the resume: each run's points once per step, and
+    # every point Tune's files hold in storage is in the store with its value
+    points = _store_points(client, "team", "tf/tau")
+    assert len({(k, step) for k, step, _ in points}) == len(points) and len(points) >= 4 * 11
+    tune = _tune_points(storage / "team", "tf/tau")
+    assert set(tune) <= set(points) and len(tune) >= len(points) - 1, sorted(set(points) - set(tune))
+
+    # the store is lost: `recover` rebuilds the sweep into a fresh database on a second server
+    subprocess.run([_bin("createdb") or "createdb", "-h", "127.0.0.1", "-p", str(server.pg_port), "-U", "mlflow",
+                    "mlflow_recovered"], check=True, capture_output=True)
+    home = tmp_path / "second"
+    home.mkdir()
+    second = Server(f"postgresql+psycopg2://mlflow@127.0.0.1:{server.pg_port}/mlflow_recovered",
+                    home / "artifacts", home)
+    second.start()
+    try:
+        rc, out, err = _cli("trials.cli", "recover", "team", "--storage", str(storage), "--tracking-uri", second.url,
+                            cwd=tmp_path)
+        assert rc == 0 and "4 of 4 trials finished" in out, err[-2000:]
+        for metric in ("tf/tau", "val/bpb", "train/loss"):  # what storage held, each point at its step
+            assert _store_points(MlflowClient(second.url), "team", metric) == _tune_points(storage / "team", metric)
+        rc, out, err = _cli("analysis.cli", "notebook", "attribution", "team", "--tracking-uri", second.url,
+                            "--responses", "tf/tau", "--out", str(tmp_path / "nb"), cwd=tmp_path)
+        assert rc == 0 and "Traceback" not in err, err[-3000:]
+        import nbformat
+
+        nb = nbformat.read(tmp_path / "nb" / "team" / "attribution.ipynb", as_version=4)
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+        assert outputs and not [o for o in outputs if o.get("output_type") == "error"]
+        assert any("D1" in str(o.get("text", "")) + str(o.get("data", {})) for o in outputs)
+    finally:
+        second.stop()

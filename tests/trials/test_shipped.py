@@ -68,3 +68,18 @@ def test_cluster_yaml_matches_rays_schema_and_stays_private():
     assert "--dashboard-host=127.0.0.1" in start and "0.0.0.0" not in text
     assert "ray job submit --working-dir . -- trials run sweeps/d1-d2-d9.yaml --address auto" in text.replace(
         "\\\n#       ", "")
+
+
+def test_the_cluster_path_has_what_it_needs():
+    """`ray job submit` needs Ray's job server (ray[default]) on the head, which cluster.yaml
+    installs with the project; every node starts with token authentication."""
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    ray_dep = next(d for d in deps if d.startswith("ray["))
+    assert "default" in ray_dep.split("]")[0] and "tune" in ray_dep.split("]")[0]
+    cfg = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        starts = [c for c in cfg[key] if "ray start" in c]
+        assert starts and all(c.startswith("RAY_AUTH_MODE=token ") for c in starts)
+    assert any(k.endswith(".ray/auth_token") for k in cfg["file_mounts"])

@@ -253,3 +253,64 @@ def test_a_local_sweep_starts_its_own_ray_beside_one_that_ray_start_left(tmp_pat
         marker = Path("/tmp/ray/ray_current_cluster")  # `ray start` leaves it naming its head: not ours to keep
         if marker.exists() and f":{port}" in marker.read_text():
             marker.unlink()
+
+
+# ---------------------------------------------------------------- storage on a small or read-only mount
+
+@pytest.fixture
+def mount(tmp_path):
+    """A tmpfs of a given size mounted at a folder (root only), unmounted afterwards."""
+    made = []
+
+    def make(size_mb: int, read_only: bool = False) -> Path:
+        where = tmp_path / f"mnt{len(made)}"
+        where.mkdir()
+        opts = f"size={size_mb}m" + (",ro" if read_only else "")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or 'not root'})")
+        made.append(where)
+        return where
+
+    yield make
+    for where in made:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_read_only_mount_is_refused_before_ray_starts(tmp_path, corpus_dir, mount):
+    spec = _spec(tmp_path, corpus_dir, "ro")
+    ro = mount(4, read_only=True)
+    rc, out, err = trials("run", str(spec), "--storage", str(ro), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}",
+                          cwd=tmp_path)
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert f"storage: cannot write in {ro} (Read-only file system)" in err and "Started a local Ray" not in err + out
+
+
+def test_a_disk_that_fills_mid_sweep_stops_cleanly_and_resumes_once_there_is_room(tmp_path, corpus_dir, mount):
+    """Storage with room for the first checkpoints only (the tiny preset's are about 11 MB
+    each): it once failed 4 of 4 trials with ENOSPC and ended in an EOFError traceback."""
+    from mlflow.tracking import MlflowClient
+
+    spec = _spec(tmp_path, corpus_dir, "full", draft_steps=30, replicates=2)
+    small = mount(16)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    args = ["--storage", str(small), "--tracking-uri", uri]
+    rc, out, err = trials("run", str(spec), *args, cwd=tmp_path)
+    assert rc == 3, err[-3000:]
+    tail = err.strip().splitlines()[-3:]
+    assert tail[0] == f"trials: error: full: stopped, storage {small} is full: a trial could not write its " \
+                      "checkpoint (No space left on device)", err[-3000:]
+    assert tail[-1].strip().startswith("trials resume full") and "trials/runner.py" not in err
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("full")
+    runs = client.search_runs([exp.experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    assert not [r for r in runs if r.info.status == "FAILED"]  # want of room is no trial's fault
+    subprocess.run(["mount", "-o", "remount,size=200m", str(small)], check=True)  # room again
+    rc, out, err = trials("resume", "full", *args, cwd=tmp_path)
+    assert rc == 0, err[-3000:]
+    kids = client.search_runs([exp.experiment_id], "tags.trial_key != ''")
+    assert len(kids) == 4 and all(r.info.status == "FINISHED" for r in kids)
+    for r in kids:  # each point once
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "tf/tau")]
+        assert len(steps) == len(set(steps)) and max(steps) == 30
