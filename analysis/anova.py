@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import warnings
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
@@ -95,10 +97,28 @@ def is_balanced(df: pd.DataFrame, factors: list[str]) -> bool:
     return counts.nunique() == 1
 
 
+@dataclass(frozen=True)
+class ModelFit:
+    """How well one response's OLS model fits, as a DOE report states it."""
+    n: int  # runs in the fit
+    df_resid: float
+    s: float  # the residual standard deviation, sqrt(MSE)
+    r2: float
+    r2_adj: float
+    resid: pd.Series  # by the runs' row labels
+    fitted: pd.Series
+
+
 def factorial_anova(df: pd.DataFrame, response: str, factors: list[str], typ: int = 2,
                     block: str | None = None, max_order: int | None = None) -> pd.DataFrame:
     """One row per estimable term (`D1`, `D1:D9`, ...), the block when given, and
     `Residual`; columns sum_sq, df, F, p, partial_eta_sq."""
+    return anova_with_fit(df, response, factors, typ, block, max_order)[0]
+
+
+def anova_with_fit(df: pd.DataFrame, response: str, factors: list[str], typ: int = 2,
+                   block: str | None = None, max_order: int | None = None) -> tuple[pd.DataFrame, ModelFit]:
+    """`factorial_anova`'s table and the model's fit (S, R², adjusted R², residuals)."""
     if typ not in (1, 2, 3):
         raise AnalysisError(f"typ: 1, 2 or 3, got {typ!r}")
     factors = list(factors)
@@ -134,9 +154,9 @@ def factorial_anova(df: pd.DataFrame, response: str, factors: list[str], typ: in
     table.loc["Residual", ["F", "p", "partial_eta_sq"]] = np.nan
     table = table[["sum_sq", "df", "F", "p", "partial_eta_sq"]]
     table.attrs["dropped_terms"] = [":".join(t) for t in asked if t not in terms]
-    # residual sigma and the residuals by row label (plain lists: attrs must stay plain data)
-    table.attrs["sigma"] = float(np.sqrt(model.mse_resid))
-    table.attrs["resid_index"] = list(data.index)
-    table.attrs["resid"] = [float(v) for v in model.resid]
     table.attrs["typ"] = typ
-    return table
+    fit = ModelFit(n=int(model.nobs), df_resid=float(model.df_resid), s=float(np.sqrt(model.mse_resid)),
+                   r2=float(model.rsquared), r2_adj=float(model.rsquared_adj),
+                   resid=pd.Series(np.asarray(model.resid, float), index=data.index),
+                   fitted=pd.Series(np.asarray(model.fittedvalues, float), index=data.index))
+    return table, fit

@@ -16,7 +16,7 @@ from statsmodels.stats.multitest import multipletests
 
 from dspark import metrics
 
-from .anova import AnalysisError, check_design, factorial_anova, is_balanced
+from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_balanced
 from .design import factorial_rows, levels, with_value, without_value
 from .effects import factorial_effects
 
@@ -65,6 +65,7 @@ class ResponseResult:
     balanced: bool
     warnings: list[str] = field(default_factory=list)
     block: str | None = None
+    fit: ModelFit | None = None  # S, R², adjusted R², the residuals
 
 
 def empty_cells(df: pd.DataFrame, factors: list[str]) -> list[str]:
@@ -113,13 +114,13 @@ def _analyse_one(data: pd.DataFrame, r: str, factors: list[str], typ: int | None
     use_typ = typ or (2 if balanced else 3)
     if not balanced:
         notes.append("unbalanced design (unequal runs per cell): Type III sums of squares with effect coding")
-    table = factorial_anova(rows, r, factors, typ=use_typ, block=block)
+    table, fit = anova_with_fit(rows, r, factors, typ=use_typ, block=block)
     if table.attrs.get("dropped_terms"):
         notes.append("not estimable here: " + ", ".join(table.attrs["dropped_terms"]))
     two_level = all(rows[f].dropna().nunique() == 2 for f in factors)
     kept = [t for t in table.index if t not in ("Residual", block)]
     eff = factorial_effects(rows, r, factors, terms=kept, block=block) if two_level else None
-    return ResponseResult(r, table, eff, use_typ, balanced, notes)
+    return ResponseResult(r, table, eff, use_typ, balanced, notes, fit=fit)
 
 
 def _adjust(results: dict[str, ResponseResult], method: str | None, skip: set) -> None:

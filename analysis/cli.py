@@ -89,7 +89,6 @@ def _notebook(args) -> int:
 
 def _report_or_plan(args) -> int:
     from .load import load_runs, read_parquet
-    from .report import build_report
     from .verdicts import parse_margins
 
     margins = parse_margins(args.margin)  # refused before any work
@@ -107,12 +106,14 @@ def _report_or_plan(args) -> int:
         return 0
     from dspark.record import default_ui_url
 
+    from .report import build_report
+
     rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust, alpha=args.alpha,
                        margins=margins, ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri))
     print(rep.summary)
     print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
     if not args.no_log and not args.parquet:
-        from .report import log_to_parent
+        from .load import log_to_parent
 
         n = log_to_parent(rep, df, args.tracking_uri)
         print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
@@ -132,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        from dspark.record import store_error, store_exceptions
+        from dspark.record import is_store_error, store_error
 
-        if not isinstance(e, store_exceptions()):
+        if not is_store_error(e):
             raise
         print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)
         return 3

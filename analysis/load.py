@@ -6,6 +6,9 @@ config field under its own name (MLflow params are strings; they are typed here,
 and every final metric under the trainer's name (`tf/accept@3`: the store holds
 `tf/accept:3`, since MLflow refuses '@'). Runs that failed, were killed or never finished
 are not dropped silently: `incomplete_runs(df)` lists them, and reports name them.
+
+The store's other side is here too: `log_to_parent` writes a report's verdicts to the
+sweep's parent run, and `to_parquet`/`read_parquet` keep the runs without a store.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -23,6 +27,9 @@ from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS
 
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
+
+if TYPE_CHECKING:
+    from .report import Report
 
 
 def _typed(value: str):
@@ -253,3 +260,38 @@ def responses(df: pd.DataFrame) -> list[str]:
             if len(vals) and all(math.isfinite(v) for v in vals):
                 out.append(c)
     return out
+
+
+def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> int:
+    """The attribution on the sweep's parent run: a tag per verdict
+    (`verdict.<response>.<term>` = matters | negligible | undecided), the verdict table as
+    one artifact (`attribution/verdicts.csv`) beside the report files, and three headline
+    metrics (how many primary verdicts of each kind). Returns how many tags were set."""
+    import tempfile
+    import time
+
+    from mlflow.entities import Metric, RunTag
+
+    from .anova import AnalysisError
+    from dspark.record import tracking_client
+
+    from dspark.record import VERDICT_PREFIX, tag_key
+
+    parent = df.attrs.get("parent_run_id")
+    if not parent:
+        raise AnalysisError("these runs have no parent run to log the attribution on")
+    client = tracking_client(tracking_uri)
+    d = rep.decision
+    tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
+    ts = int(time.time() * 1000)
+    counts = [Metric(f"verdicts/{k}", float(n), ts, 0) for k, n in d.counts().items()]
+    for i in range(0, max(len(tags), 1), 90):
+        client.log_batch(parent, metrics=counts if i == 0 else [], tags=tags[i:i + 90])
+    with tempfile.TemporaryDirectory() as tmp:
+        table = Path(tmp) / "verdicts.csv"
+        d.table().to_csv(table, index=False)
+        client.log_artifact(parent, str(table), artifact_path="attribution")
+    for path in (rep.html_path, rep.markdown_path):
+        if path is not None:
+            client.log_artifact(parent, str(path), artifact_path="attribution")
+    return len(tags)

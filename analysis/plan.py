@@ -18,7 +18,7 @@ from . import power
 from .anova import AnalysisError
 from .attribution import analyse
 from .design import factorial_rows
-from .report import choose_responses, sensitivity
+from .diagnostics import choose_responses, sensitivity
 from .sequential import look_alpha
 from .variance import PROMPT_FACTORS, prompts_to_decide, split
 from .verdicts import decide_all, margins_for

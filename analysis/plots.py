@@ -129,7 +129,7 @@ def acceptance_curves(df: pd.DataFrame, path, prefix: str = "spec/accept@", by: 
 def residuals_vs_order(order: np.ndarray, resid: np.ndarray, response: str, path,
                        drift: tuple[float, float] | None = None) -> Path:
     """Residuals of the factorial model against launch order centred within each replicate
-    block, with the drift check's own line (`analysis.report.drift_check`: the same slope and
+    block, with the drift check's own line (`analysis.diagnostics.drift_check`: the same slope and
     p as the report's text), since the blocks already absorb drift between blocks."""
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.scatter(order, resid, s=14)

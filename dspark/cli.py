@@ -112,9 +112,9 @@ def cmd_train(args) -> int:
         load_target(cfg.target_path)
     uri = absolute_uri(args.tracking_uri) if args.tracking_uri else None
     if uri:
-        from .track import check_store_writable
+        from .record import probe_store
 
-        check_store_writable(uri)
+        probe_store(uri, writable=True)
     console = Console()
     tracked = None
 

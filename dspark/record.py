@@ -213,6 +213,11 @@ def probe_store(uri: str, timeout_s: float = STORE_TIMEOUT_S, writable: bool = F
         raise ValueError(f"tracking-uri: {uri} did not answer within {timeout_s:g} s")
 
 
+def is_store_error(e: BaseException) -> bool:
+    """Whether an exception is the store failing (both CLIs answer it in one line)."""
+    return isinstance(e, store_exceptions())
+
+
 def store_exceptions() -> tuple[type[BaseException], ...]:
     """What a store raises when it is down, locked or unreachable (not a program's bug)."""
     from mlflow.exceptions import MlflowException

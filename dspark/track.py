@@ -74,16 +74,6 @@ def log_run_files(client, run_id: str, config: dict, final: dict, artifacts_dir:
         client.log_artifacts(run_id, str(artifacts_dir), artifact_path="plots")
 
 
-def check_store_writable(uri: str) -> None:
-    """Refuse a store MLflow cannot open, in one line, before any work starts."""
-    from .record import tracking_client
-
-    try:
-        tracking_client(uri).search_experiments(max_results=1)
-    except Exception as e:  # MLflow raises many kinds for a bad URI
-        raise ValueError(f"tracking-uri: cannot open {uri}: {str(e).splitlines()[0][:200]}") from None
-
-
 class TrainRun:
     """One `dspark train` run as an MLflow run: params, tags and metric names as a trial's."""
 

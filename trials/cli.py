@@ -8,7 +8,7 @@ import sys
 
 from . import spec as specmod
 from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, default_ui_url,
-                           store_error, ui_url)
+                           is_store_error, store_error, ui_url)
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -55,9 +55,9 @@ def cmd_validate(args) -> int:
 
 
 def _show(spec, uri: str) -> None:
-    from . import runner
+    from . import saved
 
-    rows = runner.status(spec, uri)
+    rows = saved.status(spec, uri)
     print(_table(rows))
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
 
@@ -211,9 +211,9 @@ def cmd_reeval(args) -> int:
 def cmd_status(args) -> int:
     from dspark.record import probe_store
 
-    from . import runner
+    from . import saved
 
-    spec, meta = runner.load_saved(args.name, args.storage, "status")
+    spec, meta = saved.load_saved(args.name, args.storage, "status")
     uri = args.tracking_uri or meta["tracking_uri"]
     probe_store(uri, args.store_timeout)
     _show(spec, uri)
@@ -223,14 +223,14 @@ def cmd_status(args) -> int:
 def cmd_list(args) -> int:
     if args.tracking_uri:
         return _list_store(absolute_uri(args.tracking_uri), args.ui_url)
-    from . import runner
+    from . import saved
 
-    root = runner.storage_root(args.storage)
+    root = saved.storage_root(args.storage)
     rows = []
     for spec_file in sorted(root.glob("*/spec.yaml")) if root.is_dir() else []:
         name = spec_file.parent.name
         try:
-            spec, meta = runner.load_saved(name, args.storage, "list")
+            spec, meta = saved.load_saved(name, args.storage, "list")
         except (specmod.SpecError, ValueError, OSError) as e:
             rows.append({"sweep": name, "trials": "", "state": f"unreadable ({str(e).splitlines()[0][:60]})",
                          "tracking_uri": ""})
@@ -238,7 +238,7 @@ def cmd_list(args) -> int:
         uri = meta.get("tracking_uri", "")
         link = ""
         try:
-            state = summary_counts(runner.status(spec, uri))
+            state = summary_counts(saved.status(spec, uri))
             link = experiment_link(uri, name, args.ui_url)
         except ValueError as e:
             state = str(e)
@@ -395,17 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trials: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        if not _is_store_error(e):
+        if not is_store_error(e):
             raise
         uri = getattr(args, "tracking_uri", None) or "(the sweep's store)"
         print(f"trials: error: {store_error(uri, e)}", file=sys.stderr)
         return 3
-
-
-def _is_store_error(e: BaseException) -> bool:
-    from dspark.record import store_exceptions
-
-    return isinstance(e, store_exceptions())
 
 
 if __name__ == "__main__":

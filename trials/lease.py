@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from dspark.record import SWEEP_PARENT_TAG, sweep_trials
+
 HEARTBEAT_S = 15.0
 STALE_S = 90.0  # a lease from another host with no heartbeat for this long is dead
 LEASE_FILE = "driver.lease"
@@ -178,3 +180,35 @@ def checkpoint_bytes(cfg) -> int:
     target = 12 * L * d * d + 2 * 256 * d
     draft = 12 * cfg.drafter_layers * d * d + 2 * 256 * d + 2 * cfg.markov_rank * 256
     return int(4 * (target + 3 * (target + draft)) + 8e6)
+
+
+def driver_alive(tags: dict[str, str]) -> bool | None:
+    """Whether the driver recorded in a parent run's tags still runs: None when it ran on
+    another host (it cannot be checked from here)."""
+    import socket
+
+    import psutil
+
+    if tags.get("driver_host") != socket.gethostname() or "driver_pid" not in tags:
+        return None
+    try:
+        proc = psutil.Process(int(tags["driver_pid"]))
+        return abs(proc.create_time() - float(tags.get("driver_started", 0))) < 1.0 and proc.is_running()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def reap_dead_driver(client, experiment_id: str) -> int:
+    """A sweep whose driver died without closing its runs (kill -9): its RUNNING runs,
+    parent and children, end KILLED. Returns how many runs were closed."""
+    closed = 0
+    for parent in client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=10):
+        if parent.info.status != "RUNNING" or driver_alive(parent.data.tags) is not False:
+            continue
+        kids = sweep_trials(client, experiment_id)
+        for run in [*kids, parent]:
+            if run.info.status == "RUNNING":
+                client.set_terminated(run.info.run_id, status="KILLED")
+                client.set_tag(run.info.run_id, "killed_reason", "its sweep's driver died")
+                closed += 1
+    return closed

@@ -20,17 +20,7 @@ from ray.tune import Callback
 from dspark import metrics
 from dspark.record import store_key
 
-from .spec import SweepSpec
-
-
-def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
-    """The responses a sweep's progress and status show."""
-    if spec.responses:
-        return list(spec.responses)[:limit]
-    stages = {t.config.parallel_stage for t in spec.trials if t.arm == "factorial"}
-    stage = stages.pop() if len(stages) == 1 else None
-    names = metrics.DEFAULT_RESPONSES.get(stage or "", metrics.HEADLINE)
-    return [n for n in names if metrics.unmeasured_reason(stage, n) is None][:limit]
+from .spec import SweepSpec, columns  # noqa: F401  (columns: its home before)
 
 
 def _clock(seconds: float) -> str:

@@ -700,3 +700,16 @@ def smoke(spec: SweepSpec) -> SweepSpec:
     `<name>-smoke` so it never mixes with the real sweep's runs."""
     spec = dataclasses.replace(spec, name=f"{spec.name}-smoke")
     return spec.override(**smoke_overrides())
+
+
+def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
+    """The responses a sweep's progress and status show."""
+    if spec.responses:
+        return list(spec.responses)[:limit]
+    configs = [t.config for t in spec.trials if t.arm == "factorial"]
+    stages = {c.parallel_stage for c in configs}
+    stage = stages.pop() if len(stages) == 1 else None
+    names = metrics.DEFAULT_RESPONSES.get(stage or "", metrics.HEADLINE)
+    # never one the arms cannot measure (a decoding response where no prompt is decoded, too)
+    return [n for n in names if metrics.unmeasured_reason(stage, n) is None
+            and not unmeasured_responses({n: None}, configs)][:limit]

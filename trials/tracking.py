@@ -26,7 +26,8 @@ from dspark.record import (ARM_TAG, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXP
                            tracking_client)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
-from .progress import columns
+from .lease import driver_alive, reap_dead_driver  # noqa: F401  (their home before)
+from .spec import columns
 from .spec import SweepSpec, Trial
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
@@ -352,35 +353,3 @@ def _stop_if_storage_full(trial) -> None:
         where = getattr(getattr(trial, "storage", None), "experiment_fs_path", None) or "storage"
         raise StorageFull(f"storage {Path(where).parent} is full: a trial could not write its checkpoint "
                           "(No space left on device)")
-
-
-def driver_alive(tags: dict[str, str]) -> bool | None:
-    """Whether the driver recorded in a parent run's tags still runs: None when it ran on
-    another host (it cannot be checked from here)."""
-    import socket
-
-    import psutil
-
-    if tags.get("driver_host") != socket.gethostname() or "driver_pid" not in tags:
-        return None
-    try:
-        proc = psutil.Process(int(tags["driver_pid"]))
-        return abs(proc.create_time() - float(tags.get("driver_started", 0))) < 1.0 and proc.is_running()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return False
-
-
-def reap_dead_driver(client, experiment_id: str) -> int:
-    """A sweep whose driver died without closing its runs (kill -9): its RUNNING runs,
-    parent and children, end KILLED. Returns how many runs were closed."""
-    closed = 0
-    for parent in client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=10):
-        if parent.info.status != "RUNNING" or driver_alive(parent.data.tags) is not False:
-            continue
-        kids = sweep_trials(client, experiment_id)
-        for run in [*kids, parent]:
-            if run.info.status == "RUNNING":
-                client.set_terminated(run.info.run_id, status="KILLED")
-                client.set_tag(run.info.run_id, "killed_reason", "its sweep's driver died")
-                closed += 1
-    return closed

@@ -294,3 +294,25 @@ def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
     assert "secondary: tf/tau" in rep.summary
     over = build_report(back, None, margins={"spec/tau": 0.05, "tf/tau": 0.1})  # --margin overrides and adds
     assert over.decision.checks["spec/tau"].margin == 0.05 and over.decision.family == 14
+
+
+def test_the_model_fit_is_stated_per_response_as_statsmodels_fits_it():
+    import statsmodels.formula.api as smf
+
+    from analysis.anova import anova_with_fit
+    from analysis.report import model_fit_table
+
+    rng = np.random.default_rng(3)
+    rows = [{"A": a, "B": b, "replicate": r, "y": 1.0 + 0.5 * (a == "a2") + rng.normal(0, 0.2)}
+            for a in ("a1", "a2") for b in ("b1", "b2") for r in range(3)]
+    df = pd.DataFrame(rows)
+    table, fit = anova_with_fit(df, "y", ["A", "B"])
+    ref = smf.ols("y ~ C(A, Sum) * C(B, Sum)", data=df).fit()
+    assert fit.n == 12 and fit.df_resid == ref.df_resid == 8
+    assert fit.s == pytest.approx(np.sqrt(ref.mse_resid)) and fit.r2 == pytest.approx(ref.rsquared)
+    assert fit.r2_adj == pytest.approx(ref.rsquared_adj)
+    assert np.allclose(fit.resid + fit.fitted, df["y"])
+    from analysis.attribution import ResponseResult
+
+    t = model_fit_table({"y": ResponseResult("y", table, None, 2, True, fit=fit)})
+    assert list(t.columns) == ["n", "df_resid", "S", "R2", "R2_adj"] and t.loc["y", "R2"] == pytest.approx(ref.rsquared)

@@ -294,3 +294,21 @@ def test_a_device_this_machine_lacks_is_refused_by_validate_and_run(tmp_path):
     r = subprocess.run([sys.executable, "-m", "trials.cli", "validate", str(spec), "--address", "auto"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0 and "valid" in r.stdout  # a cluster's nodes are checked when it runs
+
+
+def test_progress_columns_are_primary_measured_and_never_constant():
+    """The progress lines, the end-of-sweep table and `trials status` show the sweep's
+    primary responses: never a degenerate, constant or unmeasured one."""
+    from trials.progress import columns
+
+    base = {"preset": "tiny", "data": ["x"]}
+    D1 = {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}
+    declared = parse({"name": "p", "base": base, "factors": D1,
+                      "responses": {"tf/conf_ece": {"better": "lower", "margin": 0.01}}})
+    assert columns(declared) == ["tf/conf_ece"]
+    drafter = columns(parse({"name": "d", "base": base, "factors": D1}))
+    assert drafter and "val/bpb" not in drafter  # the shared target's constant
+    undecoded = columns(parse({"name": "u", "base": {**base, "spec_prompts": 0}, "factors": D1}))
+    assert undecoded and not [c for c in undecoded if c.startswith("spec/")]
+    backbone = columns(parse({"name": "b", "base": {**base, "parallel_stage": "backbone"}, "factors": D1}))
+    assert backbone and not [c for c in backbone if c.startswith("tf/")]  # degenerate there

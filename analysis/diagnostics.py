@@ -1,0 +1,211 @@
+"""What the report computes beside the verdicts: which responses to analyse, the model's
+fit (S, R², adjusted R²) and residuals, the drift check, what the sweep could detect, cell
+means, the pooled comparison with a control arm and the fraction's note. Statistics only:
+no plotting and no store, so `analysis plan` loads neither matplotlib nor a renderer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from . import power
+from .anova import AnalysisError, check_design
+from .attribution import DEFAULT_RESPONSES_BY_STAGE, ResponseResult, control_contrast, degenerate_reason, \
+    dunnett_vs_control, stage_of
+from .design import alias_structure, design_matrix, factorial_rows, with_value
+from .load import responses as metric_columns
+
+
+POWER = 0.8
+
+
+DRIFT_ALPHA = 0.01  # a check run on every response: flag only clear trends
+
+
+@dataclass
+class Sensitivity:
+    """What a response's sweep could detect: residual sigma and detectable effects."""
+    sigma: float
+    n_cells: int
+    replicates: int
+    detectable: float  # a two-level main effect (high minus low) at 80% power
+    by_term: dict[str, float] = field(default_factory=dict)
+
+
+def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[str],
+                     primary: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The primary responses (those with a margin) always, first and strictly; then the
+    asked ones, checked strictly too (errors surface later); if none is asked, the stage's
+    usual responses that exist and vary, the others listed as skipped with the reason.
+    Degenerate responses are never analysed: they are listed as skipped."""
+    stage = stage_of(df)
+    primary = list(primary or [])
+    for r in primary:
+        reason = degenerate_reason(stage, r)
+        if reason:
+            raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
+        if r not in df.columns:
+            raise AnalysisError(f"primary response {r} is not among the runs' metrics")
+    if asked:
+        asked = list(dict.fromkeys(primary + list(asked)))
+    chosen, skipped = list(primary), []
+    if asked:
+        chosen = []
+        for r in asked:
+            reason = degenerate_reason(stage, r)
+            if reason:
+                skipped.append(f"{r} (not ranked: {reason})")
+            else:
+                chosen.append(r)
+        if not chosen:
+            raise AnalysisError(f"every response asked is degenerate in the {stage} stage: {'; '.join(skipped)}")
+        return chosen, skipped
+    have = set(metric_columns(df))
+    data = factorial_rows(df, factors)
+    degenerate = sorted(c for c in have if degenerate_reason(stage, c))
+    if degenerate:  # say so, once, even when nobody asked for them
+        shown = ", ".join(degenerate[:4]) + (f" and {len(degenerate) - 4} more" if len(degenerate) > 4 else "")
+        skipped.append(f"{shown} (not ranked: {degenerate_reason(stage, degenerate[0])})")
+    defaults = DEFAULT_RESPONSES_BY_STAGE.get(stage or "") or tuple(
+        dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
+    for r in defaults:
+        if r not in have or r in chosen:
+            continue
+        if data[r].nunique() <= 1:
+            skipped.append(f"{r} (constant across runs)")
+        else:
+            chosen.append(r)
+    if not chosen:
+        raise AnalysisError("no default response varies across runs; name one with --responses")
+    return chosen, skipped
+
+
+def _n_levels(data: pd.DataFrame, f: str) -> int:
+    return int(data[f].dropna().nunique())
+
+
+def sensitivity(data: pd.DataFrame, res: ResponseResult, factors: list[str], alpha: float) -> Sensitivity | None:
+    """Residual sigma of the fitted model and, from `analysis.power`, the smallest effect
+    each term could be detected at with 80% power (None for an unreplicated sweep)."""
+    sigma = res.fit.s if res.fit is not None else float("nan")
+    n_cells = int(data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups)
+    reps = int(data["replicate"].nunique()) if "replicate" in data.columns else 1
+    if reps < 2 or not (np.isfinite(sigma) and sigma > 0) or n_cells < 2:
+        return None
+    base = power.detectable_effect(sigma, n_cells, reps, alpha, POWER)
+    by_term = {}
+    for term in res.anova.index:
+        if term in ("Residual", res.block):
+            continue
+        L = max(_n_levels(data, f) for f in term.split(":"))
+        by_term[term] = base if L == 2 else power.detectable_effect(sigma, n_cells, reps, alpha, POWER, levels=L)
+    return Sensitivity(float(sigma), n_cells, reps, float(base), by_term)
+
+
+def residuals(data: pd.DataFrame, res: ResponseResult) -> pd.Series:
+    return res.fit.resid if res.fit is not None else pd.Series([], dtype=float)
+
+
+def model_fit_table(results: dict[str, ResponseResult]) -> pd.DataFrame:
+    """Per response, how well its model fits: runs, residual df, S (the residual standard
+    deviation), R² and adjusted R²."""
+    rows = {r: {"n": res.fit.n, "df_resid": res.fit.df_resid, "S": res.fit.s, "R2": res.fit.r2,
+                "R2_adj": res.fit.r2_adj} for r, res in results.items() if res.fit is not None}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def drift_check(data: pd.DataFrame, res: ResponseResult) -> tuple[float, float] | None:
+    """Least-squares slope of the model's residuals on the run order, and its p-value.
+    The replicate blocks already absorb drift between blocks, so the order is centred
+    inside each block: the slope is the drift left within blocks, which the model does
+    not remove and which randomisation turns into noise rather than bias."""
+    if "run_order" not in data.columns:
+        return None
+    resid = residuals(data, res)
+    raw = pd.to_numeric(data.loc[resid.index, "run_order"], errors="coerce")
+    ok = (raw.notna() & (raw >= 0)).to_numpy()
+    order = centred_order(data, res, resid)
+    if ok.sum() < 3 or len(np.unique(order[ok])) < 3:
+        return None
+    fit = stats.linregress(order[ok], resid.to_numpy(float)[ok])
+    return float(fit.slope), float(fit.pvalue)
+
+
+def centred_order(data: pd.DataFrame, res: ResponseResult, resid: pd.Series) -> np.ndarray:
+    """Each run's launch position centred within its replicate block (the drift the blocks
+    leave), the x of both the drift check and its plot."""
+    order = pd.to_numeric(data.loc[resid.index, "run_order"], errors="coerce")
+    if res.block and res.block in data.columns:
+        order = order - order.groupby(data.loc[resid.index, res.block]).transform("mean")
+    return order.to_numpy(float)
+
+
+def _control_table(df: pd.DataFrame, response: str, control: str) -> pd.DataFrame:
+    """Each arm against the control: Dunnett's difference and p. Its intervals are left out:
+    the verdicts' level (alpha*) is the one the report prints, and scipy's Dunnett
+    interval does not converge that far out."""
+    d = dunnett_vs_control(df, response, control).drop(columns=["ci_low", "ci_high"])
+    base = pd.to_numeric(df.loc[df["cell"] == control, response]).mean()
+    d["diff_pct"] = 100.0 * d["diff"] / base if base else np.nan
+    return d
+
+
+def cell_means(data: pd.DataFrame, response: str, factors: list[str]) -> pd.DataFrame:
+    g = data.groupby(factors, observed=True)[response]
+    return pd.DataFrame({"n": g.count(), "mean": g.mean(), "sd": g.std()})
+
+
+def against_control(df: pd.DataFrame, chosen: list[str], controls: list[str],
+                     alpha_star: float) -> tuple[dict, dict]:
+    """Each arm against the control (Dunnett) and the pooled contrast, per response."""
+    dunnett, pooled = {}, {}
+    for r in chosen if controls else []:
+        try:
+            dunnett[r] = _control_table(df, r, controls[0])
+            pooled[r] = control_contrast(df, r, controls[0], alpha=alpha_star)
+        except AnalysisError:
+            pass
+    return dunnett, pooled
+
+
+def analysable(data: pd.DataFrame, chosen: list[str], factors: list[str], primary: set[str],
+                skipped: list[str]) -> list[str]:
+    """The chosen responses that a model can answer on the runs holding them; a secondary one
+    that cannot is skipped with its reason (the others still report), a primary one stops
+    the report with it."""
+    keep, errors = [], []
+    for r in chosen:
+        try:
+            check_design(with_value(data, r), r, factors)
+        except AnalysisError as e:
+            if r in primary:
+                raise
+            errors.append(e)
+            skipped.append(f"{r} ({e})")
+            continue
+        keep.append(r)
+    if not keep:
+        raise errors[0] if len(errors) == 1 else AnalysisError("no response can be analysed: " + "; ".join(skipped))
+    return keep
+
+
+def fraction_note(df: pd.DataFrame, data: pd.DataFrame, factors: list[str]) -> str:
+    """For a fractional design, the line naming its aliases (each verdict is then the sum of
+    a term and its aliases); "" for a full factorial. A fraction that lost cells is refused."""
+    design = str(df.attrs.get("design") or "full")
+    if design == "full":
+        return ""
+    cells = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups
+    try:
+        k, p = (int(x) for x in design.removeprefix("2^(").removesuffix(")").split("-"))
+    except ValueError:
+        raise AnalysisError(f"design {design!r}: not 'full' or 2^(k-p)") from None
+    if cells < 2 ** (k - p):
+        raise AnalysisError(f"fractional design {design}: {cells} of its {2 ** (k - p)} cells have finished runs "
+                            "(resume the sweep to rerun the failed trials)")
+    lines = alias_structure(design_matrix(data, factors))
+    return (f"fractional design {design}: each term's estimate is its sum with its aliases ("
+            + "; ".join(lines) + ")")

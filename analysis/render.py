@@ -1,0 +1,364 @@
+"""The report's rendering: the terminal summary, the Markdown file and the one self-contained
+HTML file (plots embedded), from the results `analysis.report.build_report` assembles. It
+leads with the answer: the question, then the verdict table (terms against the primary
+responses, each cell the verdict, the estimate and the interval its decision used)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from dspark.record import UI_URL, run_url
+
+from . import plots
+from .attribution import QUESTIONS, ResponseResult
+from .design import alias_structure, design_matrix, factorial_rows, without_value
+from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
+from .load import report_incomplete
+from .verdicts import Decision
+
+if TYPE_CHECKING:
+    from .report import Report
+
+
+def _fmt(x, digits=4):
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return ""
+    return f"{x:.{digits}g}" if isinstance(x, (float, np.floating)) else str(x)
+
+
+def verdict_table_text(decision: Decision) -> str:
+    """The answer at a glance: terms against the primary responses (every response where
+    none is primary), each cell the verdict, the estimate and the interval it used."""
+    cols = answer_columns(decision)
+    grid = verdict_grid(decision, cols)
+    heads = [f"{c} ({'+-' + format(decision.checks[c].margin, 'g') if decision.checks[c].margin else 'no margin'})"
+             for c in cols]
+    term_w = max(len("term"), *(len(str(t)) for t in grid.index))
+    widths = [max(len(h), *(len(v) for v in grid[c])) for h, c in zip(heads, cols)]
+    lines = ["verdicts (estimate [interval the decision used]):",
+             "  " + "term".ljust(term_w) + "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths))]
+    for term, row in grid.iterrows():
+        lines.append("  " + str(term).ljust(term_w) + "  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def summarise(decision: Decision, results: dict[str, ResponseResult],
+              drift: dict[str, tuple[float, float]] | None = None, noise: dict | None = None) -> str:
+    """Per response: what its verdicts rest on, then one line per term that starts with
+    `<term>: matters`, `<term>: negligible` or `<term>: undecided`."""
+    drift = drift or {}
+    lines = [decision.method()]
+    any_margin = any(c.margin is not None for c in decision.checks.values())
+    for r, check in decision.checks.items():
+        res = results.get(r)
+        head = check.text(decision.alpha_star)
+        if res is not None and not res.balanced:
+            head = head[:-1] + "; unbalanced)"
+        prefix = "primary: " if check.margin is not None else "secondary: " if any_margin else ""
+        lines.append(prefix + head)
+        lines += [f"    {v.text()}" for v in decision.of(r)]
+        lines.append(f"    {check.lobo}")
+        if (noise or {}).get(r) is not None:
+            lines.append(f"    noise: {noise[r].text()}")
+        if r in drift:
+            slope, p = drift[r]
+            flag = "  <- drift" if p < DRIFT_ALPHA else ""
+            lines.append(f"    drift check: residual slope {slope:+.3g} per run within blocks, p={p:.2g}{flag}")
+        for note in (res.warnings if res is not None else []):
+            lines.append(f"    note: {note}")
+    c = decision.counts()
+    kind = "primary verdicts" if any(ch.margin is not None for ch in decision.checks.values()) else "verdicts"
+    lines.append(f"{kind}: {c['matters']} matters, {c['negligible']} negligible, {c['undecided']} undecided")
+    return "\n".join(lines)
+
+
+def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str, look_note: str,
+           dunnett: bool, skipped: list[str]) -> str:
+    """The summary's closing lines: the design's aliases, runs a response lacks, mixed
+    evaluations, the sequential look, incomplete runs and what was skipped."""
+    lines = [fraction] if fraction else []
+    for r in chosen:
+        missing = without_value(data, r)
+        if missing:
+            lines.append(f"warning: {r} is analysed on {len(data) - len(missing)} of {len(data)} runs; "
+                         f"without a value: {', '.join(missing)}")
+    prompts = sorted(set(pd.to_numeric(data["split/prompts"]).dropna())) if "split/prompts" in data.columns else []
+    if len(prompts) > 1:
+        lines.append(f"note: the runs' latest evaluations decoded different numbers of prompts "
+                     f"({', '.join(f'{p:g}' for p in prompts)}): finish `trials reeval` before reading the decoding "
+                     "responses")
+    if look_note:
+        lines.append(look_note)
+    if dunnett:
+        lines.append("each arm against the control (Dunnett): see the report")
+    incomplete = report_incomplete(df)
+    if incomplete:
+        lines.append(incomplete)
+    if skipped:
+        lines.append("skipped: " + "; ".join(skipped))
+    return "".join("\n" + line for line in lines)
+
+
+def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:
+    data = factorial_rows(df, factors)
+    q = QUESTIONS.get(stage or "")
+    lines = [f"experiment {df.attrs.get('experiment', '')}: "
+             + (f"the question is {q[0]} ({q[1]})" if q else "parallel stage mixed or unknown")]
+    if df.attrs.get("description"):
+        lines.append(f"sweep: {df.attrs['description']}")
+    reps = data["replicate"].nunique() if len(data) else 0
+    n_control = len(df) - len(data)
+    lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")
+                 + f", factors {', '.join(factors)}, {reps} replicate(s) as blocks, run order randomised within "
+                 "each block")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- HTML and Markdown
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(Path(path).stem)}">'
+
+
+def _table_html(df: pd.DataFrame) -> str:
+    return df.to_html(float_format=lambda v: _fmt(v), na_rep="", border=0, classes="t")
+
+
+def run_table(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in ("run_order", "run_name", "cell", "replicate", "seed", "run_id") if c in df.columns]
+    return df[cols].sort_values("run_order" if "run_order" in cols else cols[0]).reset_index(drop=True)
+
+
+def _run_table_html(df: pd.DataFrame, ui: str) -> str:
+    """The runs in launch order, each name linked to its run in the MLflow UI at `ui`."""
+    t = run_table(df)
+    exp_id = df.attrs.get("experiment_id")
+    rows = ["<table class='t'><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr>"]
+    for rec in t.itertuples(index=False):
+        cells = []
+        for c, v in zip(t.columns, rec):
+            text = html.escape(str(v))
+            if c == "run_name" and exp_id and "run_id" in t.columns:
+                url = run_url(exp_id, rec.run_id, ui)
+                text = f"<a href='{html.escape(url)}'>{text}</a>"
+            cells.append(f"<td>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return "".join(rows) + "</table>"
+
+
+# a term that matters is coloured by what it does to the response, not alarmed at
+
+
+VERDICT_COLOURS = {"better": "#c8e6c9", "worse": "#f6c9c4", "negligible": "#e4e4e4", "undecided": "#f3e6b3"}
+
+
+def verdict_colour(v) -> str:
+    """better / worse (a term that matters: its +1 level moves the response the better or
+    the worse way), negligible or undecided."""
+    if v.verdict != "matters":
+        return v.verdict
+    if v.better not in ("higher", "lower"):
+        return "undecided"
+    return "better" if (v.estimate > 0) == (v.better == "higher") else "worse"
+
+
+def verdict_cell(v) -> str:
+    """A verdict with its estimate and the interval its decision used."""
+    lo, hi = (v.eq_low, v.eq_high) if v.verdict == "negligible" else (v.ci_low, v.ci_high)
+    return f"{v.verdict}: {v.estimate:+.3g} [{lo:+.3g}, {hi:+.3g}]" + (" (fragile)" if v.fragile else "")
+
+
+def answer_columns(decision: Decision) -> list[str]:
+    """The responses the answer is about: the primary ones, or every one where none is."""
+    return [r for r, c in decision.checks.items() if c.margin is not None] or list(decision.checks)
+
+
+def verdict_grid(decision: Decision, columns: list[str] | None = None) -> pd.DataFrame:
+    """Terms against responses (the primary ones by default), each cell `verdict: estimate
+    [interval]`."""
+    cols = columns or answer_columns(decision)
+    rows: dict[str, dict[str, str]] = {}
+    for v in decision.verdicts:
+        if v.response in cols:
+            rows.setdefault(v.term, {})[v.response] = verdict_cell(v)
+    return pd.DataFrame.from_dict(rows, orient="index").reindex(columns=cols).fillna("")
+
+
+def _verdict_table_html(decision: Decision) -> str:
+    esc = html.escape
+    grid = verdict_grid(decision)
+    colours = {(v.term, v.response): VERDICT_COLOURS[verdict_colour(v)] for v in decision.verdicts}
+    head = "".join(f"<th>{esc(c)}<br><small>{esc(_col_note(decision.checks[c]))}</small></th>" for c in grid.columns)
+    rows = []
+    for term, row in grid.iterrows():
+        cells = []
+        for response, text in row.items():
+            colour = colours.get((term, response), "#fff")
+            cells.append(f"<td style='background:{colour}'>{esc(text)}</td>")
+        rows.append(f"<tr><th>{esc(str(term))}</th>{''.join(cells)}</tr>")
+    key = " ".join(f"<span style='background:{c};padding:0 6px'>{esc(k)}</span>" for k, c in (
+        ("matters: better at the term's +1", VERDICT_COLOURS["better"]),
+        ("matters: worse at +1", VERDICT_COLOURS["worse"]), ("negligible", VERDICT_COLOURS["negligible"]),
+        ("undecided", VERDICT_COLOURS["undecided"])))
+    key += (" <small>(+1: a factor's second level; for an interaction, the product of its factors' "
+            "codes)</small>")
+    return (f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>"
+            f"<p class='key'><small>{key}</small></p>")
+
+
+def _col_note(check) -> str:
+    margin = f"margin ±{check.margin:g}" if check.margin is not None else "secondary, no margin"
+    return f"{check.better} is better; {margin}"
+
+
+def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui: str = UI_URL) -> Path:
+    """One self-contained file: every plot is embedded (written atomically). The question
+    and the verdict table come first."""
+    out.mkdir(parents=True, exist_ok=True)
+    data = factorial_rows(df, factors)
+    esc = html.escape
+    d = rep.decision
+    header = header_text(df, rep.stage, factors)
+    body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
+    parts = [f"<h1>Attribution: {esc(str(df.attrs.get('experiment', '')))}</h1>",
+             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
+             _verdict_table_html(d),
+             f"<p><small>{esc(d.method())}. Cells: the verdict, the estimate (high minus low) and the interval "
+             "the decision used (TOST's for negligible).</small></p>",
+             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]),
+             "<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
+             "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
+             "residual plots (normal probability; against fitted; against run order) and its Pareto chart "
+             f"with the line at the decision's alpha* = {d.alpha_star:.3g}.</p>"
+             + _table_html(model_fit_table(rep.results)),
+             "<h2>Summary</h2>", f"<pre>{esc(body)}</pre>"]
+    with tempfile.TemporaryDirectory() as tmp:
+        img = Path(tmp)
+        for i, (r, res) in enumerate(rep.results.items()):
+            parts += _response_html(data, r, res, rep, factors, img, f"r{i}")
+        if any(c.startswith("spec/accept@") for c in df.columns):
+            p = plots.acceptance_curves(df, img / "acceptance_curves.png")
+            parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
+    coded = design_matrix(data, factors)
+    parts.append("<h2>Design</h2>" + _table_html(coded))
+    parts.append(f"<p>Design {esc(df.attrs.get('design') or 'full')}; alias structure (aliased terms are "
+                 "left out of the ANOVA, noted per response):</p><pre>"
+                 + esc("\n".join(alias_structure(coded))) + "</pre>")
+    parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI at "
+                 f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>" + _run_table_html(df, ui))
+    style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
+             "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
+             "table.verdicts td{text-align:left;white-space:nowrap}"
+             "img{max-width:100%;display:block;margin:8px 0}pre{white-space:pre-wrap}</style>")
+    path = out / "report.html"
+    tmp_path = path.with_suffix(".html.tmp")
+    tmp_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}"
+                        f"</head><body>{''.join(parts)}</body></html>")
+    tmp_path.replace(path)
+    return path
+
+
+def verdict_rows(decision: Decision, response: str) -> pd.DataFrame:
+    """One response's contrasts as the decision saw them."""
+    t = decision.table()
+    t = t[t["response"] == response].set_index("term")
+    return t[["verdict", "estimate", "se", "df", "ci_low", "ci_high", "eq_low", "eq_high", "p", "p_adj", "p_equiv",
+              "detectable", "fragile"]]
+
+
+def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report, factors: list[str],
+                   img: Path, slug: str) -> list[str]:
+    """One response's section: what its verdicts rest on, the contrasts, ANOVA, cell means,
+    the control comparisons and its plots (written to `img`, embedded)."""
+    esc = html.escape
+    d = rep.decision
+    check = d.checks[r]
+    parts = [f"<h2>{esc(r)} <small>({esc(_col_note(check))})</small></h2>",
+             f"<p>{esc(check.text(d.alpha_star))}. {esc(check.lobo)}.</p>",
+             f"<h3>Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%; eq_low/eq_high at "
+             f"{100 * (1 - 2 * d.alpha_star):.3g}% for the equivalence test; p unadjusted, p_adj = p x "
+             f"{d.family})</h3>" + _table_html(verdict_rows(d, r))]
+    anova = res.anova.drop(columns=["p_adj"], errors="ignore")
+    parts.append(f"<h3>ANOVA (Type {res.typ}; F tests, p unadjusted; the verdicts above decide)</h3>"
+                 + _table_html(anova))
+    parts += [f"<p><em>{esc(note)}</em></p>" for note in res.warnings]
+    parts.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
+    figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
+    if len(factors) > 1:
+        figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
+    if res.effects is not None:
+        rows = verdict_rows(d, r)
+        e = pd.DataFrame({"effect": rows["estimate"], "se": rows["se"], "df_resid": rows["df"]})
+        e = e.loc[[t for t in res.effects.index if t in e.index]]
+        e.attrs["response"] = r
+        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_star))
+        figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png"))
+    if r in rep.control:
+        c = rep.control[r]
+        parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
+                     f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
+                     f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] (pooled errors), "
+                     f"p={c['p']:.2g}; {c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
+    if r in rep.dunnett:
+        parts.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "
+                     "relative to the control mean)</h3>" + _table_html(rep.dunnett[r]))
+    resid = residuals(data, res)
+    if len(resid) > 2:
+        figs.append(plots.residual_checks(res.fit.fitted.to_numpy(float), resid.to_numpy(float), r,
+                                          img / f"{slug}_residuals.png"))
+    out = parts + [_img(p) for p in figs]
+    if "run_order" in data.columns and len(resid):
+        drift = rep.drift.get(r)
+        path = plots.residuals_vs_order(centred_order(data, res, resid), resid.to_numpy(float), r,
+                                        img / f"{slug}_drift.png", drift)
+        caption = (f"drift within blocks: slope {drift[0]:+.3g}/run, p={drift[1]:.2g} (the summary's figures)"
+                   if drift else "drift not checked (too few runs)")
+        out.append(f"<figure class='drift'>{_img(path)}<figcaption>{esc(caption)}</figcaption></figure>")
+    return out
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    df = df.reset_index()
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, (float, np.floating)) else str(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path) -> Path:
+    data = factorial_rows(df, factors)
+    d = rep.decision
+    header = header_text(df, rep.stage, factors)
+    body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
+    grid = verdict_grid(d)
+    grid.columns = [f"{c} ({_col_note(d.checks[c])})" for c in grid.columns]
+    parts = [f"# Attribution: {df.attrs.get('experiment', '')}", "", header, "", "## Verdicts", "",
+             _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Model fit", "",
+             _md_table(model_fit_table(rep.results)), "", "## Summary", "", "```", body, "```"]
+    for r, res in rep.results.items():
+        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_star) + ".", "",
+                  d.checks[r].lobo + ".", ""]
+        parts += [f"Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%, equivalence at "
+                  f"{100 * (1 - 2 * d.alpha_star):.3g}%):", "", _md_table(verdict_rows(d, r)), ""]
+        parts += [f"ANOVA (Type {res.typ}; p unadjusted):", "", _md_table(res.anova.drop(columns=["p_adj"],
+                                                                                         errors="ignore")), ""]
+        parts += ["Cell means:", "", _md_table(cell_means(data, r, factors)), ""]
+        if r in rep.dunnett:
+            parts += ["Each arm against the control (Dunnett's p, adjusted over the arms):", "",
+                      _md_table(rep.dunnett[r]), ""]
+    coded = design_matrix(data, factors)
+    parts += ["", "## Design", "", f"Design {df.attrs.get('design') or 'full'}, coded (-1/+1: first/second level):",
+              "", _md_table(coded), "", "Alias structure:", "", "```", *alias_structure(coded), "```"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(parts) + "\n")
+    return path
