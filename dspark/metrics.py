@@ -77,6 +77,8 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("spec/tau", "higher", "tokens", DRAFTER,
            "mean tokens committed per speculative round at temperature 1, bonus included", headline=True),
     Metric("spec/tau_se", "", "tokens", DRAFTER, "standard error of spec/tau over the run's prompts"),
+    Metric("spec/tau_p10", "higher", "tokens", DRAFTER,
+           "10th percentile of the per-prompt tau: how the run's hardest prompts fare"),
     Metric("spec/tau_greedy", "higher", "tokens", DRAFTER, "spec/tau with greedy decoding"),
     Metric("spec/accept@k", "higher", "probability", DRAFTER,
            "conditional acceptance of slot k, over rounds whose slots 1..k-1 were accepted (Fig 2)"),

@@ -197,9 +197,11 @@ def prompt_statistics(stats: RoundStats, taus, g_taus, spec_s, ar_s, conf, survi
 
 
 def acceptance_metrics(accepted: list[int], taus: list[float], K: int) -> dict[str, float]:
-    """Mean tokens per round (+ its standard error over prompts) and acceptance per slot."""
+    """Mean tokens per round (+ its standard error and 10th percentile over prompts) and
+    acceptance per slot."""
     m = {"spec/tau": float(np.mean([a + 1 for a in accepted])),
-         "spec/tau_se": float(np.std(taus, ddof=1) / math.sqrt(len(taus))) if len(taus) > 1 else float("nan")}
+         "spec/tau_se": float(np.std(taus, ddof=1) / math.sqrt(len(taus))) if len(taus) > 1 else float("nan"),
+         "spec/tau_p10": float(np.percentile(taus, 10)) if len(taus) else float("nan")}
     for k, v in enumerate(accept_at(accepted, K), start=1):
         m[f"spec/accept@{k}"] = v
     for k, v in enumerate(accept_rate_at(accepted, K), start=1):

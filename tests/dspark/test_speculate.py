@@ -226,3 +226,12 @@ def test_unconditional_accept_rate_and_static_threshold_rule():
     # cut at the first raw c_k below t (DeepSpec's static rule), not at the product
     assert static_threshold_lengths(conf, 0.5).tolist() == [1, 0, 3, 2]
     assert static_threshold_lengths(conf, 0.1).tolist() == [3, 3, 3, 3]
+
+
+def test_the_acceptance_metrics_state_the_hardest_prompts_too():
+    from dspark.speculative_eval import acceptance_metrics
+
+    taus = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]  # per prompt
+    m = acceptance_metrics([0, 1, 2, 3], taus, K=4)
+    assert m["spec/tau_p10"] == pytest.approx(2.0)  # numpy's linear percentile of 1..11
+    assert np.isnan(acceptance_metrics([0], [], K=4)["spec/tau_p10"])
