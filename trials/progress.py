@@ -17,7 +17,6 @@ import time
 
 from ray.tune import Callback
 
-from dspark import metrics
 from dspark.record import store_key
 
 from .spec import SweepSpec, columns  # noqa: F401  (columns: its home before)

@@ -19,27 +19,28 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import ray
 import yaml
 from ray import tune
+from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from dspark import targets
-from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, check_store,
-                           TRIAL_KEY_TAG, probe_store, retrying, store_key, sweep_trials)
+from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, probe_store,
+                           retrying)
 
 from . import spec as specmod
-
-from .lease import Lease, check_storage, checkpoint_bytes
-from .progress import ProgressLines, columns
+from .lease import Lease, check_storage, checkpoint_bytes, reap_dead_driver
+from .progress import ProgressLines
 from .recover import replay
+from .saved import DEFAULT_STORAGE, load_saved, status, storage_root  # noqa: F401  (the CLI reads them here)
 from .spec import SweepSpec
 from .trainable import shared_target_task, trainable
-from .saved import DEFAULT_STORAGE, load_saved, status, storage_root  # noqa: F401  (the CLI reads them here)
-from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full, reap_dead_driver
+from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full
 
 def _needs_shared_target(cfg) -> bool:
     return cfg.parallel_stage == "drafter" and not cfg.target_path
@@ -294,11 +295,13 @@ def check_gcs_reachable(address: str, timeout_s: float = 10.0) -> None:
 def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
         verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
-        store_timeout_s: float = STORE_TIMEOUT_S, store_retry_s: float = STORE_RETRY_S) -> dict:
+        store_timeout_s: float = STORE_TIMEOUT_S, store_retry_s: float = STORE_RETRY_S,
+        callbacks: Sequence[Callback] = ()) -> dict:
     """Run (or resume) a validated sweep, as its one driver (`trials.lease`). Returns a
     summary of trial states. With `extend` the spec may add replicate blocks to the sweep in
     storage (`trials augment`). Store writes are retried for `store_retry_s` seconds; past
-    that the sweep stops (StoreUnavailable) with nothing left RUNNING that can be closed."""
+    that the sweep stops (StoreUnavailable) with nothing left RUNNING that can be closed.
+    `callbacks`: more Tune callbacks, after the tracker (a benchmark's stopwatch)."""
     root = storage_root(storage)
     exp_dir = root / spec.name
     # before Ray starts, each refusal in one line: the storage, the store, this machine
@@ -314,7 +317,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
             _refuse_missing_records(spec, exp_dir, tracking_uri)
         _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)  # `status` and `resume` find it at once
         return _run_leased(spec, tracking_uri, root, exp_dir, address, max_concurrent, resume, verbose,
-                           resource_wait_s, store_retry_s)
+                           resource_wait_s, store_retry_s, callbacks)
 
 
 def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> None:
@@ -331,36 +334,30 @@ def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -
 
 def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, address: str | None,
                 max_concurrent: int | None, resume: bool, verbose: int, resource_wait_s: float,
-                store_retry_s: float) -> dict:
+                store_retry_s: float, callbacks: Sequence[Callback] = ()) -> dict:
     signals = _Signals()
     opened: dict[str, Ledger] = {}  # the ledger once it exists, for the cleanup below
-    clock = _Clock()  # where a sweep's own time goes, for bench/sweep_overhead.py
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
     # for a large one) and let a new SQLite store create its tables (seconds too)
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweep-setup")
     addressing = background.submit(target_addresses, spec)
     warming = background.submit(_warm_store, tracking_uri)
     started_ray = _init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
-    clock.lap("ray_start")
     try:
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
             cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
             spec, tags, shared = bind_targets(spec, root, cpus, addressing.result())
-            clock.lap("targets")
             warming.result()
             ledger = opened["ledger"] = Ledger(tracking_uri, spec)
             tracker = _open_records(ledger, spec, tags, shared, exp_dir, resume, store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
-            clock.lap("store")
-            results = _fit(spec, todo, resume_dirs, root, tracker, signals, max_concurrent, verbose) if todo else None
-            clock.lap("tune")
+            results = _fit(spec, todo, resume_dirs, root, [tracker, *callbacks], signals, max_concurrent,
+                           verbose) if todo else None
         states = retrying(lambda: _close(spec, ledger, signals), store_retry_s, what="closing the sweep's runs")
-        clock.lap("close")
         return {**states, "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
-                "results": results,  # Tune's ResultGrid of the trials run now (None if none was left)
-                **_timings(tracker, clock)}
+                "results": results}  # Tune's ResultGrid of the trials run now (None if none was left)
     except BaseException as e:
         _stopped(e, opened.get("ledger"), spec.name, tracking_uri, signals)
         raise
@@ -370,7 +367,6 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
             _best_effort(lambda: opened["ledger"].close_open_runs("KILLED"))
         if started_ray:
             ray.shutdown()
-            clock.lap("ray_shutdown")  # the returned dict holds this same `seconds` mapping
 
 
 def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, shared: dict, exp_dir: Path, resume: bool,
@@ -438,20 +434,6 @@ def _best_effort(call) -> None:
         pass
 
 
-class _Clock:
-    """Laps of perf_counter time, by name."""
-
-    def __init__(self):
-        self._last = time.perf_counter()
-        self.seconds: dict[str, float] = {}  # name -> the lap's length
-        self.ends: dict[str, float] = {}  # name -> perf_counter at its end
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name], self.ends[name] = now - self._last, now
-        self._last = now
-
-
 def _warm_store(tracking_uri: str) -> None:
     """Open the store once (MLflow creates a new SQLite store's tables on first use); any
     error is left for the Ledger to raise in the driver's thread."""
@@ -461,17 +443,6 @@ def _warm_store(tracking_uri: str) -> None:
         tracking_client(tracking_uri).search_experiments(max_results=1)
     except Exception:
         pass
-
-
-def _timings(tracker: SweepTracker, clock: _Clock) -> dict[str, Any]:
-    """Where the sweep's time went, for bench/sweep_overhead.py: the driver's MLflow writes,
-    each trial's wall time, the run's phases (the clock's own mappings, so Ray's shutdown
-    lands there too) and the first trial's start and the last one's end (perf_counter),
-    None when none ran."""
-    walls = tracker.trial_wall.values()
-    return {"tracking_s": tracker.seconds, "trial_wall_s": {k: b - a for k, (a, b) in tracker.trial_wall.items()},
-            "phases_s": clock.seconds, "phase_ends": clock.ends,
-            "trial_bounds": (min(a for a, _ in walls), max(b for _, b in walls)) if walls else None}
 
 
 def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path, extend: bool = False) -> bool:
@@ -504,7 +475,7 @@ def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, d
 _AUTO_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
 
 
-def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker: SweepTracker,
+def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbacks: list[Callback],
          signals: "_Signals", max_concurrent: int | None, verbose: int):
     limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
     space, points = search_space(spec, todo)
@@ -521,7 +492,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, tracker
             name=spec.name, storage_path=str(root), verbose=2 if verbose >= 2 else 0,
             # Tune's CSV and JSON result files (its ExperimentAnalysis reads them), but not its
             # TensorBoard logger, which MLflow replaces and whose import alone costs seconds
-            callbacks=[tracker, *shown, CSVLoggerCallback(), JsonLoggerCallback()],
+            callbacks=[*callbacks, *shown, CSVLoggerCallback(), JsonLoggerCallback()],
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=4)),
     )
@@ -542,8 +513,8 @@ def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, in
     """End the parent run from the store's counts (a trial that Tune stopped on a signal
     ends neither FINISHED nor FAILED): KILLED and `Interrupted` when any trial is left."""
     runs = ledger.child_runs()
-    status = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
-    states = {"finished": status.count("FINISHED"), "failed": status.count("FAILED")}
+    ended = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
+    states = {"finished": ended.count("FINISHED"), "failed": ended.count("FAILED")}
     if states["finished"] + states["failed"] < len(spec.trials):
         ledger.close_open_runs("KILLED")
         ledger.finish(ledger.parent_id, "KILLED")

@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from dspark.record import (ARM_TAG, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXP
                            tracking_client)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
-from .lease import driver_alive, reap_dead_driver  # noqa: F401  (their home before)
 from .spec import columns
 from .spec import SweepSpec, Trial
 
@@ -145,19 +143,13 @@ class Ledger:
         return n
 
 
-def _timed(method):
+def _retried(method):
     """Retry the callback's store writes for the tracker's window (a store briefly down or
-    locked), and add its time to the tracker's `seconds` (the driver's MLflow cost). Past
-    the window StoreUnavailable stops the sweep; what was not written is in Tune's result
-    files, which `trials resume` replays."""
+    locked). Past the window StoreUnavailable stops the sweep; what was not written is in
+    Tune's result files, which `trials resume` replays."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return retrying(lambda: method(self, *args, **kwargs), self.retry_s,
-                            what=f"MLflow write ({method.__name__})")
-        finally:
-            self.seconds += time.perf_counter() - t0
+        return retrying(lambda: method(self, *args, **kwargs), self.retry_s, what=f"MLflow write ({method.__name__})")
 
     return wrapper
 
@@ -176,8 +168,6 @@ class SweepTracker(Callback):
         self._nodes: dict[str, str] = {}
         self._done: set[str] = set()
         self._last_step: dict[str, dict[str, int]] = {}  # run -> metric -> last step logged
-        self.seconds = 0.0  # time spent writing MLflow in the driver (bench/sweep_overhead.py)
-        self.trial_wall: dict[str, list[float]] = {}  # trial key -> [start, end] (perf_counter)
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment; the client is rebuilt
         state = dict(self.__dict__)
@@ -186,8 +176,6 @@ class SweepTracker(Callback):
         state["_nodes"] = {}
         state["_done"] = set()
         state["_last_step"] = {}
-        state["seconds"] = 0.0
-        state["trial_wall"] = {}
         return state
 
     @property
@@ -214,16 +202,15 @@ class SweepTracker(Callback):
         run_id = self._run_id(trial)
         return None if run_id in self._done else run_id
 
-    @_timed
+    @_retried
     def on_trial_start(self, iteration, trials, trial, **info):
         self._run_id(trial)
-        self.trial_wall[self._trial(trial).key] = [time.perf_counter(), float("nan")]
 
-    @_timed
+    @_retried
     def on_trial_restore(self, iteration, trials, trial, **info):
         self._run_id(trial)
 
-    @_timed
+    @_retried
     def on_trial_result(self, iteration, trials, trial, result, **info):
         persist_results(trial)  # the results before this one (Tune's own writer comes after this callback)
         run_id = self._writable(trial)
@@ -245,7 +232,7 @@ class SweepTracker(Callback):
             if node not in nodes.split(","):
                 self.ledger.client.set_tag(run_id, "ray_nodes", ",".join(p for p in (nodes, node) if p))
 
-    @_timed
+    @_retried
     def on_trial_recover(self, iteration, trials, trial, **info):
         _stop_if_storage_full(trial)
         run_id = self._writable(trial)
@@ -255,7 +242,7 @@ class SweepTracker(Callback):
         restarts = int(client.get_run(run_id).data.tags.get("restarts", "0")) + 1
         client.set_tag(run_id, "restarts", str(restarts))
 
-    @_timed
+    @_retried
     def on_trial_complete(self, iteration, trials, trial, **info):
         persist_results(trial)
         run_id = self._writable(trial)
@@ -272,11 +259,9 @@ class SweepTracker(Callback):
         plots = Path(ckpt.path) / "artifacts" if ckpt is not None and ckpt.path else None
         log_run_files(client, run_id, t.config.to_dict(), last, plots)
         self.ledger.finish(run_id, "FINISHED")
-        if t.key in self.trial_wall:
-            self.trial_wall[t.key][1] = time.perf_counter()
         self._runs.pop(trial.trial_id, None)
 
-    @_timed
+    @_retried
     def on_trial_error(self, iteration, trials, trial, **info):
         _stop_if_storage_full(trial)
         persist_results(trial)
