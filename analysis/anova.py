@@ -107,6 +107,7 @@ class ModelFit:
     r2_adj: float
     resid: pd.Series  # by the runs' row labels
     fitted: pd.Series
+    dropped: tuple[str, ...] = ()  # terms asked for that these runs cannot estimate
 
 
 def factorial_anova(df: pd.DataFrame, response: str, factors: list[str], typ: int = 2,
@@ -158,5 +159,6 @@ def anova_with_fit(df: pd.DataFrame, response: str, factors: list[str], typ: int
     fit = ModelFit(n=int(model.nobs), df_resid=float(model.df_resid), s=float(np.sqrt(model.mse_resid)),
                    r2=float(model.rsquared), r2_adj=float(model.rsquared_adj),
                    resid=pd.Series(np.asarray(model.resid, float), index=data.index),
-                   fitted=pd.Series(np.asarray(model.fittedvalues, float), index=data.index))
+                   fitted=pd.Series(np.asarray(model.fittedvalues, float), index=data.index),
+                   dropped=tuple(table.attrs["dropped_terms"]))
     return table, fit

@@ -115,8 +115,8 @@ def _analyse_one(data: pd.DataFrame, r: str, factors: list[str], typ: int | None
     if not balanced:
         notes.append("unbalanced design (unequal runs per cell): Type III sums of squares with effect coding")
     table, fit = anova_with_fit(rows, r, factors, typ=use_typ, block=block)
-    if table.attrs.get("dropped_terms"):
-        notes.append("not estimable here: " + ", ".join(table.attrs["dropped_terms"]))
+    if fit.dropped:
+        notes.append("not estimable here: " + ", ".join(fit.dropped))
     two_level = all(rows[f].dropna().nunique() == 2 for f in factors)
     kept = [t for t in table.index if t not in ("Residual", block)]
     eff = factorial_effects(rows, r, factors, terms=kept, block=block) if two_level else None

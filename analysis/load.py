@@ -17,6 +17,7 @@ import ast
 import json
 import math
 import os
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,31 @@ def _factor_levels(parent) -> dict[str, list[str]]:
     return {f: list(levels) for f, levels in factors.items()}
 
 
+@dataclass(frozen=True)
+class SweepRecord:
+    """What a sweep's parent run says about it, carried with its runs' frame (in the
+    frame's attrs, so that it survives pandas operations and the parquet export). The one
+    writer of those attrs: `attach`; `of` reads them back typed."""
+    experiment: str = ""
+    description: str = ""
+    experiment_id: str = ""
+    parent_run_id: str = ""
+    design: str = ""  # full | 2^(k-p)
+    responses: dict = field(default_factory=dict)  # the primary responses and their margins
+    sequential: str = ""  # JSON of analysis.sequential.Plan, for a sweep augmented look after look
+
+    @classmethod
+    def of(cls, source) -> SweepRecord:
+        """From a frame's attrs, or from a mapping (a parquet export's metadata)."""
+        given = source.attrs if isinstance(source, pd.DataFrame) else source
+        blank = cls()
+        return cls(**{f.name: given.get(f.name) or getattr(blank, f.name) for f in fields(cls)})
+
+    def attach(self, df: pd.DataFrame) -> pd.DataFrame:
+        df.attrs.update(asdict(self))
+        return df
+
+
 def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
     from dspark.record import sweep_trials, tracking_client
@@ -76,17 +102,14 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
         out = pd.DataFrame(columns=list(META_COLUMNS))
         out.attrs[INCOMPLETE_KEY] = []
         out.attrs["factors"] = []
-        out.attrs["experiment"] = experiment
-        return out
+        return SweepRecord(experiment=experiment).attach(out)
     df = finished_frame(df, order)
-    df.attrs["experiment"] = experiment
-    df.attrs["description"] = parent.data.tags.get(DESCRIPTION_TAG, "") if parent is not None else ""
-    df.attrs["experiment_id"] = exp.experiment_id
-    df.attrs["parent_run_id"] = parent.info.run_id if parent is not None else ""
-    df.attrs["design"] = parent.data.params.get(DESIGN_PARAM, "") if parent is not None else ""
-    df.attrs["responses"] = _responses(parent)
-    df.attrs["sequential"] = parent.data.tags.get(SEQUENTIAL_TAG, "") if parent is not None else ""
-    return df
+    if parent is None:
+        return SweepRecord(experiment=experiment, experiment_id=exp.experiment_id).attach(df)
+    return SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
+                       experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
+                       design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
+                       sequential=parent.data.tags.get(SEQUENTIAL_TAG, "")).attach(df)
 
 
 def _responses(parent) -> dict:
@@ -220,12 +243,7 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     if missing:
         raise ValueError(f"parquet: {path}: factor column(s) {', '.join(map(str, missing))} missing")
     df.attrs["factors"] = attrs.get("factors", [])
-    df.attrs["experiment"] = attrs.get("experiment", "")
-    df.attrs["description"] = attrs.get("description", "")
-    for key in ("experiment_id", "parent_run_id", "design"):
-        df.attrs[key] = attrs.get(key, "")
-    df.attrs["responses"] = attrs.get("responses", {})
-    df.attrs["sequential"] = attrs.get("sequential", "")
+    SweepRecord.of(attrs).attach(df)
     if attrs.get("local_rows"):  # what `trials run --local` resumes from
         df.attrs["local_rows"] = attrs["local_rows"]
     df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
