@@ -113,11 +113,11 @@ def _report_or_plan(args) -> int:
     print(rep.summary)
     print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
     if not args.no_log and not args.parquet:
-        from .load import log_to_parent
+        from .load import SweepRecord, log_to_parent
 
         n = log_to_parent(rep, df, args.tracking_uri)
         print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
-              f"{df.attrs['parent_run_id']}")
+              f"{SweepRecord.of(df).parent_run_id}")
     return 0
 
 

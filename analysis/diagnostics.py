@@ -16,6 +16,7 @@ from .anova import AnalysisError, check_design
 from .attribution import DEFAULT_RESPONSES_BY_STAGE, ResponseResult, control_contrast, degenerate_reason, \
     dunnett_vs_control, stage_of
 from .design import alias_structure, design_matrix, factorial_rows, with_value
+from .load import SweepRecord
 from .load import responses as metric_columns
 
 
@@ -195,7 +196,7 @@ def analysable(data: pd.DataFrame, chosen: list[str], factors: list[str], primar
 def fraction_note(df: pd.DataFrame, data: pd.DataFrame, factors: list[str]) -> str:
     """For a fractional design, the line naming its aliases (each verdict is then the sum of
     a term and its aliases); "" for a full factorial. A fraction that lost cells is refused."""
-    design = str(df.attrs.get("design") or "full")
+    design = SweepRecord.of(df).design or "full"
     if design == "full":
         return ""
     cells = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups

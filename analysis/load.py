@@ -200,10 +200,7 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
     table = pa.Table.from_pandas(df, preserve_index=False)
     meta = dict(table.schema.metadata or {})
     meta[b"dspark.attrs"] = json.dumps({
-        "factors": df.attrs.get("factors", []), "experiment": df.attrs.get("experiment", ""),
-        "description": df.attrs.get("description", ""), "experiment_id": df.attrs.get("experiment_id", ""),
-        "parent_run_id": df.attrs.get("parent_run_id", ""), "design": df.attrs.get("design", ""),
-        "responses": df.attrs.get("responses", {}), "sequential": df.attrs.get("sequential", ""),
+        "factors": df.attrs.get("factors", []), **asdict(SweepRecord.of(df)),
         "local_rows": df.attrs.get("local_rows", []),
         "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
     }).encode()
@@ -295,7 +292,7 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
 
     from dspark.record import VERDICT_PREFIX, tag_key
 
-    parent = df.attrs.get("parent_run_id")
+    parent = SweepRecord.of(df).parent_run_id
     if not parent:
         raise AnalysisError("these runs have no parent run to log the attribution on")
     client = tracking_client(tracking_uri)

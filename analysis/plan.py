@@ -18,6 +18,7 @@ from . import power
 from .anova import AnalysisError
 from .attribution import analyse
 from .design import factorial_rows
+from .load import SweepRecord
 from .diagnostics import choose_responses, sensitivity
 from .sequential import look_alpha
 from .variance import PROMPT_FACTORS, prompts_to_decide, split
@@ -51,7 +52,7 @@ def plan_text(df: pd.DataFrame, effect: float | None, responses: list[str] | Non
     data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
     results = analyse(df, chosen, factors, block=block, adjust="none")
-    lines = [f"{df.attrs.get('experiment', '')}: replicates needed to detect a main effect of {effect:g} "
+    lines = [f"{SweepRecord.of(df).experiment}: replicates needed to detect a main effect of {effect:g} "
              f"(high minus low, two-level factor) with {target_power:.0%} power at alpha {alpha}"]
     for r, res in results.items():
         s = sensitivity(data, res, factors, alpha)
@@ -85,7 +86,7 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
     decode = median_minutes(df, "split/decode_s_per_prompt")
     cost = (f"blocks priced at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
             "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
-    lines = [f"{df.attrs.get('experiment', '')}: what would decide each undecided term ({d.method()}; {cost})"]
+    lines = [f"{SweepRecord.of(df).experiment}: what would decide each undecided term ({d.method()}; {cost})"]
     more, blocks_all, prompt_multiples = _undecided_lines(d, df, factors)
     lines += more
     if blocks_all:

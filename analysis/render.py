@@ -20,7 +20,7 @@ from . import plots
 from .attribution import QUESTIONS, ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
-from .load import report_incomplete
+from .load import SweepRecord, report_incomplete
 from .verdicts import Decision
 
 if TYPE_CHECKING:
@@ -109,10 +109,11 @@ def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str
 def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:
     data = factorial_rows(df, factors)
     q = QUESTIONS.get(stage or "")
-    lines = [f"experiment {df.attrs.get('experiment', '')}: "
+    record = SweepRecord.of(df)
+    lines = [f"experiment {record.experiment}: "
              + (f"the question is {q[0]} ({q[1]})" if q else "parallel stage mixed or unknown")]
-    if df.attrs.get("description"):
-        lines.append(f"sweep: {df.attrs['description']}")
+    if record.description:
+        lines.append(f"sweep: {record.description}")
     reps = data["replicate"].nunique() if len(data) else 0
     n_control = len(df) - len(data)
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")
@@ -141,7 +142,7 @@ def run_table(df: pd.DataFrame) -> pd.DataFrame:
 def _run_table_html(df: pd.DataFrame, ui: str) -> str:
     """The runs in launch order, each name linked to its run in the MLflow UI at `ui`."""
     t = run_table(df)
-    exp_id = df.attrs.get("experiment_id")
+    exp_id = SweepRecord.of(df).experiment_id
     rows = ["<table class='t'><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr>"]
     for rec in t.itertuples(index=False):
         cells = []
@@ -229,7 +230,7 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
     d = rep.decision
     header = header_text(df, rep.stage, factors)
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
-    parts = [f"<h1>Attribution: {esc(str(df.attrs.get('experiment', '')))}</h1>",
+    parts = [f"<h1>Attribution: {esc(SweepRecord.of(df).experiment)}</h1>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
              _verdict_table_html(d),
              f"<p><small>{esc(d.method())}. Cells: the verdict, the estimate (high minus low) and the interval "
@@ -250,7 +251,7 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
             parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
     coded = design_matrix(data, factors)
     parts.append("<h2>Design</h2>" + _table_html(coded))
-    parts.append(f"<p>Design {esc(df.attrs.get('design') or 'full')}; alias structure (aliased terms are "
+    parts.append(f"<p>Design {esc(SweepRecord.of(df).design or 'full')}; alias structure (aliased terms are "
                  "left out of the ANOVA, noted per response):</p><pre>"
                  + esc("\n".join(alias_structure(coded))) + "</pre>")
     parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI at "
@@ -342,7 +343,7 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
     grid = verdict_grid(d)
     grid.columns = [f"{c} ({_col_note(d.checks[c])})" for c in grid.columns]
-    parts = [f"# Attribution: {df.attrs.get('experiment', '')}", "", header, "", "## Verdicts", "",
+    parts = [f"# Attribution: {SweepRecord.of(df).experiment}", "", header, "", "## Verdicts", "",
              _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Model fit", "",
              _md_table(model_fit_table(rep.results)), "", "## Summary", "", "```", body, "```"]
     for r, res in rep.results.items():
@@ -357,7 +358,7 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
             parts += ["Each arm against the control (Dunnett's p, adjusted over the arms):", "",
                       _md_table(rep.dunnett[r]), ""]
     coded = design_matrix(data, factors)
-    parts += ["", "## Design", "", f"Design {df.attrs.get('design') or 'full'}, coded (-1/+1: first/second level):",
+    parts += ["", "## Design", "", f"Design {SweepRecord.of(df).design or 'full'}, coded (-1/+1: first/second level):",
               "", _md_table(coded), "", "Alias structure:", "", "```", *alias_structure(coded), "```"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts) + "\n")

@@ -81,9 +81,12 @@ def look_alpha(df: pd.DataFrame, data: pd.DataFrame, alpha: float | None) -> tup
     """The alpha of this analysis and, for a sweep under the sequential rule, what it is."""
     if alpha is not None:
         return alpha, ""
-    if not df.attrs.get("sequential"):
+    from .load import SweepRecord
+
+    record = SweepRecord.of(df)
+    if not record.sequential:
         return 0.05, ""
-    plan = Plan.from_json(df.attrs["sequential"])
+    plan = Plan.from_json(record.sequential)
     n = int(data["replicate"].nunique())
     a = plan.look(n)
     return a, (f"sequential rule ({plan.rule}): look {len(plan.looks)} at {n} of at most {plan.max_replicates} "

@@ -217,7 +217,9 @@ def margins_for(df: pd.DataFrame, given: dict[str, float] | None = None) -> dict
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
     registry's."""
     out = {}
-    for name, decl in dict(df.attrs.get("responses") or {}).items():
+    from .load import SweepRecord
+
+    for name, decl in dict(SweepRecord.of(df).responses).items():
         out[name] = {"better": decl.get("better") or metrics.better(name), "margin": float(decl["margin"])}
     for name, margin in (given or {}).items():
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin > 0):

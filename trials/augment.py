@@ -188,9 +188,10 @@ def _block_estimate_s(df, spec) -> float | None:
 
 def _decide(df, look_alpha: float) -> dict[str, int]:
     """The primary responses' verdict counts at the look's alpha (secondary ones decide nothing)."""
+    from analysis.load import SweepRecord
     from analysis.report import build_report
 
-    primary = list(df.attrs.get("responses") or {})
+    primary = list(SweepRecord.of(df).responses)
     return build_report(df, None, responses=primary, alpha=look_alpha).decision.counts()
 
 

@@ -89,8 +89,11 @@ def _train_one(spec: SweepSpec, t, cfg) -> dict:
 
 def _rows_done(df: pd.DataFrame, spec: SweepSpec) -> dict:
     """The trials an earlier run of the same sweep already wrote (kept as rows to rewrite)."""
-    if df.attrs.get("experiment") != spec.name:
-        raise ValueError(f"--out: it holds sweep {df.attrs.get('experiment')!r}, not {spec.name!r}")
+    from analysis.load import SweepRecord
+
+    held = SweepRecord.of(df).experiment
+    if held != spec.name:
+        raise ValueError(f"--out: it holds sweep {held!r}, not {spec.name!r}")
     keys = {t.key: t for t in spec.trials}
     done = {}
     for rec in df.attrs.get("local_rows", []):
@@ -100,7 +103,7 @@ def _rows_done(df: pd.DataFrame, spec: SweepSpec) -> dict:
 
 
 def _frame(spec: SweepSpec, rows: list[dict]) -> pd.DataFrame:
-    from analysis.load import finished_frame, run_row
+    from analysis.load import SweepRecord, finished_frame, run_row
 
     order = {f: list(levels) for f, levels in spec.factors.items()}
     flat = []
@@ -108,9 +111,9 @@ def _frame(spec: SweepSpec, rows: list[dict]) -> pd.DataFrame:
         row = run_row(r["run_id"], r["run_name"], r["status"], r["tags"], r["params"], r["metrics"])
         flat.append({**row, "run_s": r["run_s"]})
     df = finished_frame(pd.DataFrame(flat), order)
-    df.attrs.update(experiment=spec.name, description=spec.description, experiment_id="", parent_run_id="",
-                    design=spec.design, responses=spec.responses, sequential="",
-                    local_rows=json.loads(json.dumps(rows)))
+    SweepRecord(experiment=spec.name, description=spec.description, design=spec.design,
+                responses=spec.responses).attach(df)
+    df.attrs["local_rows"] = json.loads(json.dumps(rows))  # what a rerun resumes from
     return df
 
 
