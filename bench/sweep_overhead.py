@@ -95,6 +95,20 @@ class TimedClient:
         return timed
 
 
+def analysis_seconds(s, uri: str) -> float:
+    """How long the attribution of the sweep takes (load + ANOVA), after it."""
+    from analysis.anova import AnalysisError
+    from analysis.attribution import analyse
+    from analysis.load import load_runs
+
+    t0 = time.perf_counter()
+    try:
+        analyse(load_runs(s.name, uri), ["tf/tau", "spec/tau"], list(s.factors))
+    except AnalysisError:  # one replicate of a 2x2 leaves no residual: timed all the same
+        pass
+    return time.perf_counter() - t0
+
+
 def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool = False) -> dict:
     """The sweep through Ray Tune + MLflow, its parts timed from outside: Ray's start and
     shutdown here (as `trials run` pays them, unless `ray_running`), Tune's run and the
@@ -136,16 +150,7 @@ def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool 
     parts = {"before_tune": clock.tune_start - t_ray, "tune_start": first - clock.tune_start,
              "tune_end": clock.tune_end - last, "close": t_run - clock.tune_end, "ray_shutdown": t_end - t_run}
     df = out["results"].get_dataframe()
-    t0 = time.perf_counter()
-    from analysis.attribution import analyse
-    from analysis.load import load_runs
-    from analysis.anova import AnalysisError
-
-    try:
-        analyse(load_runs(s.name, f"sqlite:///{tmp}/m-{tag}.db"), ["tf/tau", "spec/tau"], list(s.factors))
-    except AnalysisError:  # one replicate of a 2x2 leaves no residual: timed all the same
-        pass
-    analysis_s = time.perf_counter() - t0
+    analysis_s = analysis_seconds(s, f"sqlite:///{tmp}/m-{tag}.db")
     walls = [b - a for a, b in clock.trials.values()]
     return {"total": total, "ray_start": ray_start, "around": around, "parts": parts, "tracking": spent[0],
             "analysis": analysis_s, "wall": sum(walls) / len(walls), "in_trainable": float(df["time_total_s"].mean()),

@@ -1,0 +1,31 @@
+"""The layout's rules, checked: no function over 50 lines, and `analysis` imports no
+`trials` and no renderer where it only computes (`plan`)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_no_function_is_over_50_lines():
+    long = []
+    for package in ("dspark", "trials", "analysis", "bench"):
+        for path in sorted((ROOT / package).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > 50:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, long
+
+
+def test_the_reading_side_loads_no_ray_torch_or_renderer():
+    """`trials status` and `list` read through trials.saved (no Ray, Tune or torch);
+    `analysis plan` imports statistics only (no matplotlib, no renderer)."""
+    code = ("import sys; import trials.saved, trials.cli, analysis.plan\n"
+            "print(sorted(m for m in ('ray', 'torch', 'matplotlib', 'analysis.render', 'analysis.plots') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
