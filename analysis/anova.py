@@ -154,11 +154,12 @@ def anova_with_fit(df: pd.DataFrame, response: str, factors: list[str], typ: int
     table["partial_eta_sq"] = table["sum_sq"] / (table["sum_sq"] + ss_res)
     table.loc["Residual", ["F", "p", "partial_eta_sq"]] = np.nan
     table = table[["sum_sq", "df", "F", "p", "partial_eta_sq"]]
-    table.attrs["dropped_terms"] = [":".join(t) for t in asked if t not in terms]
+    dropped = [":".join(t) for t in asked if t not in terms]
+    table.attrs["dropped_terms"] = dropped  # the table's own note, for callers of factorial_anova alone
     table.attrs["typ"] = typ
     fit = ModelFit(n=int(model.nobs), df_resid=float(model.df_resid), s=float(np.sqrt(model.mse_resid)),
                    r2=float(model.rsquared), r2_adj=float(model.rsquared_adj),
                    resid=pd.Series(np.asarray(model.resid, float), index=data.index),
                    fitted=pd.Series(np.asarray(model.fittedvalues, float), index=data.index),
-                   dropped=tuple(table.attrs["dropped_terms"]))
+                   dropped=tuple(dropped))
     return table, fit

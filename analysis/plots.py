@@ -61,7 +61,7 @@ def interactions(df: pd.DataFrame, response: str, factors: list[str], path) -> P
     return _save(fig, path)
 
 
-def pareto(effects: pd.DataFrame, path, alpha: float = 0.05) -> Path:
+def pareto(effects: pd.DataFrame, path, alpha: float = 0.05, response: str = "") -> Path:
     """|t| of every effect, largest first, with the two-sided critical t; an unreplicated
     design uses |effect| / PSE with Lenth's margin of error."""
     e = effects.copy()
@@ -88,11 +88,11 @@ def pareto(effects: pd.DataFrame, path, alpha: float = 0.05) -> Path:
     ax.axvline(line, color="k", ls="--", label=label)
     ax.set_xlabel("standardised effect")
     ax.legend(loc="lower right")
-    ax.set_title(f"Pareto: {effects.attrs.get('response', '')}")
+    ax.set_title(f"Pareto: {response}")
     return _save(fig, path)
 
 
-def half_normal(effects: pd.DataFrame, path) -> Path:
+def half_normal(effects: pd.DataFrame, path, response: str = "") -> Path:
     a = effects["effect"].abs().sort_values()
     m = len(a)
     q = stats.norm.ppf(0.5 + 0.5 * (np.arange(1, m + 1) - 0.5) / m)
@@ -105,7 +105,7 @@ def half_normal(effects: pd.DataFrame, path) -> Path:
     ax.plot([0, q[-1]], [0, slope * q[-1]], "k--", lw=0.8)
     ax.set_xlabel("half-normal quantile")
     ax.set_ylabel("|effect|")
-    ax.set_title(f"half-normal: {effects.attrs.get('response', '')}")
+    ax.set_title(f"half-normal: {response}")
     return _save(fig, path)
 
 

@@ -300,9 +300,8 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
         rows = verdict_rows(d, r)
         e = pd.DataFrame({"effect": rows["estimate"], "se": rows["se"], "df_resid": rows["df"]})
         e = e.loc[[t for t in res.effects.index if t in e.index]]
-        e.attrs["response"] = r
-        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_star))
-        figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png"))
+        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_star, response=r))
+        figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png", response=r))
     if r in rep.control:
         c = rep.control[r]
         parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
