@@ -149,8 +149,11 @@ def check_store(uri: str | None) -> None:
 # An HTTP tracking server's client: MLflow's defaults (120 s per request, 7 retries with a
 # doubling backoff) block a driver for many minutes when the server is gone. These
 # bound a request to about 2 minutes; a user's own setting of any of them wins.
+# The last one silences MLflow's "View run ... / View experiment ..." lines, two per trial on
+# a tracking server, whose links open the GenAI view: the progress lines and the sweep's own
+# link replace them.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
-                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 STORE_TIMEOUT_S = 30.0  # how long a command waits for the store to answer before any work
 STORE_RETRY_S = 300.0  # how long a sweep keeps retrying a store write before it stops cleanly
 

@@ -309,6 +309,11 @@ class Trainer:
     def run(self) -> dict:
         """Both stages from wherever this trainer stands (a resume point): the target stage
         (trained, or loaded from target_path), then the head stage and the final evaluation."""
+        if self.resumed and self.stage != "done" and self.history and self.report is not None:
+            # resumed mid-stage: the checkpoint's own evaluation again (no new checkpoint). A
+            # driver killed between the trial's report and its store write lost that point,
+            # and the trial goes on from the step after it; a tracker logs each step once.
+            self.report(dict(self.history[-1]), None)
         if self.stage == "target":
             if self.cfg.target_path:
                 self._load_shared_target()

@@ -148,3 +148,31 @@ def test_no_code_outside_the_trainer_calls_its_private_methods():
                  for p in (root / folder).rglob("*.py")
                  for i, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
     assert offenders == []
+
+
+def test_a_run_resumed_mid_stage_reports_its_checkpoints_evaluation_first(corpus_dir, tmp_path):
+    """A driver killed between a trial's report and its store write lost that point, and the
+    resumed trial goes on from the step after it: the checkpoint's own evaluation is reported
+    again first (a tracker logs each step once, so nothing is duplicated)."""
+    kw = dict(data=(str(corpus_dir),), target_steps=20, draft_steps=60, eval_interval=20, checkpoint_every_s=0.0)
+    first, ckpts = [], {}
+
+    class Stop(Exception):
+        pass
+
+    def report(m, c):
+        first.append(dict(m))
+        if c is not None:
+            ckpts[int(m["step"])] = c
+            if len(ckpts) == 2:
+                raise Stop
+
+    with pytest.raises(Stop):
+        train(tiny(out_dir=str(tmp_path / "part"), **kw), report=report)
+    step = max(ckpts)
+    again = []
+    train(tiny(out_dir=str(tmp_path / "part"), **kw), resume_from=ckpts[step],
+          report=lambda m, c: again.append((dict(m), c)))
+    (lead, ckpt), later = again[0], [m for m, _ in again[1:]]
+    assert lead == first[-1] and int(lead["step"]) == step and ckpt is None
+    assert all(int(m["step"]) > step for m in later)

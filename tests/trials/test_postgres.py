@@ -191,9 +191,9 @@ def test_restart_sigkill_resume_recover_and_a_notebook_on_the_server(server, tmp
     spec = _spec(tmp_path, corpus_dir, "team", draft_steps=30)
     storage = tmp_path / "st"
     args = ["--storage", str(storage), "--tracking-uri", server.url]
+    log = open(tmp_path / "driver.log", "w")  # read on a failure: what the driver saw
     driver = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args], cwd=tmp_path,
-                              env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+                              env=_env(tmp_path), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     client = MlflowClient(server.url)
 
     def kids():
@@ -222,11 +222,15 @@ def test_restart_sigkill_resume_recover_and_a_notebook_on_the_server(server, tmp
     assert not [r for r in kids() if r.info.status == "RUNNING"]  # status closed the dead driver's runs
     rc, out, err = _cli("trials.cli", "resume", "team", *args, cwd=tmp_path)
     assert rc == 0, err[-3000:]
+    assert "View run" not in out + (tmp_path / "driver.log").read_text()  # MLflow's own lines, silenced
     assert len(kids()) == 4 and all(r.info.status == "FINISHED" for r in kids())
     # through the restart, the SIGKILL and the resume: each run's points once per step, and
     # every point Tune's files hold in storage is in the store with its value
     points = _store_points(client, "team", "tf/tau")
-    assert len({(k, step) for k, step, _ in points}) == len(points) and len(points) >= 4 * 11
+    assert len({(k, step) for k, step, _ in points}) == len(points)
+    assert len(points) == 4 * 11, (sorted(set((k, s) for k in ("a r0", "a r1", "b r0", "b r1") for s in range(0, 31, 3))
+                                          - {(k, step) for k, step, _ in points}),
+                                   (tmp_path / "driver.log").read_text()[-4000:])
     tune = _tune_points(storage / "team", "tf/tau")
     assert set(tune) <= set(points) and len(tune) >= len(points) - 1, sorted(set(points) - set(tune))
 
