@@ -287,10 +287,9 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
 
     from mlflow.entities import Metric, RunTag
 
-    from .anova import AnalysisError
-    from dspark.record import tracking_client
+    from dspark.record import VERDICT_PREFIX, tag_key, tracking_client
 
-    from dspark.record import VERDICT_PREFIX, tag_key
+    from .anova import AnalysisError
 
     parent = SweepRecord.of(df).parent_run_id
     if not parent:

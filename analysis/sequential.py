@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from .load import SweepRecord
+
 RULE = "Lan-DeMets alpha spending, Pocock-type, Bonferroni across looks"
 
 
@@ -81,8 +83,6 @@ def look_alpha(df: pd.DataFrame, data: pd.DataFrame, alpha: float | None) -> tup
     """The alpha of this analysis and, for a sweep under the sequential rule, what it is."""
     if alpha is not None:
         return alpha, ""
-    from .load import SweepRecord
-
     record = SweepRecord.of(df)
     if not record.sequential:
         return 0.05, ""

@@ -46,6 +46,7 @@ from dspark import metrics
 from . import power
 from .anova import AnalysisError, _formula, _safe, estimable_terms
 from .design import factorial_rows, levels, with_value
+from .load import SweepRecord
 
 ADJUSTMENTS = ("bonferroni", "none")
 HETERO_ALPHA = 0.05  # the Breusch-Pagan level at which a response switches to HC3 errors
@@ -217,8 +218,6 @@ def margins_for(df: pd.DataFrame, given: dict[str, float] | None = None) -> dict
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
     registry's."""
     out = {}
-    from .load import SweepRecord
-
     for name, decl in dict(SweepRecord.of(df).responses).items():
         out[name] = {"better": decl.get("better") or metrics.better(name), "margin": float(decl["margin"])}
     for name, margin in (given or {}).items():

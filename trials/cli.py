@@ -149,7 +149,8 @@ def cmd_resume(args) -> int:
     spec, meta = runner.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
     return _run(spec, uri, args.storage, ui=args.ui_url, address=args.address,
-                max_concurrent=meta.get("max_concurrent"), resume=True, resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout,
+                max_concurrent=meta.get("max_concurrent"), resume=True, resource_wait_s=args.resource_wait,
+                store_timeout_s=args.store_timeout,
                 store_retry_s=args.store_retry)
 
 

@@ -19,7 +19,7 @@ from ray.tune import Callback
 
 from dspark.record import store_key
 
-from .spec import SweepSpec, columns  # noqa: F401  (columns: its home before)
+from .spec import SweepSpec, columns
 
 
 def _clock(seconds: float) -> str:

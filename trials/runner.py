@@ -17,9 +17,9 @@ import signal
 import logging
 import time
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import ray

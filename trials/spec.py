@@ -710,6 +710,6 @@ def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
     stages = {c.parallel_stage for c in configs}
     stage = stages.pop() if len(stages) == 1 else None
     names = metrics.DEFAULT_RESPONSES.get(stage or "", metrics.HEADLINE)
-    # never one the arms cannot measure (a decoding response where no prompt is decoded, too)
-    return [n for n in names if metrics.unmeasured_reason(stage, n) is None
-            and not unmeasured_responses({n: None}, configs)][:limit]
+    # never one an arm cannot measure (not measured, degenerate or constant in its stage, or a
+    # decoding response where no prompt is decoded)
+    return [n for n in names if not unmeasured_responses({n: None}, configs)][:limit]

@@ -25,8 +25,7 @@ from dspark.record import (ARM_TAG, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXP
                            tracking_client)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
-from .spec import columns
-from .spec import SweepSpec, Trial
+from .spec import SweepSpec, Trial, columns
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
     tags = {PARENT_TAG: parent_id, "sweep": spec.name, "mlflow.runName": trial.run_name, **trial.tags}
