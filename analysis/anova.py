@@ -10,6 +10,7 @@ first kept, and the model keeps at least one residual degree of freedom.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import warnings
 
@@ -58,19 +59,28 @@ def estimable_terms(df: pd.DataFrame, factors: list[str], max_order: int | None 
                     block: str | None = None) -> list[tuple[str, ...]]:
     """Main effects and interactions the data can estimate, lowest order first, keeping
     at least one residual degree of freedom."""
+    cols = factors + ([block] if block else [])
+    # a design matrix's rank is that of its distinct rows: the search runs on those, once per
+    # pattern of cells and blocks (the verdicts' refits ask the same question many times)
+    distinct = tuple(sorted(set(map(tuple, df[cols].astype(str).to_numpy()))))
+    return list(_estimable(distinct, len(df), tuple(factors), max_order or len(factors), block is not None))
+
+
+@functools.lru_cache(maxsize=256)
+def _estimable(distinct: tuple[tuple[str, ...], ...], n: int, factors: tuple[str, ...], max_order: int,
+               has_block: bool) -> tuple[tuple[str, ...], ...]:
     import patsy
 
-    safe = _safe(factors + ([block] if block else []))
-    data = df.rename(columns=safe)
-    data = data[[safe[f] for f in factors] + ([safe[block]] if block else [])].astype(str)
-    n = len(data)
-    X = np.ones((n, 1))
-    if block:
-        B = patsy.dmatrix(f"C({safe[block]}, Sum) - 1", data, return_type="dataframe").to_numpy()
+    names = [f"f{i}" for i in range(len(factors) + has_block)]
+    data = pd.DataFrame(list(distinct), columns=names)
+    safe = dict(zip(factors, names))
+    X = np.ones((len(data), 1))
+    if has_block:
+        B = patsy.dmatrix(f"C({names[-1]}, Sum) - 1", data, return_type="dataframe").to_numpy()
         X = np.column_stack([X, B[:, 1:]]) if B.shape[1] > 1 else X
     rank = np.linalg.matrix_rank(X)
     kept = []
-    for term in _terms(factors, max_order or len(factors)):
+    for term in _terms(list(factors), max_order):
         spec = ":".join(f"C({safe[f]}, Sum)" for f in term)
         M = patsy.dmatrix(f"{spec} - 1", data, return_type="dataframe").to_numpy()
         # the columns a term adds beyond its lower-order parts
@@ -82,7 +92,7 @@ def estimable_terms(df: pd.DataFrame, factors: list[str], max_order: int | None 
             continue  # would leave no residual degree of freedom
         X, rank = trial, new_rank
         kept.append(term)
-    return kept
+    return tuple(kept)
 
 
 def _formula(response_col: str, factors: list[str], terms, safe, block: str | None) -> str:

@@ -88,10 +88,11 @@ class SweepRecord:
 
 def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
+    from dspark.reader import reading_client
     from dspark.record import sweep_trials, tracking_client
 
     check_store(tracking_uri)
-    client = tracking_client(tracking_uri)
+    client = reading_client(tracking_uri) if tracking_uri else tracking_client(None)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")

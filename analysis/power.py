@@ -21,6 +21,7 @@ se = sigma * sqrt(2 L / N)); L = 2 is the formula above.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from scipy import optimize, stats
@@ -69,11 +70,18 @@ def t_detectable(se: float, df: float, alpha: float, power: float = 0.8) -> floa
         return float("nan")
     if power <= alpha:
         return 0.0  # even no effect is rejected with probability alpha
-    hi = se
-    while t_power(hi, se, df, alpha) < power:
+    return se * _detectable_in_se(float(df), float(alpha), float(power))
+
+
+@functools.lru_cache(maxsize=1024)
+def _detectable_in_se(df: float, alpha: float, power: float) -> float:
+    """`t_detectable` in units of the standard error: the power depends on effect / se
+    alone, so one root per (df, alpha, power) serves every contrast that shares them."""
+    hi = 1.0
+    while t_power(hi, 1.0, df, alpha) < power:
         hi *= 2.0
-    return float(optimize.brentq(lambda e: t_power(e, se, df, alpha) - power, 0.0, hi,
-                                 xtol=1e-12 * max(1.0, hi), rtol=1e-12))
+    return float(optimize.brentq(lambda e: t_power(e, 1.0, df, alpha) - power, 0.0, hi, xtol=1e-12 * hi,
+                                 rtol=1e-12))
 
 
 def power(effect: float, sigma: float, n_cells: int, replicates: int, alpha: float = 0.05,

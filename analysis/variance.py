@@ -23,15 +23,16 @@ what `trials reeval` buys without training anything.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
+from statsmodels.regression.linear_model import OLS
 
 from dspark.metrics import split_name
 
 from .anova import AnalysisError
-from .design import factorial_rows
+from .design import factorial_rows, plain
 from .verdicts import DECISION_POWER, Verdict, contrasts, fit_response, p_decided
 
 PROMPT_FACTORS = (2, 4, 8, 16)  # the multiples of today's prompts the planner prices
@@ -66,7 +67,7 @@ def groups_of(df: pd.DataFrame, response: str) -> int:
 def split(df: pd.DataFrame, response: str, factors: list[str]) -> Split | None:
     """The evaluation and between-seed parts of a response's noise, or None when the runs
     carry no prompt groups for it (an older store) or a group is missing anywhere."""
-    data = factorial_rows(df, factors)
+    data = plain(factorial_rows(df, factors))
     G = groups_of(data, response)
     cols = [split_name(response, g) for g in range(G)]
     if G < 2 or data[cols].isna().any().any() or "split/prompts" not in data.columns:
@@ -77,12 +78,9 @@ def split(df: pd.DataFrame, response: str, factors: list[str]) -> Split | None:
     se2 = {c.term: c.se ** 2 for c in contrasts(full, data, factors)}
     by_group: dict[str, list[float]] = {}
     for col in cols:
-        sub = data.assign(**{response: data[col].to_numpy()})
-        try:
-            found = contrasts(fit_response(sub, response, factors, block, errors="OLS"), sub, factors)
-        except AnalysisError:
-            return None
-        for c in found:
+        # the same runs, so the same terms and design as the full fit: only the response differs
+        group = replace(full, result=OLS(pd.to_numeric(data[col]).to_numpy(dtype=float), full.result.model.exog).fit())
+        for c in contrasts(group, data, factors):
             by_group.setdefault(c.term, []).append(c.estimate)
     var_eval = {t: float(np.var(v, ddof=1) / G) for t, v in by_group.items() if len(v) == G}
     ratios = [var_eval[t] / (se2[t] / sigma2) for t in var_eval if t in se2 and se2[t] > 0 and ":" not in t]

@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special, stats
 
 from dspark import metrics
 
 from . import power
 from .anova import AnalysisError, _formula, _safe, estimable_terms
-from .design import factorial_rows, levels, with_value
+from .design import factorial_rows, levels, plain, with_value
 from .load import SweepRecord
 
 ADJUSTMENTS = ("bonferroni", "none")
@@ -306,7 +306,8 @@ def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
     convention for two levels, every pair in the spec's order for more."""
     from .effects import default_levels
 
-    present = [str(v) for v in levels(data, factor) if (data[factor].astype(str) == str(v)).any()]
+    seen = set(data[factor].astype(str))
+    present = [str(v) for v in levels(data, factor) if str(v) in seen]
     if len(present) == 2:
         low, high = default_levels(data, factor)
         return [(str(low), str(high), False)]
@@ -317,8 +318,9 @@ def contrasts(fit: Fit, data: pd.DataFrame, factors: list[str]) -> list[Contrast
     """Every estimable term's contrast(s): the estimate, its standard error and df."""
     out = []
     params = np.asarray(fit.result.params)
+    pairs = {f: _pairs(data, f) for f in {f for term in fit.terms for f in term}}
     for term in fit.terms:
-        for combo in itertools.product(*(_pairs(data, f) for f in term)):
+        for combo in itertools.product(*(pairs[f] for f in term)):
             weights = {}
             for cell in fit.cell_rows:
                 w = 1.0
@@ -398,10 +400,12 @@ def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, 
 def p_decided(theta: float, se: float, df: float, alpha_star: float, margin: float | None) -> float:
     """The probability that a contrast with true value `theta` and standard error `se` ends
     "matters" or "negligible" at alpha* (its estimate taken as normal, critical values t)."""
-    t1 = stats.t.ppf(1 - alpha_star / 2, df) * se
+    # scipy.special's t quantile and normal cdf: what stats.t.ppf and stats.norm.cdf compute,
+    # without their argument checks, since the plan calls this hundreds of times
+    t1 = special.stdtrit(df, 1 - alpha_star / 2) * se
     regions = [(-np.inf, -t1), (t1, np.inf)]
     if margin is not None:
-        t2 = stats.t.ppf(1 - alpha_star, df) * se
+        t2 = special.stdtrit(df, 1 - alpha_star) * se
         if margin - t2 > -margin + t2:
             regions.append((-margin + t2, margin - t2))
     # the probability of the union of the regions
@@ -412,8 +416,7 @@ def p_decided(theta: float, se: float, df: float, alpha_star: float, margin: flo
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
-    z = stats.norm
-    return float(sum(z.cdf((b - theta) / se) - z.cdf((a - theta) / se) for a, b in merged))
+    return float(sum(special.ndtr((b - theta) / se) - special.ndtr((a - theta) / se) for a, b in merged))
 
 
 def blocks_to_decide(v: Verdict, replicates: int, n_cells: int, target: float = DECISION_POWER) -> int | None:
@@ -437,14 +440,16 @@ def sigma_interval(sigma: float, df: float, level: float = 0.95) -> tuple[float,
 
 
 def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margins: dict[str, dict],
-               alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None) -> Decision:
+               alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
+               fragility: bool = True) -> Decision:
     """Verdicts for every contrast of every response. The family is the primary responses'
-    contrasts (those with a margin), or every response's where none has one."""
+    contrasts (those with a margin), or every response's where none has one. `fragility`:
+    refit without each replicate block to mark fragile verdicts (which `plan` never shows)."""
     if adjust not in ADJUSTMENTS:
         raise AnalysisError(f"adjust: one of {', '.join(ADJUSTMENTS)}, got {adjust!r}")
     if not 0 < alpha < 1:
         raise AnalysisError(f"alpha: must lie in (0, 1), got {alpha!r}")
-    data = factorial_rows(df, factors)
+    data = plain(factorial_rows(df, factors))
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
     fits, found = {}, {}
     rows = {r: with_value(data, r) for r in responses}  # each response on the runs that hold it
@@ -473,7 +478,8 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
                                if k else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
             verdicts.append(v)
     decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts)
-    _leave_one_block_out(decision, rows, factors, block, fits)
+    if fragility:
+        _leave_one_block_out(decision, rows, factors, block, fits)
     return decision
 
 

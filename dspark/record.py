@@ -201,8 +201,10 @@ def probe_store(uri: str, timeout_s: float = STORE_TIMEOUT_S, writable: bool = F
     outcome: dict = {}
 
     def ask():
+        from .reader import reading_client
+
         try:
-            tracking_client(uri).search_experiments(max_results=1)
+            reading_client(uri).search_experiments(max_results=1)
             outcome["ok"] = True
         except Exception as e:  # MLflow raises many kinds for a store that is not there
             outcome["error"] = e

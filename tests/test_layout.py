@@ -22,10 +22,11 @@ def test_no_function_is_over_50_lines():
 
 
 def test_the_reading_side_loads_no_ray_torch_or_renderer():
-    """`trials status` and `list` read through trials.saved (no Ray, Tune or torch);
-    `analysis plan` imports statistics only (no matplotlib, no renderer)."""
-    code = ("import sys; import trials.saved, trials.cli, analysis.plan\n"
-            "print(sorted(m for m in ('ray', 'torch', 'matplotlib', 'analysis.render', 'analysis.plots') "
+    """`trials status` and `list` read through trials.saved (no Ray, Tune or torch) and the
+    store through dspark.reader (no MLflow); `analysis plan` imports statistics only (no
+    matplotlib, no renderer)."""
+    code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.load, dspark.reader\n"
+            "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.render', 'analysis.plots') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -100,9 +100,10 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
 def experiment_link(uri: str, name: str, ui: str | None = None) -> str:
     """The UI link of a sweep's experiment in its store ("" when the store lacks it): its
     saved runs view where the sweep wrote one."""
-    from dspark.record import RUNS_VIEW_TAG, tracking_client
+    from dspark.reader import reading_client
+    from dspark.record import RUNS_VIEW_TAG
 
-    exp = tracking_client(uri).get_experiment_by_name(name)
+    exp = reading_client(uri).get_experiment_by_name(name)
     if exp is None:
         return ""
     return ui_url(exp.experiment_id, ui or default_ui_url(uri), view=RUNS_VIEW_TAG in exp.tags)
@@ -251,11 +252,12 @@ def cmd_list(args) -> int:
 
 def _list_store(uri: str, ui: str | None = None) -> int:
     """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
-    from dspark.record import check_store, probe_store, sweep_parent, tracking_client
+    from dspark.reader import reading_client
+    from dspark.record import check_store, probe_store, sweep_parent
 
     check_store(uri)
     probe_store(uri)
-    client = tracking_client(uri)
+    client = reading_client(uri)
     rows = []
     for exp in client.search_experiments(max_results=1000):
         parent = sweep_parent(client, exp.experiment_id)

@@ -1,6 +1,7 @@
 """A sweep as storage and its store hold it, read without Ray, Tune or torch: where the
 storage is, the spec and settings saved with a sweep, and each trial's state. `trials status`
-and `trials list` import only this (and MLflow), so that they answer in about a second."""
+and `trials list` import only this, and read the store through `dspark.reader`, so that
+they answer well under 2 s."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from dspark.record import TRIAL_KEY_TAG, check_store, store_key, sweep_trials
 
 from . import spec as specmod
-from .lease import reap_dead_driver
+from .lease import driver_died, reap_dead_driver
 from .spec import SweepSpec, columns
 
 DEFAULT_STORAGE = "ray_results"
@@ -32,16 +33,21 @@ def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple
 
 
 def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
-    """One row per trial: cell, replicate, state (finished / running / failed / pending)."""
-    from dspark.record import tracking_client
+    """One row per trial: cell, replicate, state (finished / running / failed / pending).
+    Read without MLflow (`dspark.reader`); MLflow's client is opened only to close the runs
+    of a driver that died (`reap_dead_driver`)."""
+    from dspark.reader import reading_client
 
     check_store(tracking_uri)
-    client = tracking_client(tracking_uri)
-    exp = client.get_experiment_by_name(spec.name)
+    reader = reading_client(tracking_uri)
+    exp = reader.get_experiment_by_name(spec.name)
     runs = {}
     if exp is not None:
-        reap_dead_driver(client, exp.experiment_id)
-        runs = {r.data.tags[TRIAL_KEY_TAG]: r for r in sweep_trials(client, exp.experiment_id)}
+        if driver_died(reader, exp.experiment_id):
+            from dspark.record import tracking_client
+
+            reap_dead_driver(tracking_client(tracking_uri), exp.experiment_id)
+        runs = {r.data.tags[TRIAL_KEY_TAG]: r for r in sweep_trials(reader, exp.experiment_id)}
     rows = []
     names = {"FINISHED": "finished", "RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
              "SCHEDULED": "pending"}

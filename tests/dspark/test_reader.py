@@ -1,0 +1,144 @@
+"""dspark.reader: the reading commands' view of a store gives what MLflow's own client gives
+on the same store (experiments, their tags, every trial run's status, times, tags, params and
+latest metrics, NaN included, deleted runs left out, paging), reads a SQLite store without
+writing it, and falls back to MLflow's client where it cannot read faithfully. The same
+comparison against an `mlflow server` over REST runs in tests/trials/test_postgres.py."""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dspark.reader import (RestReader, SqliteReader, StoreReadError, parse_filter, reading_client)
+from dspark.record import SWEEP_PARENT_TAG, TRIAL_KEY_TAG, sweep_parent, sweep_trials
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def populate(client) -> None:
+    """Two sweeps' experiments written through MLflow: a parent and trials with tags, params,
+    metrics logged at several steps (the latest is read) and a NaN; a finished, a failed and
+    a running trial; a deleted trial; a run with an empty trial key; a deleted experiment."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    for name in ("alpha", "beta"):
+        eid = client.create_experiment(name, tags={"mlflow.sharedViewState.dspark": '{"a": 1}', "kind": name})
+        parent = client.create_run(eid, run_name=f"{name} sweep", tags={SWEEP_PARENT_TAG: "true", "driver_pid": "1"})
+        client.log_param(parent.info.run_id, "factors", '{"D1": ["shifted", "aligned"]}')
+        client.set_terminated(parent.info.run_id, "FINISHED")
+        for i in range(7):
+            run = client.create_run(eid, run_name=f"aligned·{i} r{i % 2}",
+                                    tags={TRIAL_KEY_TAG: f"cell{i}", "factor.D1": ["shifted", "aligned"][i % 2],
+                                          "mlflow.parentRunId": parent.info.run_id})
+            rid = run.info.run_id
+            metrics = [Metric("spec/tau", 2.0 + i + step / 10, 1000 + step, step) for step in (0, 5, 10)]
+            metrics += [Metric("tf/accept:3", float("nan") if i == 3 else 0.5 * i, 2000, 10)]
+            client.log_batch(rid, metrics=metrics, params=[Param("lr", str(1e-3 * (i + 1))), Param("window", "aligned")],
+                             tags=[RunTag("seed", str(i))])
+            if i < 4:
+                client.set_terminated(rid, ["FINISHED", "FAILED", "FINISHED", "KILLED"][i])
+        client.delete_run(rid)  # the last trial: deleted runs are not the sweep's
+        client.create_run(eid, run_name="not a trial", tags={TRIAL_KEY_TAG: ""})
+    client.delete_experiment(client.create_experiment("deleted sweep"))
+
+
+def _same_runs(ours, theirs) -> None:
+    assert [r.info.run_id for r in ours] == [r.info.run_id for r in theirs]  # MLflow's order, too
+    for a, b in zip(ours, theirs):
+        assert (a.info.run_name, a.info.status, a.info.start_time, a.info.end_time) == \
+               (b.info.run_name, b.info.status, b.info.start_time, b.info.end_time)
+        assert a.data.tags == b.data.tags and a.data.params == b.data.params
+        assert a.data.metrics.keys() == b.data.metrics.keys()
+        for k, v in b.data.metrics.items():
+            assert (math.isnan(v) and math.isnan(a.data.metrics[k])) or a.data.metrics[k] == v, k
+
+
+def assert_reads_alike(reader, client) -> None:
+    """Every read the project makes gives the same through `reader` as through MLflow."""
+    ours = reader.search_experiments(max_results=1000)
+    theirs = client.search_experiments(max_results=1000)
+    assert [(e.experiment_id, e.name, e.tags) for e in ours] == [(e.experiment_id, e.name, e.tags) for e in theirs]
+    assert "deleted sweep" not in [e.name for e in ours]  # a deleted experiment is not listed
+    assert reader.get_experiment_by_name("no such sweep") is None
+    for name in ("alpha", "beta"):
+        exp, ref = reader.get_experiment_by_name(name), client.get_experiment_by_name(name)
+        assert (exp.experiment_id, exp.name, exp.tags) == (ref.experiment_id, ref.name, ref.tags)
+        trials = sweep_trials(reader, exp.experiment_id, page_size=2)  # four pages
+        _same_runs(trials, sweep_trials(client, ref.experiment_id))
+        assert len(trials) == 6 and "not a trial" not in [r.info.run_name for r in trials]
+        assert {r.info.status for r in trials} == {"FINISHED", "FAILED", "KILLED", "RUNNING"}
+        assert trials[0].data.metrics["spec/tau"] in {2.0 + i + 1.0 for i in range(6)}  # the latest step
+        _same_runs([sweep_parent(reader, exp.experiment_id)], [sweep_parent(client, ref.experiment_id)])
+
+
+@pytest.fixture()
+def store(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    populate(MlflowClient(uri))
+    return uri, MlflowClient(uri)
+
+
+def test_sqlite_reads_like_mlflow_and_writes_nothing(store):
+    uri, client = store
+    path = Path(uri[len("sqlite:///"):])
+    reader = reading_client(uri)
+    assert isinstance(reader, SqliteReader)
+    before = (path.stat().st_mtime_ns, path.read_bytes())
+    assert_reads_alike(reader, client)
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["mlflow.db"]  # no journal, no new file
+
+
+def test_a_reading_command_imports_no_mlflow(store):
+    """What makes status, list and plan fast: the read itself loads no MLflow."""
+    uri, _ = store
+    code = ("import sys; from dspark.reader import reading_client; from dspark.record import sweep_trials\n"
+            f"r = reading_client({uri!r}); e = r.get_experiment_by_name('alpha')\n"
+            "print(len(sweep_trials(r, e.experiment_id)), 'mlflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["6", "False"], out.stderr
+
+
+def test_mlflow_reads_what_the_reader_cannot(tmp_path, store, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert isinstance(reading_client(f"file://{tmp_path / 'mlruns'}"), MlflowClient)  # any other store
+    monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")  # a setting only MLflow's client speaks
+    assert isinstance(reading_client("https://mlflow.example.org"), MlflowClient)
+    monkeypatch.delenv("MLFLOW_TRACKING_INSECURE_TLS")
+    assert isinstance(reading_client("https://mlflow.example.org"), RestReader)
+    other = tmp_path / "other.db"  # a SQLite file without MLflow's tables
+    subprocess.run([sys.executable, "-c", f"import sqlite3; sqlite3.connect({str(other)!r}).execute('create table t(x)')"],
+                   check=True)
+    assert isinstance(reading_client(f"sqlite:///{other}"), MlflowClient)
+
+
+def test_filters_and_failures_are_one_line():
+    assert parse_filter("tags.trial_key != ''") == ("trial_key", "!=", "")
+    assert parse_filter("tags.`sweep_parent` = 'true'") == ("sweep_parent", "=", "true")
+    with pytest.raises(ValueError, match="unsupported run filter"):
+        parse_filter("metrics.x > 1")
+    import socket
+
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(StoreReadError) as e:
+        RestReader(f"http://127.0.0.1:{port}").search_experiments(max_results=1)
+    assert "\n" not in str(e.value) and f"127.0.0.1:{port}" in str(e.value)
+
+
+def test_credentials_are_mlflows(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ada")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+    assert RestReader("http://h:1").headers["Authorization"] == "Basic YWRhOnMzY3JldA=="
+    for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok")
+    assert RestReader("http://h:1").headers["Authorization"] == "Bearer tok"
