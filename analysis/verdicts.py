@@ -480,6 +480,9 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts)
     if fragility:
         _leave_one_block_out(decision, rows, factors, block, fits)
+    else:
+        for c in checks.values():
+            c.lobo = "leave-one-block-out: not checked"
     return decision
 
 

@@ -87,3 +87,14 @@ def test_power_matches_a_simulation_of_the_fitted_model():
     se = np.sqrt(expected * (1 - expected) / n_sim)
     assert abs(hits / n_sim - expected) < 3.5 * se
     assert eff.loc["A", "df_resid"] == (8 - 1) * (reps - 1)
+
+
+def test_t_detectable_inverts_t_power_at_every_scale():
+    """One root per (df, alpha, power), scaled by the standard error: exact at any se."""
+    from analysis.power import t_detectable, t_power
+
+    for se in (1e-6, 0.003, 0.2, 7.0, 1e4):
+        for df, alpha in ((3, 0.05), (21, 0.000398), (200, 0.01)):
+            d = t_detectable(se, df, alpha)
+            assert t_power(d, se, df, alpha) == pytest.approx(0.8, abs=1e-9)
+            assert t_power(0.999 * d, se, df, alpha) < 0.8

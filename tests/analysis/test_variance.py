@@ -77,3 +77,20 @@ def test_plan_prices_more_prompts_against_more_blocks():
     assert "blocks priced at 2 min per trial" in text and "every primary term decided by blocks alone" in text
     rep = build_report(df, None)
     assert "    noise: y: residual sigma " in rep.summary
+
+
+def test_each_prompt_group_is_fitted_as_its_own_response_would_be():
+    """split fits the groups on the full fit's design; the estimates are those of fitting each
+    group's column as the response (fit_response on it, as a plan did before)."""
+    from analysis.verdicts import contrasts, fit_response
+
+    df = sweep(0.05, 0.3, replicates=3, seed=4)
+    sp = split(df, "y", ["A", "B"])
+    by_group = {}
+    for g in range(G):
+        sub = df.assign(y=df[f"split/y@g{g}"])
+        for c in contrasts(fit_response(sub, "y", ["A", "B"], "replicate", errors="OLS"), sub, ["A", "B"]):
+            by_group.setdefault(c.term, []).append(c.estimate)
+    assert sp.var_eval.keys() == by_group.keys()
+    for term, values in by_group.items():
+        assert sp.var_eval[term] == pytest.approx(np.var(values, ddof=1) / G, rel=1e-9)

@@ -223,3 +223,19 @@ def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
     assert verdict_colour(v("negligible", +0.01, "lower")) == "negligible"
     assert verdict_colour(v("undecided", +0.3, "higher")) == "undecided"
     assert len(set(VERDICT_COLOURS.values())) == 4
+
+
+def test_verdicts_without_the_fragility_refits_are_the_same_verdicts():
+    """`plan` asks for the verdicts without the leave-one-block-out refits: every number is
+    the same, only fragility is not checked (and says so)."""
+    from analysis.verdicts import decide_all
+
+    df = design({"A": 0.0, "B": 0.02}, sigma=0.005, replicates=3, seed=0)
+    df.loc[(df["replicate"] == 2) & (df["B"] == "hi"), "y"] += 0.1
+    margins = {"y": {"better": "higher", "margin": 0.03}}
+    full = decide_all(df, ["y"], ["A", "B"], margins)
+    quick = decide_all(df, ["y"], ["A", "B"], margins, fragility=False)
+    key = lambda v: (v.term, v.verdict, v.estimate, v.se, v.df, v.blocks)  # noqa: E731
+    assert [key(v) for v in quick.verdicts] == [key(v) for v in full.verdicts]
+    assert any(v.fragile for v in full.verdicts) and not any(v.fragile for v in quick.verdicts)
+    assert quick.checks["y"].lobo == "leave-one-block-out: not checked"
