@@ -172,12 +172,15 @@ def tracking_client(uri: str):
 
 
 def store_error(uri: str, e: BaseException) -> str:
-    """One line naming the store and the cause."""
+    """One line naming the store and the cause (and MLflow's kind of error, where MLflow raised it)."""
+    from .reader import StoreReadError
+
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     cause = lines[-1] if lines else type(e).__name__
     if "Max retries exceeded" in str(e) or "Connection refused" in str(e):
         cause = "connection refused (is the server running?)"
-    return f"tracking-uri: {uri}: {type(e).__name__}: {cause[:200]}"
+    kind = "" if isinstance(e, StoreReadError) else f"{type(e).__name__}: "
+    return f"tracking-uri: {uri}: {kind}{cause[:200]}"
 
 
 def probe_store(uri: str, timeout_s: float = STORE_TIMEOUT_S, writable: bool = False) -> None:

@@ -63,6 +63,18 @@ def test_a_lease_is_exclusive_reentrant_and_taken_over_from_a_dead_driver(tmp_pa
 
 # ---------------------------------------------------------------- nothing fabricated, nothing lost
 
+def _histories(uri: str, sweep: str) -> dict:
+    """Per trial, every (step, value) of tf/tau and val/bpb, read by MLflow in a fresh process
+    (MLflow keeps one engine per store URI in a process: after the file is deleted and made
+    again, this process's engine would still read the deleted one)."""
+    code = ("import json, sys; from mlflow.tracking import MlflowClient; from dspark.record import sweep_trials\n"
+            f"c = MlflowClient({uri!r}); e = c.get_experiment_by_name({sweep!r})\n"
+            "print(json.dumps({r.info.run_name: {k: sorted([m.step, m.value] for m in c.get_metric_history("
+            "r.info.run_id, k)) for k in ('tf/tau', 'val/bpb')} for r in sweep_trials(c, e.experiment_id)}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_a_deleted_store_is_refused_by_resume_and_rebuilt_by_recover(tmp_path, corpus_dir):
     from analysis.load import load_runs
     from analysis.report import build_report
@@ -74,11 +86,8 @@ def test_a_deleted_store_is_refused_by_resume_and_rebuilt_by_recover(tmp_path, c
     assert rc == 0, err[-2000:]
     before = load_runs("lost", uri)
     verdicts = build_report(before, None, responses=["tf/tau"]).decision.table()
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    histories = {r.run_name: {k: sorted((m.step, m.value) for m in client.get_metric_history(r.run_id, k))
-                              for k in ("tf/tau", "val/bpb")} for r in before.itertuples()}
+    histories = _histories(uri, "lost")
+    assert len(histories) == 4 and all(len(h["tf/tau"]) >= 2 for h in histories.values())
     (tmp_path / "m.db").unlink()  # the store is gone, the storage stays
     rc, _, err = trials("resume", "lost", *args, cwd=tmp_path)
     assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-2000:]
@@ -87,10 +96,7 @@ def test_a_deleted_store_is_refused_by_resume_and_rebuilt_by_recover(tmp_path, c
     assert rc == 0 and "4 of 4 trials finished" in out, err[-2000:]
     after = load_runs("lost", uri)
     assert len(after) == 4 and set(after["run_name"]) == set(before["run_name"])
-    client = MlflowClient(uri)
-    for r in after.itertuples():  # every point back at its step, none twice
-        for k, points in histories[r.run_name].items():
-            assert sorted((m.step, m.value) for m in client.get_metric_history(r.run_id, k)) == points
+    assert _histories(uri, "lost") == histories  # every point back at its step, none twice
     again = build_report(after, None, responses=["tf/tau"]).decision.table()
     assert again[["term", "verdict", "estimate"]].equals(verdicts[["term", "verdict", "estimate"]])
     rc, _, err = trials("resume", "lost", *args, cwd=tmp_path)  # nothing left to run, nothing duplicated
@@ -158,7 +164,7 @@ def test_an_unreachable_store_or_unusable_storage_is_refused_before_ray_starts(t
     spec = _spec(tmp_path, corpus_dir, "early")
     for cmd, words in (
             (["run", str(spec), "--tracking-uri", "http://127.0.0.1:9", "--storage", str(tmp_path / "st")],
-             "tracking-uri: http://127.0.0.1:9: MlflowException: connection refused"),
+             "tracking-uri: http://127.0.0.1:9: connection refused (is the server running?)"),
             (["run", str(spec), "--tracking-uri", "http://nohost.invalid:5000", "--storage", str(tmp_path / "st")],
              "tracking-uri: http://nohost.invalid:5000"),
             (["run", str(spec), "--storage", str(spec)], f"storage: {spec} is not a folder")):
