@@ -22,7 +22,7 @@ demo: $(BIN)/.installed
 	$(BIN)/analysis report demo-seed
 	@echo; echo "=== Question 2: the paper's architecture (experiment demo) ==="
 	$(BIN)/analysis report demo
-	@echo; echo "=== Both sweeps and their MLflow links (serve them with: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db) ==="
+	@echo; echo "=== Both sweeps and their MLflow links (serve them with: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --workers 1) ==="
 	@$(BIN)/trials list
 
 test: $(BIN)/.installed

@@ -116,7 +116,7 @@ def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None
     if uri.startswith(("http://", "https://")) or ui:
         return f"MLflow: experiment {experiment_id} (parent run {parent_run_id}): {link}"
     return (f"MLflow: experiment {experiment_id} (parent run {parent_run_id}); browse with:\n"
-            f"  mlflow ui --backend-store-uri {uri}\n  then open {link}")
+            f"  mlflow ui --backend-store-uri {uri} --workers 1\n  then open {link}")
 
 
 def cmd_run(args) -> int:
