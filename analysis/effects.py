@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
+from statsmodels.regression.linear_model import OLS
 from scipy import stats
 
 from .anova import AnalysisError, check_design
@@ -92,7 +92,7 @@ def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
             keep.append(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a saturated fit divides by df_resid = 0
-        fit = sm.OLS(y, M).fit()
+        fit = OLS(y, M).fit()
         bse = np.asarray(fit.bse)[n_nuisance:]
     coef = np.asarray(fit.params)[n_nuisance:]
     rows = []

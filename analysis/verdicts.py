@@ -32,6 +32,7 @@ not only on the number of blocks (fewer blocks always widen the interval).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import warnings
@@ -259,26 +260,23 @@ def fit_response(data: pd.DataFrame, response: str, factors: list[str], block: s
                  errors: str = "auto") -> Fit:
     """OLS of the response on the estimable terms (+ the block), with pooled or HC3 errors
     (`errors`: "auto" chooses by the Breusch-Pagan test)."""
-    import patsy
-    import statsmodels.api as sm
+    from statsmodels.regression.linear_model import OLS
     from statsmodels.stats.diagnostic import het_breuschpagan
 
     terms = estimable_terms(data, factors, None, block)
     if not terms:
         raise AnalysisError(f"{response}: too few runs ({len(data)}) to estimate any term")
-    safe = _safe(factors + ([block] if block else []))
-    rdata = pd.DataFrame({safe[c]: data[c].astype(str).to_numpy() for c in safe})
-    rdata["y__"] = pd.to_numeric(data[response]).to_numpy(dtype=float)
-    rhs = _formula("y__", factors, terms, safe, block).split("~", 1)[1]
-    design = patsy.dmatrix(rhs, rdata, return_type="dataframe")
-    result = sm.OLS(rdata["y__"], design).fit()
+    cols = factors + ([block] if block else [])
+    design, main, cell_rows = _design(tuple(map(tuple, data[cols].astype(str).to_numpy())), tuple(factors), block,
+                                      tuple(terms))
+    y = pd.Series(pd.to_numeric(data[response]).to_numpy(dtype=float), name="y__")
+    result = OLS(y, design).fit()
     if result.df_resid < 1:
         raise AnalysisError(f"{response}: no residual degrees of freedom for the terms the design estimates")
-    main = patsy.dmatrix(" + ".join(f"C({safe[f]}, Sum)" for f in factors), rdata, return_type="dataframe")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            bp_p = float(het_breuschpagan(result.resid, main.to_numpy())[1])
+            bp_p = float(het_breuschpagan(result.resid, main)[1])
         except (ValueError, np.linalg.LinAlgError):
             bp_p = float("nan")
     use = errors if errors != "auto" else ("HC3" if np.isfinite(bp_p) and bp_p < HETERO_ALPHA else "OLS")
@@ -291,14 +289,30 @@ def fit_response(data: pd.DataFrame, response: str, factors: list[str], block: s
             cov = hc3
         else:  # a run with leverage 1 (a cell seen once) leaves HC3 undefined
             use = "OLS"
-    # each cell's design row averaged over the blocks: contrasts of cells then cancel the block
-    cells = sorted(set(map(tuple, data[factors].astype(str).to_numpy())))
-    blocks = sorted(data[block].astype(str).unique()) if block else [None]
+    return Fit(result, terms, cov, use, bp_p, dict(cell_rows))
+
+
+@functools.lru_cache(maxsize=64)
+def _design(rows: tuple[tuple[str, ...], ...], factors: tuple[str, ...], block: str | None,
+            terms: tuple[tuple[str, ...], ...]) -> tuple[pd.DataFrame, np.ndarray, dict]:
+    """The model's design for these runs' levels (one row of factor levels, + the block, per
+    run): the design matrix, the main effects' columns (for the Breusch-Pagan test) and each
+    cell's design row averaged over the blocks, so that contrasts of cells cancel the block.
+    It depends on the levels alone, so the responses fitted on the same runs share it."""
+    import patsy
+
+    safe = _safe(list(factors) + ([block] if block else []))
+    rdata = pd.DataFrame(list(rows), columns=list(safe.values()))
+    rhs = _formula("y__", list(factors), terms, safe, block).split("~", 1)[1]
+    design = patsy.dmatrix(rhs, rdata, return_type="dataframe")
+    main = patsy.dmatrix(" + ".join(f"C({safe[f]}, Sum)" for f in factors), rdata, return_type="dataframe").to_numpy()
+    cells = sorted({r[:len(factors)] for r in rows})
+    blocks = sorted({r[-1] for r in rows}) if block else [None]
     grid = pd.DataFrame([{**{safe[f]: c[i] for i, f in enumerate(factors)},
                           **({safe[block]: b} if block else {})} for c in cells for b in blocks])
     X = np.asarray(patsy.build_design_matrices([design.design_info], grid)[0])
-    rows = X.reshape(len(cells), len(blocks), -1).mean(axis=1)
-    return Fit(result, terms, cov, use, bp_p, {c: rows[i] for i, c in enumerate(cells)})
+    means = X.reshape(len(cells), len(blocks), -1).mean(axis=1)
+    return design, main, {c: means[i] for i, c in enumerate(cells)}
 
 
 def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
