@@ -125,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"export": _export, "notebook": _notebook}.get(args.command, _report_or_plan)
     try:
-        return command(args)
+        code = command(args)
+        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
+        return code
+    except BrokenPipeError:  # the reader of our output went away (`analysis plan | head`)
+        from dspark.record import quiet_broken_pipe
+
+        return quiet_broken_pipe()
     except AnalysisError as e:
         print(f"analysis: cannot analyse: {e}", file=sys.stderr)
         return 2

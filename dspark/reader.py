@@ -1,6 +1,6 @@
 """A read-only view of an MLflow store for the reading commands (`trials status`, `trials
 list`, `analysis plan`, the report's loader), which answers without importing MLflow:
-importing MLflow takes about 2.5 s here, longer than such a command may take.
+importing MLflow takes about 2.3 s here, longer than such a command may take.
 
 `reading_client(uri)` returns an object with the few reading methods of MLflow's
 `MlflowClient` that the project calls (`get_experiment_by_name`, `search_experiments`,
@@ -8,23 +8,30 @@ importing MLflow takes about 2.5 s here, longer than such a command may take.
 entities with the same fields (`run.info.status`, `run.data.metrics`, `experiment.tags`):
 
 - an HTTP(S) tracking server: MLflow's REST API (`/api/2.0/mlflow/...`), the interface
-  every non-Python MLflow client reads, with MLflow's own basic or token credentials;
+  every non-Python MLflow client reads, with MLflow's own basic or token credentials,
+  `requests`' certificate bundle, and MLflow's retries of a busy server;
 - a SQLite store: MLflow's tables, read in SQLite's read-only mode exactly as MLflow's
   SQL store reads them (latest metrics, NaN flags, active runs only, its default order);
-- anything else (PostgreSQL, MySQL, a file store, credentials this reader does not speak,
-  or a SQLite schema without the columns read here): MLflow's own client.
+  a SQLite file without MLflow's tables is refused (MLflow's client would create them);
+- anything else: MLflow's own client. That is PostgreSQL or MySQL; MLflow workspaces; a
+  setting only MLflow's client or `requests` speaks (TLS options, auth plugins, a netrc,
+  credentials in the URI, ALL_PROXY, a CIDR range in NO_PROXY); a SQLite URI with escapes
+  or options; a SQLite schema without the columns read here.
 
 Every write goes through MLflow's client. `tests/dspark/test_reader.py` checks that both
-readers give what MLflow's client gives on the same store.
+readers give what MLflow's client gives on the same store, and every failure is one line.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import re
 import sqlite3
+import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,9 +41,15 @@ from pathlib import Path
 
 from .record import SQLITE, tracking_client
 
-# MLflow client settings this reader does not implement: where one is set, MLflow reads
-FALLBACK_ENV = ("MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH",
-                "MLFLOW_TRACKING_CLIENT_CERT_PATH", "MLFLOW_TRACKING_AUTH", "MLFLOW_TRACKING_AWS_SIGV4")
+# settings that MLflow's client (or the `requests` library under it) honours and this reader
+# does not: where one is set, MLflow's client reads. Workspaces scope every read.
+WORKSPACE_ENV = ("MLFLOW_WORKSPACE", "MLFLOW_ENABLE_WORKSPACES")
+HTTP_FALLBACK_ENV = ("MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH",
+                     "MLFLOW_TRACKING_CLIENT_CERT_PATH", "MLFLOW_TRACKING_AUTH", "MLFLOW_TRACKING_AWS_SIGV4",
+                     "NETRC", "ALL_PROXY", "all_proxy")
+CA_BUNDLE_ENV = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # requests' certificate authorities, honoured here too
+RETRY_CODES = (408, 429, 500, 502, 503, 504)  # what MLflow's client retries
+LOCK_WAIT_S = 30.0  # how long a read waits for a SQLite store another process has locked
 FILTER_RE = re.compile(r"^tags\.`?([\w./:-]+)`?\s*(=|!=)\s*'([^']*)'$")
 # the columns read here, per table: a store without one of them is read by MLflow itself
 SCHEMA = {"experiments": {"experiment_id", "name", "lifecycle_stage", "creation_time"},
@@ -61,7 +74,7 @@ class Experiment:
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str
-    run_name: str
+    run_name: str | None
     status: str
     start_time: int | None
     end_time: int | None
@@ -100,13 +113,25 @@ def parse_filter(text: str) -> tuple[str, str, str]:
 
 def reading_client(uri: str):
     """The fastest faithful reader of `uri`'s store (see the module docstring)."""
-    if uri.startswith(("http://", "https://")) and not any(os.environ.get(k) for k in FALLBACK_ENV):
+    if any(os.environ.get(k) for k in WORKSPACE_ENV):
+        return tracking_client(uri)
+    if uri.startswith(("http://", "https://")) and _plain_http(uri):
         return RestReader(uri)
-    if uri.startswith(SQLITE):
+    if uri.startswith(SQLITE) and not any(ch in uri for ch in "?%"):  # a query or escapes: SQLAlchemy's to read
         path = Path(uri[len(SQLITE):])
         if path.is_file() and SqliteReader.readable(path):
             return SqliteReader(path)
     return tracking_client(uri)
+
+
+def _plain_http(uri: str) -> bool:
+    """No setting that only MLflow's client speaks: TLS, auth plugins, proxies, a netrc,
+    credentials in the URI."""
+    if any(os.environ.get(k) for k in HTTP_FALLBACK_ENV) or "@" in urllib.parse.urlsplit(uri).netloc:
+        return False
+    if "/" in os.environ.get("no_proxy", "") + os.environ.get("NO_PROXY", ""):
+        return False  # a CIDR range, which requests honours and urllib does not
+    return not (Path.home() / ".netrc").is_file()
 
 
 class RestReader:
@@ -116,6 +141,10 @@ class RestReader:
         self.base = uri.rstrip("/") + "/api/2.0/mlflow/"
         self.timeout = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "30"))
         self.headers = {"Content-Type": "application/json"}
+        bundle = next((os.environ[k] for k in CA_BUNDLE_ENV if os.environ.get(k)), None)
+        self.tls = None
+        if bundle and uri.startswith("https://"):
+            self.tls = ssl.create_default_context(**({"capath": bundle} if os.path.isdir(bundle) else {"cafile": bundle}))
         user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
         if user and password:
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -124,31 +153,50 @@ class RestReader:
             self.headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
 
     def _call(self, endpoint: str, body: dict | None = None, query: dict | None = None) -> dict | None:
-        """One request; None for MLflow's RESOURCE_DOES_NOT_EXIST, StoreReadError otherwise."""
+        """One request, retried as MLflow's client retries (a few times on 429 and 5xx, with a
+        doubling wait) and following a 307/308 redirect; None for MLflow's
+        RESOURCE_DOES_NOT_EXIST; StoreReadError, in one line, otherwise."""
         url = self.base + endpoint + ("?" + urllib.parse.urlencode(query) if query else "")
         data = json.dumps(body).encode() if body is not None else None
+        retries = int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3"))
+        wait = float(os.environ.get("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"))
+        for attempt in range(retries + 1):
+            try:
+                return self._once(url, data)
+            except urllib.error.HTTPError as e:
+                detail = _one_line(e.read().decode(errors="replace"))
+                if e.code == 404 and "RESOURCE_DOES_NOT_EXIST" in detail:
+                    return None
+                if e.code in (307, 308) and e.headers.get("Location") and attempt < retries:
+                    url = urllib.parse.urljoin(url, e.headers["Location"])
+                    continue
+                if e.code not in RETRY_CODES or attempt == retries:
+                    raise StoreReadError(f"HTTP {e.code} from {url}: {_mlflow_message(detail)}") from None
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+                raise StoreReadError(f"{url}: {_one_line(str(getattr(e, 'reason', e)) or type(e).__name__)}") from None
+            except ValueError:
+                raise StoreReadError(f"{url}: the answer is not MLflow's JSON (is this an MLflow server?)") from None
+            time.sleep(wait * 2 ** attempt)
+        raise StoreReadError(f"{url}: no answer")  # pragma: no cover (the loop returns or raises)
+
+    def _once(self, url: str, data: bytes | None) -> dict:
         request = urllib.request.Request(url, data=data, headers=self.headers, method="POST" if data else "GET")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode(errors="replace")
-            if e.code == 404 and "RESOURCE_DOES_NOT_EXIST" in detail:
-                return None
-            raise StoreReadError(f"HTTP {e.code} from {url}: {detail[:200]}") from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise StoreReadError(f"{url}: {reason}") from None
+        with urllib.request.urlopen(request, timeout=self.timeout, context=self.tls) as response:
+            found = json.loads(response.read() or b"{}")
+        if not isinstance(found, dict):
+            raise ValueError("not an object")
+        return found
 
     def get_experiment_by_name(self, name: str) -> Experiment | None:
         found = self._call("experiments/get-by-name", query={"experiment_name": name})
-        return _rest_experiment(found["experiment"]) if found else None
+        return _shaped(lambda: _rest_experiment(found["experiment"]), "experiments/get-by-name") if found else None
 
     def search_experiments(self, max_results: int = 1000, page_token: str | None = None) -> Page:
         body = {"max_results": max_results, "view_type": "ACTIVE_ONLY", **({"page_token": page_token} if page_token
                                                                             else {})}
         found = self._call("experiments/search", body) or {}
-        return Page([_rest_experiment(e) for e in found.get("experiments", [])], found.get("next_page_token"))
+        return _shaped(lambda: Page([_rest_experiment(e) for e in found.get("experiments", [])],
+                                    found.get("next_page_token")), "experiments/search")
 
     def search_runs(self, experiment_ids: list[str], filter_string: str = "", max_results: int = 1000,
                     page_token: str | None = None) -> Page:
@@ -156,11 +204,34 @@ class RestReader:
         body = {"experiment_ids": list(experiment_ids), "filter": filter_string, "max_results": max_results,
                 "run_view_type": "ACTIVE_ONLY", **({"page_token": page_token} if page_token else {})}
         found = self._call("runs/search", body) or {}
-        return Page([_rest_run(r) for r in found.get("runs", [])], found.get("next_page_token"))
+        return _shaped(lambda: Page([_rest_run(r) for r in found.get("runs", [])], found.get("next_page_token")),
+                       "runs/search")
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _mlflow_message(detail: str) -> str:
+    """MLflow's own error message from a JSON error body; otherwise say what came back."""
+    try:
+        found = json.loads(detail)
+        return _one_line(str(found.get("message") or found.get("error_code") or detail))
+    except (ValueError, AttributeError):
+        return "not MLflow's JSON error (is this an MLflow server, at this path?)" if "<" in detail else detail
 
 
 def _pairs(items) -> dict[str, str]:
     return {i["key"]: i.get("value", "") for i in items or []}
+
+
+def _shaped(build, endpoint: str):
+    """Entities from an answer, or StoreReadError where it lacks MLflow's fields."""
+    try:
+        return build()
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise StoreReadError(f"{endpoint}: the answer lacks MLflow's fields ({type(e).__name__}: "
+                             f"{_one_line(str(e), 80)}): is this an MLflow server?") from None
 
 
 def _rest_experiment(e: dict) -> Experiment:
@@ -186,15 +257,27 @@ class SqliteReader:
 
     @staticmethod
     def readable(path: Path) -> bool:
-        """Whether the store has every table and column read here (else MLflow reads it)."""
+        """Whether this reader reads the store as MLflow would: every table and column read
+        here, and no experiment outside MLflow's default workspace (MLflow scopes reads to a
+        workspace). False sends the read to MLflow's client; a file that is not an MLflow
+        store, or one locked past the wait, is refused (MLflow would create its tables in it)."""
         try:
             with closing(_connect(path)) as db:
+                tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not {"experiments", "runs"} <= tables:
+                    raise StoreReadError(f"{path}: no MLflow tables in this SQLite file (not an MLflow store)")
                 for table, cols in SCHEMA.items():
                     have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
                     if not cols <= have:
                         return False
-        except sqlite3.Error:
+                if "workspace" in {row[1] for row in db.execute("PRAGMA table_info(experiments)")}:
+                    return not db.execute("SELECT 1 FROM experiments WHERE workspace != 'default' LIMIT 1").fetchall()
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e):
+                raise StoreReadError(f"{path}: {e} (another process held it for {LOCK_WAIT_S:g} s)") from None
             return False
+        except sqlite3.DatabaseError as e:
+            raise StoreReadError(f"{path}: {e}") from None
         return True
 
     def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
@@ -204,9 +287,9 @@ class SqliteReader:
         except sqlite3.Error as e:
             raise StoreReadError(f"{self.path}: {e}") from None
 
-    def _experiments(self, where: str, args: tuple, limit: int = -1) -> list[Experiment]:
+    def _experiments(self, where: str, args: tuple, limit: int = -1, offset: int = 0) -> list[Experiment]:
         rows = self._rows("SELECT experiment_id, name, lifecycle_stage FROM experiments WHERE " + where
-                          + " ORDER BY creation_time DESC, experiment_id ASC LIMIT ?", (*args, limit))
+                          + " ORDER BY creation_time DESC, experiment_id ASC LIMIT ? OFFSET ?", (*args, limit, offset))
         tags: dict[str, dict[str, str]] = {str(r[0]): {} for r in rows}
         if rows:
             marks = ",".join("?" * len(rows))
@@ -220,9 +303,11 @@ class SqliteReader:
         return found[0] if found else None
 
     def search_experiments(self, max_results: int = 1000, page_token: str | None = None) -> Page:
-        if page_token:
-            raise ValueError("reader: SQLite experiments are read in one page")
-        return Page(self._experiments("lifecycle_stage = 'active'", (), max_results))
+        """Active experiments, newest first; `page_token` is the offset of the next page."""
+        offset = int(page_token or 0)
+        found = self._experiments("lifecycle_stage = 'active'", (), max_results + 1, offset)
+        more = len(found) > max_results
+        return Page(found[:max_results], str(offset + max_results) if more else None)
 
     def search_runs(self, experiment_ids: list[str], filter_string: str = "", max_results: int = 1000,
                     page_token: str | None = None) -> Page:
@@ -240,8 +325,9 @@ class SqliteReader:
         more = len(rows) > max_results
         rows = rows[:max_results]
         runs = self._run_data([r[0] for r in rows])
-        page = [Run(RunInfo(r[0], r[1] or runs[r[0]].tags.get("mlflow.runName", ""), r[2], r[3], r[4], str(r[5])),
-                    runs[r[0]]) for r in rows]
+        # the name as MLflow gives it: the column, or where that is empty the mlflow.runName tag
+        page = [Run(RunInfo(r[0], r[1] or runs[r[0]].tags.get("mlflow.runName") or r[1], r[2], r[3], r[4],
+                            str(r[5])), runs[r[0]]) for r in rows]
         return Page(page, str(offset + max_results) if more else None)
 
     def _run_data(self, ids: list[str]) -> dict[str, RunData]:
@@ -260,6 +346,8 @@ class SqliteReader:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """Read-only: SQLite's `mode=ro` never creates the file nor writes it; a writer's lock
-    is waited on for up to 30 s, as MLflow's own SQLite engine does."""
-    return sqlite3.connect(f"file:{urllib.parse.quote(str(Path(path).resolve()))}?mode=ro", uri=True, timeout=30)
+    """Read-only: SQLite's `mode=ro` never creates the file nor writes it (a store in WAL
+    mode, which MLflow does not set, gets SQLite's shared-memory files beside it); a
+    writer's lock is waited on for up to LOCK_WAIT_S (a sweep's writes hold it for moments)."""
+    return sqlite3.connect(f"file:{urllib.parse.quote(str(Path(path).resolve()))}?mode=ro", uri=True,
+                           timeout=LOCK_WAIT_S)

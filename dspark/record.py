@@ -137,11 +137,19 @@ def absolute_uri(uri: str) -> str:
     return uri
 
 
+def sqlite_path(uri: str) -> Path:
+    """The file a `sqlite:///` URI names, as SQLAlchemy reads it (escapes decoded, any
+    `?query` of driver options dropped)."""
+    from urllib.parse import unquote
+
+    return Path(unquote(uri[len(SQLITE):].split("?", 1)[0]))
+
+
 def check_store(uri: str | None) -> None:
     """A reading command creates nothing: a SQLite store that does not exist is refused
     (MLflow would create an empty one)."""
     if uri and uri.startswith(SQLITE):
-        path = Path(uri[len(SQLITE):])
+        path = sqlite_path(uri)
         if not path.is_file():
             raise ValueError(f"tracking-uri: {path} does not exist")
 
@@ -175,7 +183,9 @@ def store_error(uri: str, e: BaseException) -> str:
     """One line naming the store and the cause (and MLflow's kind of error, where MLflow raised it)."""
     from .reader import StoreReadError
 
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    # SQLAlchemy appends the statement and a link to its docs after the cause: skip them
+    lines = [ln.strip() for ln in str(e).splitlines()
+             if ln.strip() and not ln.strip().startswith(("(Background on this error", "[SQL:", "[parameters:"))]
     cause = lines[-1] if lines else type(e).__name__
     if "Max retries exceeded" in str(e) or "Connection refused" in str(e):
         cause = "connection refused (is the server running?)"
@@ -188,7 +198,7 @@ def probe_store(uri: str, timeout_s: float = STORE_TIMEOUT_S, writable: bool = F
     ValueError with one line naming the URI and the cause. A SQLite store is checked on
     disk (its folder exists and, for a writer, is writable; an existing file is SQLite)."""
     if uri.startswith(SQLITE):
-        path = Path(uri[len(SQLITE):])
+        path = sqlite_path(uri)
         if path.exists() and not path.is_file():
             raise ValueError(f"tracking-uri: {path} is not a file")
         if path.is_file():
@@ -219,6 +229,15 @@ def probe_store(uri: str, timeout_s: float = STORE_TIMEOUT_S, writable: bool = F
         raise ValueError(store_error(uri, outcome["error"]))
     if not outcome.get("ok"):
         raise ValueError(f"tracking-uri: {uri} did not answer within {timeout_s:g} s")
+
+
+def quiet_broken_pipe() -> int:
+    """Exit quietly when whoever reads a command's output stops reading (`| head`): Python
+    would print a second error while flushing stdout at exit; point stdout at /dev/null."""
+    import sys
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
 
 
 def is_store_error(e: BaseException) -> bool:

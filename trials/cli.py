@@ -8,7 +8,7 @@ import sys
 
 from . import spec as specmod
 from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, default_ui_url,
-                           is_store_error, store_error, ui_url)
+                           is_store_error, quiet_broken_pipe, store_error, ui_url)
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -242,8 +242,10 @@ def cmd_list(args) -> int:
         try:
             state = summary_counts(saved.status(spec, uri))
             link = experiment_link(uri, name, args.ui_url)
-        except ValueError as e:
-            state = str(e)
+        except Exception as e:  # one sweep's store down or refused: said in its row, the others still listed
+            if not (isinstance(e, ValueError) or is_store_error(e)):
+                raise
+            state = str(e) if isinstance(e, ValueError) else store_error(uri, e)
         rows.append({"sweep": name, "trials": str(len(spec.trials)), "state": state, "tracking_uri": uri,
                      "MLflow": link})
     print(_table(rows) if rows else f"no sweep under {root}")
@@ -389,7 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
+        return code
+    except BrokenPipeError:  # the reader of our output went away (`trials list | head`): not the store's fault
+        return quiet_broken_pipe()
     except specmod.SpecError as e:
         for line in e.problems:
             print(f"trials: error: {line}", file=sys.stderr)

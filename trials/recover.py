@@ -63,14 +63,12 @@ def with_results(spec: SweepSpec, exp_dir: Path) -> list[str]:
 
 def missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[str]:
     """The trials that storage holds results for and the store has no run of."""
-    from dspark.record import tracking_client
-
-    from dspark.record import SQLITE
+    from dspark.record import SQLITE, sqlite_path, tracking_client
 
     have = with_results(spec, exp_dir)
     if not have:
         return []
-    if tracking_uri.startswith(SQLITE) and not Path(tracking_uri[len(SQLITE):]).is_file():
+    if tracking_uri.startswith(SQLITE) and not sqlite_path(tracking_uri).is_file():
         return have  # the store's file is gone: opening it would create an empty one
     client = tracking_client(tracking_uri)
     exp = client.get_experiment_by_name(spec.name)

@@ -107,16 +107,38 @@ def test_a_reading_command_imports_no_mlflow(store):
 def test_mlflow_reads_what_the_reader_cannot(tmp_path, store, monkeypatch):
     from mlflow.tracking import MlflowClient
 
+    uri, _ = store
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     assert isinstance(reading_client(f"file://{tmp_path / 'mlruns'}"), MlflowClient)  # any other store
-    monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")  # a setting only MLflow's client speaks
-    assert isinstance(reading_client("https://mlflow.example.org"), MlflowClient)
-    monkeypatch.delenv("MLFLOW_TRACKING_INSECURE_TLS")
+    for setting, value in (("MLFLOW_TRACKING_INSECURE_TLS", "true"), ("ALL_PROXY", "http://proxy:3128"),
+                           ("NO_PROXY", "10.0.0.0/8")):  # what only MLflow's client (and requests) speak
+        monkeypatch.setenv(setting, value)
+        assert isinstance(reading_client("https://mlflow.example.org"), MlflowClient), setting
+        monkeypatch.delenv(setting)
     assert isinstance(reading_client("https://mlflow.example.org"), RestReader)
-    other = tmp_path / "other.db"  # a SQLite file without MLflow's tables
-    subprocess.run([sys.executable, "-c", f"import sqlite3; sqlite3.connect({str(other)!r}).execute('create table t(x)')"],
-                   check=True)
-    assert isinstance(reading_client(f"sqlite:///{other}"), MlflowClient)
+    assert isinstance(reading_client("https://ada:pw@mlflow.example.org"), MlflowClient)  # credentials in the URI
+    monkeypatch.setenv("MLFLOW_WORKSPACE", "team-a")  # MLflow scopes every read to a workspace
+    assert isinstance(reading_client(uri), MlflowClient)
+    monkeypatch.delenv("MLFLOW_WORKSPACE")
+    import sqlite3
+
+    path = uri[len("sqlite:///"):]
+    with sqlite3.connect(path) as db:  # a store where another workspace holds an experiment
+        db.execute("UPDATE experiments SET workspace = 'team-a' WHERE name = 'beta'")
+    assert isinstance(reading_client(uri), MlflowClient)
+
+
+def test_a_file_that_is_not_an_mlflow_store_is_refused_and_left_alone(tmp_path):
+    import sqlite3
+
+    for name, make in (("empty.db", lambda p: p.touch()),
+                       ("notes.db", lambda p: sqlite3.connect(p).execute("create table notes(x)").connection.commit())):
+        path = tmp_path / name
+        make(path)
+        before = path.read_bytes()
+        with pytest.raises(StoreReadError, match="not an MLflow store") as e:
+            reading_client(f"sqlite:///{path}")
+        assert "\n" not in str(e.value) and path.read_bytes() == before  # MLflow's client would create its tables
 
 
 def test_filters_and_failures_are_one_line():
@@ -142,3 +164,96 @@ def test_credentials_are_mlflows(monkeypatch):
         monkeypatch.delenv(k)
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok")
     assert RestReader("http://h:1").headers["Authorization"] == "Bearer tok"
+
+
+class _Misbehaving:
+    """A server in front of nothing, answering as broken proxies and wrong servers do: an
+    HTML error page, an HTML 200, JSON that is not MLflow's, a 503 once, a 308 redirect."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.hits: dict[str, int] = {}
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                path = self.path.split("/api/")[0]
+                outer.hits[path] = outer.hits.get(path, 0) + 1
+                if path == "/html500":
+                    self._send(500, "<html>\n<body><h1>502 Bad Gateway</h1></body>\n</html>\n", "text/html")
+                elif path == "/html200":
+                    self._send(200, "<html><body>a login page</body></html>", "text/html")
+                elif path == "/shape":
+                    self._send(200, '{"experiments": [{"nom": "x"}]}')
+                elif path == "/flaky" and outer.hits[path] == 1:
+                    self._send(503, '{"error_code": "TEMPORARILY_UNAVAILABLE", "message": "busy"}')
+                elif path == "/moved":
+                    self.send_response(308)
+                    self.send_header("Location", self.path.replace("/moved", "/flaky"))
+                    self.end_headers()
+                else:
+                    self._send(200, '{"experiments": [{"experiment_id": "0", "name": "Default", "tags": []}]}')
+
+            def _send(self, code, body, kind="application/json"):
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_server_that_answers_wrongly_gets_one_line_and_a_busy_one_is_retried(monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.05")
+    bad = _Misbehaving()
+    try:
+        for path, words in (("/html500", "HTTP 500 from"), ("/html200", "not MLflow's JSON"),
+                            ("/shape", "lacks MLflow's fields")):
+            with pytest.raises(StoreReadError) as e:
+                RestReader(bad.url + path).search_experiments(max_results=1)
+            assert words in str(e.value) and "\n" not in str(e.value) and "</html>" not in str(e.value), str(e.value)
+        assert [x.name for x in RestReader(bad.url + "/flaky").search_experiments()] == ["Default"]
+        assert bad.hits["/flaky"] == 2  # the 503 was retried, as MLflow's client retries it
+        assert [x.name for x in RestReader(bad.url + "/moved").search_experiments()] == ["Default"]
+        assert bad.hits["/moved"] == 1 and bad.hits["/flaky"] == 3  # the POST followed its 308
+    finally:
+        bad.server.shutdown()
+
+
+def test_a_store_locked_past_the_wait_is_named_in_one_line(store, monkeypatch):
+    import sqlite3
+
+    import dspark.reader as reader
+
+    uri, _ = store
+    monkeypatch.setattr(reader, "LOCK_WAIT_S", 0.2)
+    holder = sqlite3.connect(uri[len("sqlite:///"):], isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process writing, and not letting go
+    try:
+        with pytest.raises(StoreReadError, match="database is locked") as e:
+            reading_client(uri)
+        assert "\n" not in str(e.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert isinstance(reading_client(uri), SqliteReader)
+
+
+def test_a_sqlite_uri_names_its_file_as_sqlalchemy_reads_it(tmp_path):
+    from dspark.record import check_store, sqlite_path
+
+    (tmp_path / "a b.db").write_bytes(b"")
+    assert sqlite_path(f"sqlite:///{tmp_path}/a%20b.db?timeout=60") == tmp_path / "a b.db"
+    check_store(f"sqlite:///{tmp_path}/a%20b.db")  # there: not refused as missing
+    check_store(f"sqlite:///{tmp_path}/a b.db?timeout=60")
+    with pytest.raises(ValueError, match="does not exist"):
+        check_store(f"sqlite:///{tmp_path}/a%20c.db")

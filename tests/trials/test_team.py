@@ -320,3 +320,52 @@ def test_a_disk_that_fills_mid_sweep_stops_cleanly_and_resumes_once_there_is_roo
     for r in kids:  # each point once
         steps = [m.step for m in client.get_metric_history(r.info.run_id, "tf/tau")]
         assert len(steps) == len(set(steps)) and max(steps) == 30
+
+
+# ---------------------------------------------------------------- reading commands against a failing store
+
+def _saved_sweep(root: Path, name: str, uri: str) -> None:
+    """A sweep as `trials run` saves it in storage (spec and settings), with no runs."""
+    import yaml
+
+    from trials.runner import _save_sweep_files
+    from trials.spec import load
+
+    (root / name).mkdir(parents=True)
+    spec_file = root / f"{name}.yaml"
+    spec_file.write_text(yaml.safe_dump({"name": name, "base": {"preset": "tiny"}, "replicates": 1, "factors": {
+        "D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}}}))
+    _save_sweep_files(root / name, load(spec_file), uri, None)
+
+
+def test_list_names_a_sweep_whose_store_is_down_in_its_row_and_lists_the_others(tmp_path):
+    import socket
+
+    from mlflow.tracking import MlflowClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    MlflowClient(store).search_experiments()  # an MLflow store with no sweep in it yet
+    _saved_sweep(tmp_path / "st", "here", store)
+    _saved_sweep(tmp_path / "st", "away", dead)
+    rc, out, err = trials("list", "--storage", str(tmp_path / "st"), cwd=tmp_path)
+    assert rc == 0, err[-2000:]
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert "2 pending" in rows["here"]
+    assert f"tracking-uri: {dead}: " in rows["away"] and "connection refused" in rows["away"]
+
+
+def test_a_reader_that_stops_reading_is_not_blamed_on_the_store(tmp_path):
+    """`trials list | head`: the pipe closes before the table is written; the command ends
+    quietly instead of blaming the store (BrokenPipeError is a ConnectionError)."""
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    MlflowClient(store).search_experiments()
+    p = subprocess.Popen([sys.executable, "-m", "trials.cli", "list", "--tracking-uri", store],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=_env(tmp_path))
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 1 and err == "", err  # was exit 3: "tracking-uri: ...: BrokenPipeError"
