@@ -171,12 +171,47 @@ class StoreUnavailable(RuntimeError):
 
 
 def tracking_client(uri: str):
-    """The one way the project opens an MLflow store: HTTP requests bounded (HTTP_DEFAULTS)."""
+    """The one way the project opens an MLflow store: HTTP requests bounded (HTTP_DEFAULTS);
+    a SQLite store opened first under a lock that other processes on this machine share,
+    since MLflow creates or upgrades its tables on first use and two processes doing that at
+    once fail (two sweeps submitted together on a new store)."""
     for k, v in HTTP_DEFAULTS.items():
         os.environ.setdefault(k, v)
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(uri)
+    if not (uri and uri.startswith(SQLITE)) or uri in _SQLITE_OPENED:
+        return MlflowClient(uri)  # MLflow keeps a process's store: later clients touch no table
+    with sqlite_init_lock(sqlite_path(uri)):
+        client = MlflowClient(uri)
+        client.search_experiments(max_results=1)  # the first use, which creates the tables
+    _SQLITE_OPENED.add(uri)
+    return client
+
+
+_SQLITE_OPENED: set[str] = set()  # the SQLite stores this process has opened (under the lock)
+
+
+class sqlite_init_lock:
+    """An exclusive lock, across processes on this machine, on first opening a SQLite store:
+    a lock file in the temporary folder named by the store's absolute path (none is left
+    beside the user's store). Opened read-only, so that a file another user made still works."""
+
+    def __init__(self, path: Path):
+        import hashlib
+        import tempfile
+
+        key = hashlib.sha256(str(Path(path).expanduser().resolve()).encode()).hexdigest()[:24]
+        self.file = Path(tempfile.gettempdir()) / f"dspark-sqlite-{key}.lock"
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.file, os.O_RDONLY | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # closing the descriptor releases the lock
 
 
 def store_error(uri: str, e: BaseException) -> str:

@@ -369,3 +369,21 @@ def test_a_reader_that_stops_reading_is_not_blamed_on_the_store(tmp_path):
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 1 and err == "", err  # was exit 3: "tracking-uri: ...: BrokenPipeError"
+
+
+def test_drivers_that_open_a_new_sqlite_store_together_all_succeed(tmp_path):
+    """MLflow creates a SQLite store's tables on first use; three processes doing it at once
+    failed (alembic: 'Online migration expected to match one row', 'database is locked'),
+    as two sweeps submitted together on a new store did in CI. tracking_client serialises
+    the first use across processes."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    code = f"import sys; from dspark.record import tracking_client; tracking_client({uri!r}).create_experiment(sys.argv[1])"
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"sweep{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path, env=_env(tmp_path)) for i in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    from dspark.reader import reading_client
+
+    names = {e.name for e in reading_client(uri).search_experiments()}
+    assert {"sweep0", "sweep1", "sweep2"} <= names
