@@ -39,7 +39,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .record import SQLITE, tracking_client
+from .record import SQLITE, sqlite_path, tracking_client
 
 # settings that MLflow's client (or the `requests` library under it) honours and this reader
 # does not: where one is set, MLflow's client reads. Workspaces scope every read.
@@ -118,7 +118,7 @@ def reading_client(uri: str):
     if uri.startswith(("http://", "https://")) and _plain_http(uri):
         return RestReader(uri)
     if uri.startswith(SQLITE) and not any(ch in uri for ch in "?%"):  # a query or escapes: SQLAlchemy's to read
-        path = Path(uri[len(SQLITE):])
+        path = sqlite_path(uri)
         if path.is_file() and SqliteReader.readable(path):
             return SqliteReader(path)
     return tracking_client(uri)
