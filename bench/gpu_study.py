@@ -9,7 +9,7 @@ alone (no Ray, no MLflow), in one command that stops by itself before its limit.
 2. `sweeps/d1-d2-d9.yaml` (drafter stage, Markov head, K = 7, D1 x D2 x D9, 2^3 cells)
    with at least 2 replicates through `trials run --local`'s runner: one shared target,
    trained once, then the trials in the spec's run order. The drafter steps are sized from
-   one short probe trial (its `train/step_ms` is the time per step, the rest of its wall
+   one short probe trial (its `train/step_ms_sweep` is the time per step, the rest of its wall
    time the fixed cost of a trial), so that every trial fits in 85% of the time left.
 3. `runs.parquet` (what `analysis report --parquet` reads) after every trial and
    `gpu_study.log` go to `--out`; a run cut short still leaves every finished trial.
@@ -65,14 +65,14 @@ def study_spec(cpu: bool, replicates: int, draft_steps: int, overrides: dict):
 
 def probe(log: Log, cpu: bool, steps: int, storage: Path, overrides: dict) -> tuple[float, float]:
     """(seconds per drafter step, fixed seconds per trial) from one trial of `steps` drafter
-    steps: the step time is the trainer's own `train/step_ms`, the rest of the trial's wall
+    steps: the step time is the trainer's own `train/step_ms_sweep`, the rest of the trial's wall
     time (evaluations, decoding, set-up) is the fixed cost."""
     spec = study_spec(cpu, 1, steps, overrides)
     one = dataclasses.replace(spec, trials=spec.trials[:1])
     t0 = time.monotonic()
     df = run_local(one, storage / "probe.parquet", storage, say=log)
     wall = time.monotonic() - t0
-    per_step = float(df["train/step_ms"].iloc[0]) / 1000.0
+    per_step = float(df["train/step_ms_sweep"].iloc[0]) / 1000.0
     log(f"probe: {steps} drafter steps, one trial in {wall:.1f} s ({per_step * 1000:.1f} ms per step)")
     return per_step, max(wall - steps * per_step, 0.0)
 

@@ -35,6 +35,7 @@ class Metric:
     degenerate_in: dict[str, str] | None = None  # stage -> why it cannot rank arms there
     constant_in: dict[str, str] | None = None  # stage -> why it does not vary across a sweep
     headline: bool = False  # a column of the progress table and the console line
+    timed: bool = False  # wall-clock: measured by the interleaved timing pass (`trials time`), not by the trial
 
     def __post_init__(self):
         if self.better not in ("higher", "lower", ""):
@@ -52,7 +53,11 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("val/bpb", "lower", "bits/byte", BOTH, "the LM's bits per byte on the validation split",
            constant_in={"drafter": SHARED_TARGET}, headline=True),
     Metric("train/step_ms", "lower", "ms", BOTH,
-           "mean wall time of one training step (forward, backward, optimizer) over the stage"),
+           "one training step of the arm's configuration (forward, backward, optimizer), timed by the "
+           "interleaved timing pass (`trials time`): every arm in every round on one node", timed=True),
+    Metric("train/step_ms_sweep", "lower", "ms", BOTH,
+           "mean wall time of one training step over the stage, timed inside the sweep beside whatever else "
+           "the machine ran (secondary: train/step_ms is the timing pass's)"),
     Metric("train/tokens_per_s", "higher", "tokens/s", BOTH, "training throughput over the stage"),
     Metric("train/loss", "lower", "nats", BOTH, "the training loss at the evaluation step"),
     Metric("train/ce", "lower", "nats", BOTH, "the draft CE term of the DSpark loss (Eq 9)"),
@@ -85,8 +90,16 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("spec/accept_rate@k", "higher", "probability", DRAFTER,
            "unconditional acceptance: the fraction of rounds whose slots 1..k were all accepted"),
     Metric("spec/speedup", "higher", "ratio", DRAFTER,
-           "wall-clock tokens/s against autoregressive decoding of the same target, temperature 1"),
-    Metric("spec/speedup_greedy", "higher", "ratio", DRAFTER, "spec/speedup with greedy decoding"),
+           "wall-clock tokens/s against autoregressive decoding of the same target, temperature 1, timed by the "
+           "interleaved timing pass (`trials time`) on the prompts it names (timing/prompts)", timed=True),
+    Metric("spec/speedup_sweep", "higher", "ratio", DRAFTER,
+           "spec/speedup timed inside the sweep's final evaluation, beside whatever else the machine ran "
+           "(secondary)"),
+    Metric("spec/speedup_greedy", "higher", "ratio", DRAFTER,
+           "spec/speedup_sweep with greedy decoding (timed inside the sweep, secondary)"),
+    Metric("timing/rounds", "", "rounds", BOTH, "rounds of the timing pass behind the run's timed responses"),
+    Metric("timing/prompts", "", "prompts", DRAFTER, "prompts each round of the timing pass decoded both ways"),
+    Metric("timing/steps", "", "steps", ("backbone",), "training steps each round of the timing pass timed"),
     Metric("spec/tokens_per_s", "higher", "tokens/s", DRAFTER, "speculative decoding throughput"),
     Metric("spec/ar_tokens_per_s", "", "tokens/s", DRAFTER, "the autoregressive baseline's throughput"),
     Metric("spec/round_ms", "lower", "ms", DRAFTER, "wall time of one speculative round"),
@@ -114,11 +127,21 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("sched/alg1_tokens_per_step", "higher", "tokens", DRAFTER, "tokens per step under Algorithm 1"),
     Metric("sched/full_tokens_per_step", "higher", "tokens", DRAFTER, "tokens per step under full verification"),
     Metric("sched/alg1_len", "", "tokens", DRAFTER, "mean verified length Algorithm 1 chose"),
+    Metric("sched/accepted@budget", "higher", "tokens", DRAFTER,
+           "accepted draft tokens per round at a matched verification budget (`@budget2`: 2 draft tokens "
+           "verified per round on average), the survival threshold chosen to meet it: the head's ranking"),
+    Metric("sched/alg1_throughput@R", "higher", "tokens/s", DRAFTER,
+           "Algorithm 1's throughput over R concurrent requests (`@R64`) replayed from the recorded rounds on "
+           "the run's named capacity curve (`sched_curve`): ranking and calibration together"),
+    Metric("sched/alg1_len@R", "", "tokens", DRAFTER, "mean verified length Algorithm 1 chose over R requests"),
     Metric("split/prompts", "", "prompts", DRAFTER, "prompts decoded by the run's (latest) speculative evaluation"),
     Metric("split/decode_s_per_prompt", "", "s", DRAFTER, "that evaluation's wall time per prompt, every phase"),
     Metric("split/<response>@g", "", "", DRAFTER,
-           "a prompt-derived response on prompt group g (prompt i in group i mod 4), for the evaluation's "
-           "own share of the noise"),
+           "a prompt-derived response on prompt group g alone (prompt i in group i mod 4): the older "
+           "evaluations' record of their own noise, valid for mean responses only"),
+    Metric("jack/<response>@g", "", "", BOTH,
+           "an evaluation-derived response recomputed without evaluation group g (delete-a-group jackknife "
+           "over prompts, or over held-out batches): the evaluation's share of the noise, for any response"),
     Metric("target/loss", "lower", "nats", DRAFTER, "the shared target's training loss"),
     Metric("target/tokens_per_s", "higher", "tokens/s", DRAFTER, "the shared target's training throughput"),
 )
@@ -135,6 +158,8 @@ DEFAULT_RESPONSES = {
 }
 HEADLINE = tuple(m.name for m in REGISTRY if m.headline)
 SPLIT_PREFIX = "split/"
+JACK_PREFIX = "jack/"
+TIMED = tuple(m.name for m in REGISTRY if m.timed)
 
 
 def split_name(response: str, group: int) -> str:
@@ -142,16 +167,33 @@ def split_name(response: str, group: int) -> str:
     return f"{SPLIT_PREFIX}{response}@g{group}"
 
 
+def jack_name(response: str, group: int) -> str:
+    """The metric holding a response recomputed without evaluation group `group`."""
+    return f"{JACK_PREFIX}{response}@g{group}"
+
+
+def is_timed(name: str) -> bool:
+    """A wall-clock response of the timing pass (more prompts do not reduce its noise)."""
+    m = lookup(name)
+    return bool(m is not None and m.timed)
+
+
 def lookup(name: str) -> Metric | None:
     """The registry row of a metric name, or None for a name it does not know."""
     base = name.replace("_sts", "", 1) if "_sts" in name else name  # conf/ece_mean_sts, conf/ece_sts@2
     if base.startswith("split/") and "@g" in base:
         return _BY_NAME["split/<response>@g"]
+    if base.startswith(JACK_PREFIX) and "@g" in base:
+        return _BY_NAME["jack/<response>@g"]
     if base in _BY_NAME:
         return _BY_NAME[base]
     m = _SUFFIX.search(base)
     if m:
-        family = base[:m.start()] + ("@t" if base.startswith("sched/") else "@k")
+        suffix = "@k"
+        if base.startswith("sched/"):
+            suffix = "@budget" if re.fullmatch(r"@budget[0-9.]+", m.group()) else \
+                "@R" if re.fullmatch(r"@R[0-9]+", m.group()) else "@t"
+        family = base[:m.start()] + suffix
         return _BY_NAME.get(family)
     return None
 

@@ -212,7 +212,7 @@ def acceptance_metrics(accepted: list[int], taus: list[float], K: int) -> dict[s
 def timing_metrics(stats: RoundStats, spec_s: float, ar_s: float, timed_tokens: int) -> dict[str, float]:
     """Wall-clock speedup against autoregressive decoding, and a round's parts."""
     rounds = len(stats.accepted)
-    return {"spec/speedup": ar_s / spec_s, "spec/tokens_per_s": timed_tokens / spec_s,
+    return {"spec/speedup_sweep": ar_s / spec_s, "spec/tokens_per_s": timed_tokens / spec_s,
             "spec/ar_tokens_per_s": timed_tokens / ar_s, "spec/draft_ms": stats.draft_ms / rounds,
             "spec/seq_ms": stats.seq_ms / rounds, "spec/verify_ms": stats.verify_ms / rounds,
             "spec/round_ms": stats.total_ms / rounds, "spec/seq_frac": stats.seq_ms / stats.total_ms}

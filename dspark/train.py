@@ -398,7 +398,7 @@ class Trainer:
             if self.step % cfg.eval_interval == 0 or self.step == total:
                 # forward + backward + optimizer step alone, mean over this stage so far
                 m = {"train/loss": loss.item(), "train/tokens_per_s": tokens / (time.perf_counter() - t0),
-                     "train/step_ms": 1000.0 * step_s / steps}
+                     "train/step_ms_sweep": 1000.0 * step_s / steps}
                 m.update({f"train/{k}": v.item() for k, v in parts.items()})
                 m.update(self.evaluate())
                 if self.stage == "draft" and cfg.spec_interval_prompts and self.step < total:

@@ -126,14 +126,14 @@ def test_pure_ce_control_runs_no_head_and_logs_step_cost(corpus_dir, tmp_path):
     before = {k: v.clone() for k, v in trainer.head.state_dict().items()}
     trainer.run()
     rows = [h for h in trainer.history if "train/loss" in h]
-    assert rows and all(h["train/step_ms"] > 0 for h in rows)
+    assert rows and all(h["train/step_ms_sweep"] > 0 for h in rows)
     assert all("train/tv" not in h and h["train/loss"] == h["train/lm_ce"] for h in rows)
     assert all(torch.equal(before[k], v) for k, v in trainer.head.state_dict().items())  # untouched
 
     aux = Trainer(tiny(out_dir=str(tmp_path / "aux"), aux_weight=0.1, **base))
     aux.run()
     rows = [h for h in aux.history if "train/loss" in h]
-    assert all(h["train/step_ms"] > 0 and "train/tv" in h for h in rows)
+    assert all(h["train/step_ms_sweep"] > 0 and "train/tv" in h for h in rows)
     assert all(h["train/loss"] > h["train/lm_ce"] for h in rows)  # CE_lm + 0.1 * L_dspark
 
 
