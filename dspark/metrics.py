@@ -159,6 +159,7 @@ DEFAULT_RESPONSES = {
 HEADLINE = tuple(m.name for m in REGISTRY if m.headline)
 SPLIT_PREFIX = "split/"
 JACK_PREFIX = "jack/"
+JACK_GROUPS = 16  # an evaluation's items (prompts or held-out batches) in at most this many jackknife groups
 TIMED = tuple(m.name for m in REGISTRY if m.timed)
 
 
@@ -170,6 +171,11 @@ def split_name(response: str, group: int) -> str:
 def jack_name(response: str, group: int) -> str:
     """The metric holding a response recomputed without evaluation group `group`."""
     return f"{JACK_PREFIX}{response}@g{group}"
+
+
+def jack_groups(items: int) -> int:
+    """How many jackknife groups an evaluation of `items` items forms (item i in group i mod G)."""
+    return max(0, min(int(items), JACK_GROUPS))
 
 
 def is_timed(name: str) -> bool:
