@@ -527,6 +527,10 @@ def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_con
     raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
            "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
            "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
+    if spec.primary_terms:
+        raw["primary_terms"] = spec.primary_terms
+    if spec.sequential:
+        raw["sequential"] = spec.sequential
     if spec.generators:
         raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
     (exp_dir / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -11,6 +11,8 @@ design: full                        # or {generators: {D: ABC}} for a 2^(k-p) fr
 controls: {aux0: {aux_weight: 0.0}} # optional extra arms outside the factorial
 responses:                          # the primary responses, each with its margin
   spec/tau: {better: higher, margin: 0.1}
+primary_terms: [D1, D2, aux0]       # the family's terms (default: every main effect and control)
+sequential: {max_replicates: 6}     # looks planned before the first one (alpha 0.05 unless given)
 resources: {cpu: 1, gpu: 0}         # per trial
 max_concurrent: 2
 max_failures: 2
@@ -20,7 +22,10 @@ Each factor maps level names to trainer-config overrides. A fraction's generated
 takes, in every run, the product of the coded levels (-1 = first level listed, +1 = the
 second) of the factors in its generator. A primary response's margin is the smallest
 effect of practical interest: the analysis calls a term negligible only where equivalence
-within +-margin is shown. Seeds come from (sweep name, replicate), so every
+within +-margin is shown. The family of verdicts is primary responses x primary terms; other
+terms and responses are reported at the same alpha, outside the family. A sequential plan
+declared here is recorded on the sweep's parent run at `trials run`, before any look, so
+that every later look spends alpha on it (`analysis.sequential`). Seeds come from (sweep name, replicate), so every
 cell of one replicate shares its seed (a blocked design) and a rerun reproduces.
 """
 
@@ -45,7 +50,8 @@ from dspark.record import (ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, RUN_
                            TRIAL_KEY_TAG)
 
 TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
-            "max_concurrent", "max_failures", "description", "responses"}
+            "max_concurrent", "max_failures", "description", "responses", "primary_terms", "sequential"}
+SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches"}
 # Sweep, factor, level and control names: they become trial keys (`F=level|G=level#r0`),
 # folder names, MLflow names and tags and analysis columns, so none may hold `|`, `=` or
 # `#` (two design rows could then share a key) or be longer than every store takes.
@@ -109,6 +115,8 @@ class SweepSpec:
     max_failures: int = 2
     description: str = ""
     responses: dict[str, dict[str, Any]] = field(default_factory=dict)  # primary: {better, margin}
+    primary_terms: list[str] = field(default_factory=list)  # [] = every main effect and control
+    sequential: dict[str, Any] = field(default_factory=dict)  # {max_replicates, alpha, ...}; {} = no plan
     trials: list[Trial] = field(default_factory=list)
 
     @property
@@ -257,11 +265,13 @@ def parse(raw: Any) -> SweepSpec:
     spec.max_failures = _count(raw, "max_failures", 2, problems)
     spec.description = str(raw.get("description", ""))
     spec.responses = _parse_responses(raw, problems)
+    spec.primary_terms = _parse_primary_terms(raw, spec.factors, spec.controls, problems)
+    spec.sequential = _parse_sequential(raw, spec, problems)
     if problems:
         raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
     spec = build(spec)
     problems = unmeasured_responses(spec.responses, [t.config for t in spec.trials if t.arm == "factorial"])
-    problems += target_path_problems(spec)
+    problems += target_path_problems(spec) + sequential_problems(spec)
     if problems:
         raise SpecError(problems)
     return spec
@@ -340,6 +350,75 @@ def _parse_responses(raw: dict, problems: list[str]) -> dict[str, dict[str, Any]
             continue
         clean[name] = {"better": better, "margin": float(decl["margin"])}
     return clean
+
+
+def _parse_primary_terms(raw: dict, factors: dict, controls: dict, problems: list[str]) -> list[str]:
+    """The family's terms: factor names (a main effect; every pair of levels of a factor of
+    more than two), interactions `A:B`, and control names (every factorial arm against it)."""
+    given = raw.get("primary_terms")
+    if given is None:
+        return []
+    if not isinstance(given, list) or not given or not all(isinstance(t, str) for t in given):
+        problems.append("primary_terms: a non-empty list of factor names, interactions (A:B) and control names")
+        return []
+    clean = []
+    for term in given:
+        parts = term.split(":")
+        if term in controls and term not in factors:
+            clean.append(term)
+        elif all(p in factors for p in parts) and len(set(parts)) == len(parts):
+            clean.append(":".join(sorted(parts, key=list(factors).index)))
+        else:
+            problems.append(f"primary_terms: {term!r} is neither a factor, an interaction of distinct factors "
+                            f"(A:B) nor a control (factors: {', '.join(factors)}; controls: "
+                            f"{', '.join(controls) or 'none'})")
+    if len(set(clean)) < len(clean):
+        problems.append("primary_terms: a term is named twice")
+    return clean
+
+
+def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict[str, Any]:
+    """The sequential plan, declared before the first look: the most replicate blocks the
+    sweep may grow to, its familywise alpha, and the most prompts (or held-out batches) a
+    re-evaluation may reach, which fixes the information scale alpha is spent on."""
+    given = raw.get("sequential")
+    if given is None:
+        return {}
+    if not isinstance(given, dict) or set(given) - SEQUENTIAL_KEYS or "max_replicates" not in given:
+        problems.append("sequential: {max_replicates: N, alpha: A, max_prompts: P, max_eval_batches: B} "
+                        "(max_replicates required)")
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("max_replicates", "max_prompts", "max_eval_batches"):
+        v = given.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            problems.append(f"sequential.{key}: an integer >= 1, got {v!r}")
+            continue
+        out[key] = v
+    reps = out.get("max_replicates")
+    if reps is not None and (reps < 2 or reps < spec.replicates):
+        problems.append(f"sequential.max_replicates: at least 2 and at least the sweep's {spec.replicates} "
+                        f"replicates, got {reps}")
+    alpha = given.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        problems.append(f"sequential.alpha: a number in (0, 1), got {alpha!r}")
+    else:
+        out["alpha"] = float(alpha)
+    if not spec.responses:
+        problems.append("sequential: a plan needs primary responses with margins (responses:) to decide")
+    return out
+
+
+def sequential_problems(spec: "SweepSpec") -> list[str]:
+    """A plan's evaluation maxima below what the sweep's trials already evaluate."""
+    out = []
+    for key, field_name in (("max_prompts", "spec_prompts"), ("max_eval_batches", "eval_batches")):
+        now = max((getattr(t.config, field_name) for t in spec.trials), default=0)
+        if key in spec.sequential and spec.sequential[key] < now:
+            out.append(f"sequential.{key}: {spec.sequential[key]} is fewer than the trials' {field_name} ({now})")
+    return out
 
 
 def margin_problem(margin: Any) -> str | None:

@@ -20,7 +20,8 @@ from mlflow.entities import Param
 from ray.tune import Callback
 
 from dspark.record import (ARM_TAG, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXPERIMENT_KIND_TAG, FACTORS_PARAM,
-                           MODEL_TRAINING, PARENT_TAG, RESPONSES_TAG, RUNS_VIEW_TAG, STORE_RETRY_S, SWEEP_PARENT_TAG,
+                           MODEL_TRAINING, PARENT_TAG, PRIMARY_TERMS_TAG, RESPONSES_TAG, RUNS_VIEW_TAG, SEQUENTIAL_TAG,
+                           STORE_RETRY_S, SWEEP_PARENT_TAG,
                            TRIAL_KEY_TAG, is_metric, metric_name, retrying, runs_view, sweep_parent, sweep_trials,
                            tracking_client)
 from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
@@ -61,6 +62,8 @@ class Ledger:
         parent = sweep_parent(self.client, self.experiment_id)
         if parent is not None:
             self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
+            if self.spec.sequential and SEQUENTIAL_TAG not in parent.data.tags:
+                self.client.set_tag(parent.info.run_id, SEQUENTIAL_TAG, self.declared_plan())
             return parent.info.run_id
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
                                      tags={SWEEP_PARENT_TAG: "true", "sweep": self.spec.name,
@@ -69,6 +72,9 @@ class Ledger:
                                            FACTORS_PARAM: ",".join(self.spec.factors),
                                            # the primary responses and margins (a tag: a resume may restate them)
                                            RESPONSES_TAG: json.dumps(self.spec.responses),
+                                           PRIMARY_TERMS_TAG: json.dumps(self.spec.primary_terms),
+                                           # the sequential plan, before any look can happen
+                                           **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
                                            DESCRIPTION_TAG: self.spec.description[:4000],
                                            # MLflow shows this tag as the run's description
                                            "mlflow.note.content": self.spec.description[:4000]})
@@ -78,6 +84,10 @@ class Ledger:
             Param(FACTORS_PARAM, json.dumps(self.spec.factors, default=str)[:6000]),
             Param("base", json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
         return run.info.run_id
+
+    def declared_plan(self) -> str:
+        """The spec's sequential plan as `analysis.sequential.Plan` reads it, with no look yet."""
+        return json.dumps({"declared": True, **self.spec.sequential, "looks": []})
 
     def claim(self) -> None:
         """Mark the parent RUNNING under this driver (host, pid and process start time), so
