@@ -166,13 +166,13 @@ def dunnett_vs_control(df: pd.DataFrame, response: str, control: str, arm_column
 def control_contrast(df: pd.DataFrame, response: str, control: str, block: str | None = "replicate",
                      alpha: float = 0.05) -> dict:
     """Every factorial arm pooled against the control arm: the mean difference (factorial
-    minus control), its CI and p from an OLS with the replicate as a block
+    minus control), its CI and p from the cell-means OLS with the replicate as a block and HC2 errors
     (`analysis.verdicts.control_contrast`), and the difference relative to the control
     mean. With a pure-CE control in the backbone stage this is "what the aux head costs or
     buys", whatever its D1/D2/D9 levels."""
     from .verdicts import control_contrast as contrast
 
-    c = contrast(df, response, control, block, "OLS")
+    c = contrast(df, response, control, block)
     half = stats.t.ppf(1 - alpha / 2, c.df) * c.se
     arm = df["arm"].astype(str) if "arm" in df.columns else pd.Series("factorial", index=df.index)
     base = float(pd.to_numeric(df.loc[df["cell"] == control, response]).mean())

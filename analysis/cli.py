@@ -13,6 +13,8 @@ from .anova import AnalysisError
 
 EXP_HELP = "the sweep's MLflow experiment (its name)"
 URI_HELP = "MLflow store; a relative sqlite path is read from the current folder"
+NO_LOG_HELP = ("do not log the verdicts and the report on the sweep's parent run (the look itself is recorded all the "
+               "same: every analysis that prints verdicts is one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
     r.add_argument("--ui-url", help="the MLflow UI the report's run links open (none: the tracking server itself, "
                                     "or http://127.0.0.1:5000 where `mlflow ui` serves a file store)")
-    r.add_argument("--no-log", action="store_true",
-                   help="do not log the effects and the report on the sweep's parent run")
+    r.add_argument("--no-log", action="store_true", help=NO_LOG_HELP)
     pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma",
                        formatter_class=fmt)
     pl.add_argument("experiment", help=EXP_HELP)
@@ -99,18 +100,23 @@ def _report_or_plan(args) -> int:
 
         probe_store(args.tracking_uri)
     df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
+    unrecorded = "read from a parquet export" if args.parquet else ""
     if args.command == "plan":
-        from .plan import plan_text
+        from .plan import plan_with_look
 
-        print(plan_text(df, args.effect, args.response, args.alpha, args.power, margins))
+        text, look = plan_with_look(df, args.effect, args.response, args.alpha, args.power, margins, unrecorded)
+        print(text)
+        _record(look, df, args)
         return 0
     from dspark.record import default_ui_url
 
     from .report import build_report
 
     rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust, alpha=args.alpha,
-                       margins=margins, ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri))
+                       margins=margins, ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri),
+                       unrecorded=unrecorded)
     print(rep.summary)
+    _record(rep.look, df, args)
     print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
     if not args.no_log and not args.parquet:
         from .load import SweepRecord, log_to_parent
@@ -119,6 +125,16 @@ def _report_or_plan(args) -> int:
         print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
               f"{SweepRecord.of(df).parent_run_id}")
     return 0
+
+
+def _record(look, df, args) -> None:
+    """A new look of the sweep, read from its store, is recorded on the parent run (what-ifs
+    and parquet exports are not)."""
+    if look is None or not look.new or look.what_if or args.parquet:
+        return
+    from .load import record_look
+
+    record_look(df, args.tracking_uri, look.plan.to_json(), look.label(), look.index)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM, RESPONSES_TAG,
-                           SEQUENTIAL_TAG, check_store, metric_name, sweep_parent)
+from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM, PRIMARY_TERMS_TAG,
+                           RESPONSES_TAG, SEQUENTIAL_TAG, check_store, metric_name, sweep_parent)
 
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
@@ -72,7 +72,8 @@ class SweepRecord:
     parent_run_id: str = ""
     design: str = ""  # full | 2^(k-p)
     responses: dict = field(default_factory=dict)  # the primary responses and their margins
-    sequential: str = ""  # JSON of analysis.sequential.Plan, for a sweep augmented look after look
+    sequential: str = ""  # JSON of analysis.sequential.Plan: the declared plan and the looks so far
+    primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
 
     @classmethod
     def of(cls, source) -> SweepRecord:
@@ -110,7 +111,16 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     return SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
                        experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
                        design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
-                       sequential=parent.data.tags.get(SEQUENTIAL_TAG, "")).attach(df)
+                       sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
+                       primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]"))).attach(df)
+
+
+def _json_list(text: str) -> list:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _responses(parent) -> dict:
@@ -278,11 +288,25 @@ def responses(df: pd.DataFrame) -> list[str]:
     return out
 
 
+def record_look(df: pd.DataFrame, tracking_uri: str | None, plan_json: str, look_text: str, index: int) -> None:
+    """A look on the sweep's parent run: the sequential record with every look so far (the
+    tag `analysis.sequential` reads back) and the look's own line (`look.<k>`)."""
+    from dspark.record import LOOK_PREFIX, tracking_client
+
+    parent = SweepRecord.of(df).parent_run_id
+    if not parent:
+        return
+    client = tracking_client(tracking_uri)
+    client.set_tag(parent, SEQUENTIAL_TAG, plan_json)
+    client.set_tag(parent, f"{LOOK_PREFIX}{index}", look_text[:5000])
+
+
 def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> int:
     """The attribution on the sweep's parent run: a tag per verdict
-    (`verdict.<response>.<term>` = matters | negligible | undecided), the verdict table as
-    one artifact (`attribution/verdicts.csv`) beside the report files, and three headline
-    metrics (how many primary verdicts of each kind). Returns how many tags were set."""
+    (`verdict.<response>.<term>` = one of the four states), replacing every verdict tag an
+    earlier analysis left, the verdict table as one artifact (`attribution/verdicts.csv`)
+    beside the report files, and four headline metrics (how many of the family's verdicts are
+    in each state, `verdicts/matters_beyond`, ...). Returns how many tags were set."""
     import tempfile
     import time
 
@@ -297,9 +321,14 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
         raise AnalysisError("these runs have no parent run to log the attribution on")
     client = tracking_client(tracking_uri)
     d = rep.decision
+    from .verdicts import COUNT_METRICS
+
     tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
+    for stale in set(client.get_run(parent).data.tags) - {t.key for t in tags}:
+        if stale.startswith(VERDICT_PREFIX):
+            client.delete_tag(parent, stale)
     ts = int(time.time() * 1000)
-    counts = [Metric(f"verdicts/{k}", float(n), ts, 0) for k, n in d.counts().items()]
+    counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
     for i in range(0, max(len(tags), 1), 90):
         client.log_batch(parent, metrics=counts if i == 0 else [], tags=tags[i:i + 90])
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,7 +29,7 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
                      "warnings.filterwarnings('ignore', message='IProgress not found')\n"
                      f"EXPERIMENT = {experiment!r}\nTRACKING_URI = {uri!r}\n"
                      f"RESPONSES = {list(responses) if responses else None!r}\nMARGINS = {dict(margins or {}) or None!r}\n"
-                     "ALPHA = 0.05")
+                     "ALPHA = None")
     folder = Path(out) / experiment
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dspark-kernel-") as sockets:

@@ -17,12 +17,14 @@ import pandas as pd
 from . import power
 from .anova import AnalysisError
 from .attribution import analyse
+from dspark import metrics
+
 from .design import factorial_rows
 from .load import SweepRecord
 from .diagnostics import choose_responses, sensitivity
-from .sequential import look_alpha
-from .variance import PROMPT_FACTORS, prompts_to_decide, split
-from .verdicts import decide_all, margins_for
+from .sequential import LookResult, look_for
+from .variance import prompts_to_decide, split, why_not_items
+from .verdicts import UNDECIDED, decide_all, margins_for
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:
@@ -37,17 +39,22 @@ def check_arguments(effect: float | None, alpha: float, target_power: float) -> 
 
 def plan_text(df: pd.DataFrame, effect: float | None, responses: list[str] | None = None,
               alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None) -> str:
-    """`alpha` None: the report's (0.05, or the current look's under a sweep's sequential rule)."""
+    """`alpha` None: the report's (the current look's under the sweep's plan)."""
+    return plan_with_look(df, effect, responses, alpha, target_power, margins)[0]
+
+
+def plan_with_look(df: pd.DataFrame, effect: float | None, responses: list[str] | None = None,
+                   alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None,
+                   unrecorded: str = "") -> tuple[str, LookResult | None]:
+    """The plan's text and, without `--effect`, the look its verdicts are (None with it)."""
     factors = list(df.attrs.get("factors") or [])
-    if factors and alpha is None and len(df):
-        alpha, _ = look_alpha(df, factorial_rows(df, factors), None)
-    alpha = 0.05 if alpha is None else alpha
-    check_arguments(effect, alpha, target_power)
+    check_arguments(effect, 0.05 if alpha is None else alpha, target_power)
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
     declared = margins_for(df, margins)
     if effect is None:
-        return _decision_plan(df, factors, responses, alpha, declared)
+        return _decision_plan(df, factors, responses, alpha, declared, bool(margins), unrecorded)
+    alpha = 0.05 if alpha is None else alpha
     chosen, _ = choose_responses(df, responses, factors)
     data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
@@ -68,74 +75,93 @@ def plan_text(df: pd.DataFrame, effect: float | None, responses: list[str] | Non
             lines.append(head + f"needed: more than {power.MAX_REPLICATES} replicates")
             continue
         lines.append(head + f"needed: {need} replicates ({need * s.n_cells} runs)")
-    return "\n".join(lines)
+    return "\n".join(lines), None
 
 
-def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | None, alpha: float,
-                   declared: dict[str, dict]) -> str:
+def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | None, alpha: float | None,
+                   declared: dict[str, dict], what_if: bool, unrecorded: str) -> tuple[str, LookResult]:
     """Per undecided term, the two ways to decide it, each priced: more replicate blocks
-    (retraining, with the measured time per trial) and more prompts on the existing
-    checkpoints (`trials reeval`, with the measured decoding time per prompt, possible only
-    where the runs carry prompt groups); then the cheapest way to decide every primary term."""
+    (retraining, with the measured time per trial) and more evaluation items on the existing
+    checkpoints (`trials reeval`, possible only where the runs carry jackknife records); then
+    the cheapest way to decide every primary term. The verdicts are the current look's (the
+    alpha the report tests this data at)."""
     chosen, _ = choose_responses(df, responses, factors, primary=list(declared))
+    noise = {r: sp for r in chosen if (sp := split(df, r, factors)) is not None}
+    shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
+    look = look_for(df, shares, alpha, what_if)
+    look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
-    # the verdicts alone: a plan shows no fragility, so the leave-one-block-out refits are skipped
-    d = decide_all(df, chosen, factors, declared, alpha, control=controls[0] if controls else None, fragility=False)
+    d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
+                   primary_terms=SweepRecord.of(df).primary_terms or None)
     minutes = median_minutes(df, "run_s")
-    n_runs = len(df)
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")
     cost = (f"blocks priced at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
             "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
-    lines = [f"{SweepRecord.of(df).experiment}: what would decide each undecided term ({d.method()}; {cost})"]
-    more, blocks_all, prompt_multiples = _undecided_lines(d, df, factors)
+    lines = [f"{SweepRecord.of(df).experiment}: what would decide each undecided term ({look.label()}; "
+             f"{d.method()}; {cost})",
+             "  items (prompts, held-out batches) are priced per term from its jackknife: k times the items divide "
+             "the evaluation's part of its variance by k and leave the seeds' part, so a term whose se is mostly "
+             "the seeds' is not decided by items at any k"]
+    more, blocks_all, item_multiples = _undecided_lines(d, noise)
     lines += more
     if blocks_all:
         price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
         lines.append(f"every primary term decided by blocks alone (each with 80% probability, if the effects are as "
                      f"estimated): {blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
-    if prompt_multiples and None not in prompt_multiples:
-        prompts_all = max(prompt_multiples)
-        prompts = int(pd.to_numeric(df["split/prompts"]).median())
-        # `trials reeval` decodes the whole new set of prompts in every run, not only the added ones
-        price = f", about {prompts_all * prompts * n_runs * decode:.0f} worker-minutes of decoding" if decode else ""
-        lines.append(f"every primary term decided by prompts alone: trials reeval NAME --spec-prompts "
-                     f"{prompts_all * prompts}{price}")
-    elif blocks_all:
-        decoded = any(r.startswith(("spec/", "conf/", "sched/")) for r, c in d.checks.items() if c.primary)
-        lines.append("no primary response comes from decoded prompts: only replicate blocks can decide these"
-                     if not decoded else "more prompts alone cannot decide every primary term"
-                     if "split/prompts" in df.columns else
-                     "these runs carry no prompt groups: re-evaluate them (trials reeval) to price more prompts")
-    return "\n".join(lines)
+    lines += _items_lines(noise, item_multiples, len(df), decode)
+    return "\n".join(lines), look
 
 
-def _undecided_lines(d, df: pd.DataFrame, factors: list[str]) -> tuple[list[str], int, list]:
+def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float | None) -> list[str]:
+    """The re-evaluation that would decide every undecided primary term with a jackknife,
+    where one would. Terms of a response without one (timed, or older runs) are not priced
+    in items: their own lines say so."""
+    if not item_multiples:
+        return []
+    if None in item_multiples.values():
+        return ["more evaluation items alone cannot decide every primary term"]
+    out = []
+    for kind in sorted({noise[r].kind for r, _ in item_multiples}):
+        k = max(m for (r, _), m in item_multiples.items() if noise[r].kind == kind)
+        items = max(noise[r].items for r, _ in item_multiples if noise[r].kind == kind)
+        flag = "--spec-prompts" if kind == "prompts" else "--eval-batches"
+        # `trials reeval` evaluates the whole new set in every run, not only the added items
+        price = (f", about {k * items * n_runs * decode:.0f} worker-minutes of decoding"
+                 if decode and kind == "prompts" else "")
+        out.append(f"every primary term decided by items alone: trials reeval NAME {flag} {k * items}{price}")
+    return out
+
+
+def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
     """Per response, its undecided terms with what would decide each; the blocks that would
-    decide every primary term and, per undecided primary term, the multiple of prompts
-    (None where more prompts alone would not)."""
-    lines, blocks_all, prompt_multiples = [], 0, []
+    decide every primary term and, per undecided primary term, the multiple of evaluation
+    items that would (None where more items alone would not)."""
+    lines, blocks_all, item_multiples = [], 0, {}
     for r, check in d.checks.items():
-        undecided = [v for v in d.of(r) if v.verdict == "undecided"]
+        undecided = [v for v in d.of(r) if v.verdict == UNDECIDED and v.in_family == check.primary]
         tag = "primary" if check.primary else "secondary"
         if not undecided:
             lines.append(f"  {r} ({tag}): every term is decided")
             continue
-        sp = split(df, r, factors)
-        lines.append(f"  {r} ({tag}): {len(undecided)} undecided" + (f"; {sp.text()}" if sp else
-                                                                     "; no prompt groups: the evaluation's share "
-                                                                     "of the noise is unknown"))
+        sp = noise.get(r)
+        lines.append(f"  {r} ({tag}): {len(undecided)} undecided" + (
+            f"; {sp.text()}" if sp else "; timed: more prompts do not reduce its noise (re-time it with trials time, "
+            "or add blocks)" if metrics.is_timed(r) else "; no jackknife records: the evaluation's share of the "
+            "noise is unknown"))
         for v in undecided:
             step = v.next_step or "unreplicated: run at least 2 replicate blocks first"
             k = prompts_to_decide(v, sp.var_eval.get(v.term, 0.0)) if sp else None
             if sp:
-                step += (f"; or {k}x the prompts ({k * sp.prompts} per evaluation) on the existing checkpoints"
-                         if k else f"; more prompts alone would not (up to {PROMPT_FACTORS[-1]}x)")
+                what = "prompts" if sp.kind == "prompts" else "held-out batches"
+                step += (f"; or {k}x the {what} ({k * sp.items}) on the existing checkpoints" if k
+                         else f"; {why_not_items(v, sp.var_eval.get(v.term, 0.0))}")
             lines.append(f"    {v.term}: {step}")
-            if check.primary:
+            if check.primary and v.in_family:
                 blocks_all = max(blocks_all, v.blocks or 0)
-                prompt_multiples.append(k)
-    return lines, blocks_all, prompt_multiples
+                if sp:
+                    item_multiples[(r, v.term)] = k
+    return lines, blocks_all, item_multiples
 
 
 def median_minutes(df: pd.DataFrame, column: str) -> float | None:

@@ -21,7 +21,7 @@ from .attribution import QUESTIONS, ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .load import SweepRecord, report_incomplete
-from .verdicts import Decision
+from .verdicts import BEYOND, NEGLIGIBLE, UNSURE, Decision
 
 if TYPE_CHECKING:
     from .report import Report
@@ -52,7 +52,8 @@ def verdict_table_text(decision: Decision) -> str:
 def summarise(decision: Decision, results: dict[str, ResponseResult],
               drift: dict[str, tuple[float, float]] | None = None, noise: dict | None = None) -> str:
     """Per response: what its verdicts rest on, then one line per term that starts with
-    `<term>: matters`, `<term>: negligible` or `<term>: undecided`."""
+    `<term>: <verdict>`; the primary main effects at every level of the others; every effect
+    detected outside the family; the family's counts."""
     drift = drift or {}
     lines = [decision.method()]
     any_margin = any(c.margin is not None for c in decision.checks.values())
@@ -64,23 +65,45 @@ def summarise(decision: Decision, results: dict[str, ResponseResult],
         prefix = "primary: " if check.margin is not None else "secondary: " if any_margin else ""
         lines.append(prefix + head)
         lines += [f"    {v.text()}" for v in decision.of(r)]
-        lines.append(f"    {check.lobo}")
+        lines += [f"    {line}" for line in simple_lines(decision, r)]
         if (noise or {}).get(r) is not None:
             lines.append(f"    noise: {noise[r].text()}")
         if r in drift:
             slope, p = drift[r]
-            flag = "  <- drift" if p < DRIFT_ALPHA else ""
+            flag = "  <- drift" if p < DRIFT_ALPHA else "  (p < 0.05, below the flag's 0.01)" if p < 0.05 else ""
             lines.append(f"    drift check: residual slope {slope:+.3g} per run within blocks, p={p:.2g}{flag}")
         for note in (res.warnings if res is not None else []):
             lines.append(f"    note: {note}")
-    c = decision.counts()
-    kind = "primary verdicts" if any(ch.margin is not None for ch in decision.checks.values()) else "verdicts"
-    lines.append(f"{kind}: {c['matters']} matters, {c['negligible']} negligible, {c['undecided']} undecided")
+    detected = [v for v in decision.verdicts if not v.in_family and v.matters]
+    if detected:
+        lines.append(f"detected outside the family ({len(detected)}, at the same alpha*):")
+        lines += [f"    {v.response} {v.term}: {v.verdict} {v.estimate:+.4g} [{v.interval()[0]:+.4g}, "
+                  f"{v.interval()[1]:+.4g}]" for v in detected]
+    kind = "the family's verdicts" if any_margin else "verdicts"
+    lines.append(f"{kind}: {decision.counts_text()}")
     return "\n".join(lines)
 
 
-def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str, look_note: str,
-           dunnett: bool, skipped: list[str]) -> str:
+def simple_lines(decision: Decision, response: str) -> list[str]:
+    """Per primary main effect of a response, how it fares at each level of the others (what
+    a sentence "it holds at every level" must rest on)."""
+    out = []
+    by_term: dict[str, list] = {}
+    for s in decision.simple:
+        if s.response == response:
+            by_term.setdefault(s.term, []).append(s)
+    for term, effects in by_term.items():
+        states = [s.verdict.verdict for s in effects]
+        tally = ", ".join(f"{states.count(k)} {k}" for k in dict.fromkeys(states))
+        lows = [s.verdict.interval()[0] for s in effects]
+        highs = [s.verdict.interval()[1] for s in effects]
+        out.append(f"{term} at each of the {len(effects)} combinations of the other factors' levels: {tally} "
+                   f"(bounds from {min(lows):+.4g} to {max(highs):+.4g}; each in the report)")
+    return out
+
+
+def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str, dunnett: bool,
+          skipped: list[str]) -> str:
     """The summary's closing lines: the design's aliases, runs a response lacks, mixed
     evaluations, the sequential look, incomplete runs and what was skipped."""
     lines = [fraction] if fraction else []
@@ -94,8 +117,6 @@ def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str
         lines.append(f"note: the runs' latest evaluations decoded different numbers of prompts "
                      f"({', '.join(f'{p:g}' for p in prompts)}): finish `trials reeval` before reading the decoding "
                      "responses")
-    if look_note:
-        lines.append(look_note)
     if dunnett:
         lines.append("each arm against the control (Dunnett): see the report")
     incomplete = report_incomplete(df)
@@ -106,7 +127,7 @@ def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str
     return "".join("\n" + line for line in lines)
 
 
-def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:
+def header_text(df: pd.DataFrame, stage: str | None, factors: list[str], look: str = "") -> str:
     data = factorial_rows(df, factors)
     q = QUESTIONS.get(stage or "")
     record = SweepRecord.of(df)
@@ -119,6 +140,8 @@ def header_text(df: pd.DataFrame, stage: str | None, factors: list[str]) -> str:
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")
                  + f", factors {', '.join(factors)}, {reps} replicate(s) as blocks, run order randomised within "
                  "each block")
+    if look:
+        lines.append(look)
     return "\n".join(lines)
 
 
@@ -159,23 +182,25 @@ def _run_table_html(df: pd.DataFrame, ui: str) -> str:
 # a term that matters is coloured by what it does to the response, not alarmed at
 
 
-VERDICT_COLOURS = {"better": "#c8e6c9", "worse": "#f6c9c4", "negligible": "#e4e4e4", "undecided": "#f3e6b3"}
+VERDICT_COLOURS = {"better": "#a5d6a7", "better, size unsure": "#dcedc8", "worse": "#ef9a9a",
+                   "worse, size unsure": "#f8d7d3", "negligible": "#e4e4e4", "undecided": "#f3e6b3"}
 
 
 def verdict_colour(v) -> str:
-    """better / worse (a term that matters: its +1 level moves the response the better or
-    the worse way), negligible or undecided."""
-    if v.verdict != "matters":
+    """A term that matters is coloured by what its +1 level does to the response (better or
+    worse), lighter where its size is unsure; negligible and undecided have their own."""
+    if not v.matters:
         return v.verdict
     if v.better not in ("higher", "lower"):
         return "undecided"
-    return "better" if (v.estimate > 0) == (v.better == "higher") else "worse"
+    way = "better" if (v.estimate > 0) == (v.better == "higher") else "worse"
+    return way if v.verdict == BEYOND else f"{way}, size unsure"
 
 
 def verdict_cell(v) -> str:
     """A verdict with its estimate and the interval its decision used."""
-    lo, hi = (v.eq_low, v.eq_high) if v.verdict == "negligible" else (v.ci_low, v.ci_high)
-    return f"{v.verdict}: {v.estimate:+.3g} [{lo:+.3g}, {hi:+.3g}]" + (" (fragile)" if v.fragile else "")
+    lo, hi, _ = v.interval()
+    return f"{v.verdict}: {v.estimate:+.3g} [{lo:+.3g}, {hi:+.3g}]"
 
 
 def answer_columns(decision: Decision) -> list[str]:
@@ -207,13 +232,19 @@ def _verdict_table_html(decision: Decision) -> str:
             cells.append(f"<td style='background:{colour}'>{esc(text)}</td>")
         rows.append(f"<tr><th>{esc(str(term))}</th>{''.join(cells)}</tr>")
     key = " ".join(f"<span style='background:{c};padding:0 6px'>{esc(k)}</span>" for k, c in (
-        ("matters: better at the term's +1", VERDICT_COLOURS["better"]),
-        ("matters: worse at +1", VERDICT_COLOURS["worse"]), ("negligible", VERDICT_COLOURS["negligible"]),
-        ("undecided", VERDICT_COLOURS["undecided"])))
+        (f"{BEYOND}: better at the term's +1", VERDICT_COLOURS["better"]),
+        (f"{UNSURE}: better at +1", VERDICT_COLOURS["better, size unsure"]),
+        (f"{BEYOND}: worse at +1", VERDICT_COLOURS["worse"]),
+        (f"{UNSURE}: worse at +1", VERDICT_COLOURS["worse, size unsure"]),
+        (NEGLIGIBLE, VERDICT_COLOURS["negligible"]), ("undecided", VERDICT_COLOURS["undecided"])))
     key += (" <small>(+1: a factor's second level; for an interaction, the product of its factors' "
             "codes)</small>")
     return (f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>"
             f"<p class='key'><small>{key}</small></p>")
+
+
+def _pct_text(level: float) -> str:
+    return f"{100 * level:.3f}".rstrip("0").rstrip(".") + "%"
 
 
 def _col_note(check) -> str:
@@ -234,7 +265,8 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
              _verdict_table_html(d),
              f"<p><small>{esc(d.method())}. Cells: the verdict, the estimate (high minus low) and the interval "
-             "the decision used (TOST's for negligible).</small></p>",
+             f"the decision used: {_pct_text(1 - 2 * d.alpha_star)} (its bounds are the one-sided tests at alpha*) for "
+             f"'beyond the margin' and 'negligible', {_pct_text(1 - d.alpha_star)} otherwise.</small></p>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]),
              "<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
              "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
@@ -273,7 +305,15 @@ def verdict_rows(decision: Decision, response: str) -> pd.DataFrame:
     t = decision.table()
     t = t[t["response"] == response].set_index("term")
     return t[["verdict", "estimate", "se", "df", "ci_low", "ci_high", "eq_low", "eq_high", "p", "p_adj", "p_equiv",
-              "detectable", "fragile"]]
+              "to_boundary", "block_F", "block_p", "in_family", "errors"]]
+
+
+def simple_table(decision: Decision, response: str) -> pd.DataFrame:
+    """A response's primary main effects at each combination of the other factors' levels."""
+    rows = [{"term": s.term, "at": s.at, "verdict": s.verdict.verdict, "estimate": s.verdict.estimate,
+             "low": s.verdict.interval()[0], "high": s.verdict.interval()[1], "se": s.verdict.se}
+            for s in decision.simple if s.response == response]
+    return pd.DataFrame(rows, columns=["term", "at", "verdict", "estimate", "low", "high", "se"]).set_index("term")
 
 
 def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report, factors: list[str],
@@ -284,10 +324,11 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
     d = rep.decision
     check = d.checks[r]
     parts = [f"<h2>{esc(r)} <small>({esc(_col_note(check))})</small></h2>",
-             f"<p>{esc(check.text(d.alpha_star))}. {esc(check.lobo)}.</p>",
+             f"<p>{esc(check.text(d.alpha_star))}.</p>",
              f"<h3>Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%; eq_low/eq_high at "
              f"{100 * (1 - 2 * d.alpha_star):.3g}% for the equivalence test; p unadjusted, p_adj = p x "
              f"{d.family})</h3>" + _table_html(verdict_rows(d, r))]
+    parts += _simple_and_noise_html(rep, r)
     anova = res.anova.drop(columns=["p_adj"], errors="ignore")
     parts.append(f"<h3>ANOVA (Type {res.typ}; F tests, p unadjusted; the verdicts above decide)</h3>"
                  + _table_html(anova))
@@ -306,7 +347,8 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
         c = rep.control[r]
         parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
                      f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
-                     f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] (pooled errors), "
+                     f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] (HC2 errors, "
+                     "Satterthwaite df), "
                      f"p={c['p']:.2g}; {c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
     if r in rep.dunnett:
         parts.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "
@@ -324,6 +366,19 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
                    if drift else "drift not checked (too few runs)")
         out.append(f"<figure class='drift'>{_img(path)}<figcaption>{esc(caption)}</figcaption></figure>")
     return out
+
+
+def _simple_and_noise_html(rep: Report, r: str) -> list[str]:
+    """A response's simple effects table and its noise split, where it has them."""
+    parts = []
+    simple = simple_table(rep.decision, r)
+    if len(simple):
+        parts.append("<h3>Simple effects: each primary main effect at every combination of the other factors' "
+                     "levels (decided at alpha*, outside the family; interval as in the verdict table)</h3>"
+                     + _table_html(simple))
+    if r in rep.noise:
+        parts.append(f"<p>Noise: {html.escape(rep.noise[r].text())}.</p>")
+    return parts
 
 
 def _md_table(df: pd.DataFrame) -> str:
@@ -346,10 +401,15 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
              _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Model fit", "",
              _md_table(model_fit_table(rep.results)), "", "## Summary", "", "```", body, "```"]
     for r, res in rep.results.items():
-        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_star) + ".", "",
-                  d.checks[r].lobo + ".", ""]
+        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_star) + ".", ""]
+        if r in rep.noise:
+            parts += [f"Noise: {rep.noise[r].text()}.", ""]
         parts += [f"Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%, equivalence at "
                   f"{100 * (1 - 2 * d.alpha_star):.3g}%):", "", _md_table(verdict_rows(d, r)), ""]
+        simple = simple_table(d, r)
+        if len(simple):
+            parts += ["Simple effects (each primary main effect at every combination of the other factors' levels, "
+                      "at alpha*, outside the family):", "", _md_table(simple), ""]
         parts += [f"ANOVA (Type {res.typ}; p unadjusted):", "", _md_table(res.anova.drop(columns=["p_adj"],
                                                                                          errors="ignore")), ""]
         parts += ["Cell means:", "", _md_table(cell_means(data, r, factors)), ""]

@@ -23,11 +23,11 @@ from .attribution import ResponseResult, analyse, stage_of
 from .design import alias_structure, factorial_rows  # noqa: F401  (alias_structure: read here by users)
 from .diagnostics import (Sensitivity, against_control, analysable, cell_means, choose_responses,  # noqa: F401
                           drift_check, fraction_note, model_fit_table, residuals, sensitivity)
-from .load import log_to_parent  # noqa: F401  (the report's writer to the parent run; its home is the store)
+from .load import SweepRecord, log_to_parent  # noqa: F401  (log_to_parent: the report's writer to the parent run)
 from .render import (VERDICT_COLOURS, header_text, notes, summarise, verdict_cell, verdict_colour,  # noqa: F401
                      verdict_grid, verdict_rows, verdict_table_text, write_html, write_markdown)
-from .sequential import look_alpha
-from .variance import groups_of, split
+from .sequential import LookResult, look_for
+from .variance import split
 from .verdicts import Decision, decide_all, margins_for
 
 
@@ -43,15 +43,17 @@ class Report:
     drift: dict[str, tuple[float, float]] = field(default_factory=dict)  # response -> (slope per run, p)
     markdown_path: Path | None = None
     decision: Decision | None = None
+    look: LookResult | None = None
+    noise: dict = field(default_factory=dict)  # response -> analysis.variance.Split
 
 
 def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] | None = None,
                  adjust: str = "bonferroni", typ: int | None = None, alpha: float | None = None,
-                 margins: dict[str, float] | None = None, ui: str = UI_URL) -> Report:
+                 margins: dict[str, float] | None = None, ui: str = UI_URL, unrecorded: str = "") -> Report:
     """The whole attribution of a sweep (`ui`: the MLflow UI the HTML's run links open). `margins` (`--margin`) supply or override the
     spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep
     analysed look after look (`trials augment --until-decided`), the alpha its spending
-    rule gives the look at the current number of blocks."""
+    rule gives the look at this data; a given `alpha` or `margins` make the report a what-if."""
     factors = list(df.attrs.get("factors") or [])
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
@@ -65,17 +67,20 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     block = "replicate" if data["replicate"].nunique() > 1 else None
     fraction = fraction_note(df, data, factors)
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
-    alpha, look_note = look_alpha(df, data, alpha)
+    noise = {r: sp for r in chosen if (sp := split(df, r, factors)) is not None}
+    shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
+    look = look_for(df, shares, alpha, what_if=bool(margins))
+    look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
-    decision = decide_all(df, chosen, factors, declared, alpha, adjust, controls[0] if controls else None)
+    decision = decide_all(df, chosen, factors, declared, look.alpha, adjust, controls[0] if controls else None,
+                          SweepRecord.of(df).primary_terms or None)
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
-    noise = {r: split(df, r, factors) for r in chosen if groups_of(df, r)}
-    summary = (header_text(df, stage, factors) + "\n" + verdict_table_text(decision) + "\n"
+    summary = (header_text(df, stage, factors, look.label()) + "\n" + verdict_table_text(decision) + "\n"
                + summarise(decision, results, drift, noise)
-               + notes(df, data, chosen, fraction, look_note, bool(dunnett), skipped))
+               + notes(df, data, chosen, fraction, bool(dunnett), skipped))
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,
-                 decision=decision)
+                 decision=decision, look=look, noise=noise)
     if out is not None:
         out = Path(out)
         rep.html_path = write_html(df, rep, factors, out, ui)

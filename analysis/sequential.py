@@ -1,34 +1,55 @@
-"""The stopping rule for a sweep analysed look after look (`trials augment --until-decided`).
+"""Looks: every analysis that prints verdicts is one, and the stopping rule that keeps false
+verdicts at alpha across them.
 
-Each look decides every term again; without a correction, repeated looks would inflate
-false verdicts. The rule here is Lan-DeMets alpha spending with the Pocock-type spending
-function
+A look is identified by the data it saw: which runs (cell and replicate block) and each
+run's evaluation (prompts decoded, held-out batches, timing rounds). The same report on the
+same data is the same look and spends nothing; a re-evaluation with more prompts is a new
+look, as a new block is.
 
-    spent(t) = alpha * ln(1 + (e - 1) t),   t = replicate blocks so far / the maximum,
+A sweep's sequential plan is declared in its spec before the first look (`sequential:
+{max_replicates, alpha, max_prompts, max_eval_batches}`, recorded on the parent run at
+`trials run`). Alpha is spent by Lan-DeMets alpha spending with the Pocock-type function
 
-(Lan & DeMets 1983; Kim & DeMets 1987), and each look k tests at the alpha it spends,
-alpha_k = spent(t_k) - spent(t_{k-1}). Inside a look that alpha is split over the family as
-always (Bonferroni), for the test of "no effect" and for the equivalence test alike. By the
-union bound over looks, the chance of any false "matters" (or any false "negligible")
-across all looks is at most spent(1) = alpha, whatever the correlation between looks:
-conservative, and simple to check. The maximum number of blocks is fixed at the first look
-(the information scale needs a fixed end). A repeated analysis at the same number of blocks
-is the same look and spends nothing more. Pocock-type spending rather than O'Brien-Fleming:
-the point of a look is to stop early, and O'Brien-Fleming spends almost nothing on early
-looks.
+    spent(t) = alpha * ln(1 + (e - 1) t),
+
+(Lan & DeMets 1983; Kim & DeMets 1987) on an information scale: t = I_k / I_max, I the
+inverse variance of the primary contrasts. With the evaluation's share of a response's
+noise split off (`analysis.variance`), a run's variance is sigma_seed^2 + v / n for an
+evaluation of n items (prompts or batches, v the per-item evaluation variance), so
+
+    t = (b / b_max) * (sigma_seed^2 + v / n_max) / (sigma_seed^2 + v / n),
+
+averaged over the primary responses (b blocks, n items now; b_max, n_max the plan's). More
+prompts thus count as information, not as a free look; a response without an evaluation
+share (a timed one, or one whose runs carry no jackknife records) counts blocks alone. Look
+k tests at alpha_k = spent(t_k) - spent(t_{k-1}), split over the family as always
+(Bonferroni), for "no effect" and for equivalence alike. By the union bound over looks the
+chance of any false "matters" (or any false "negligible") across all looks is at most
+spent(1) = alpha. t never decreases and is capped at 1.
+
+A sweep with no plan gets one fixed-sample analysis at alpha. A later look at other data is
+post hoc and says so; so is every look under a plan added after a look (`trials augment
+--post-hoc`), and under a plan recorded before plans were declared in specs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pandas as pd
 
+from .anova import AnalysisError
 from .load import SweepRecord
 
-RULE = "Lan-DeMets alpha spending, Pocock-type, Bonferroni across looks"
+RULE = "Lan-DeMets alpha spending, Pocock-type, on the information scale; Bonferroni across looks"
+# the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
+EVALUATION_COLUMNS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_rounds": "timing/rounds"}
+LEGACY = ("a plan recorded by trials augment after the sweep had been analysed, before plans were declared in "
+          "specs")
 
 
 def spent(t: float, alpha: float) -> float:
@@ -39,55 +60,205 @@ def spent(t: float, alpha: float) -> float:
 
 
 @dataclass
-class Plan:
-    """A sweep's looks: the maximum number of replicate blocks and the block counts at
-    which it was analysed, in order."""
-    max_replicates: int
+class Look:
+    """One look: the data it saw (a fingerprint), its blocks and evaluation, the information
+    fraction reached and the alpha it tested at."""
+    data: str
+    blocks: int
+    evaluation: dict = field(default_factory=dict)
+    t: float = 1.0
     alpha: float = 0.05
-    looks: list[int] = field(default_factory=list)
+    post_hoc: bool = False
+
+    def describe(self) -> str:
+        ev = ", ".join(f"{v:g} {k.replace('_', ' ')}" for k, v in self.evaluation.items())
+        return f"{self.blocks} block(s)" + (f", {ev}" if ev else "")
+
+
+@dataclass
+class Plan:
+    """A sweep's looks. `max_replicates` None: no plan was declared (one fixed-sample
+    analysis). `declared`: the plan was in the spec before the first look; `post_hoc` says
+    why not where it was not."""
+    max_replicates: int | None
+    alpha: float = 0.05
+    max_prompts: int | None = None
+    max_eval_batches: int | None = None
+    declared: bool = True
+    post_hoc: str = ""
+    looks: list[Look] = field(default_factory=list)
     rule: str = RULE
 
     def __post_init__(self):
-        if not (isinstance(self.max_replicates, int) and self.max_replicates >= 2):
+        if self.max_replicates is not None and not (isinstance(self.max_replicates, int)
+                                                    and self.max_replicates >= 2):
             raise ValueError(f"max_replicates: an integer >= 2, got {self.max_replicates!r}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha: must lie in (0, 1), got {self.alpha!r}")
 
-    def look(self, replicates: int) -> float:
-        """Record a look at `replicates` blocks (once) and return the alpha it tests at."""
-        if replicates > self.max_replicates:
-            raise ValueError(f"{replicates} replicate blocks exceed the plan's maximum of {self.max_replicates}")
-        if self.looks and replicates < self.looks[-1]:
-            raise ValueError(f"a look at {replicates} blocks comes after one at {self.looks[-1]}")
-        if not self.looks or replicates != self.looks[-1]:
-            self.looks.append(replicates)
-        return self.alpha_at(len(self.looks) - 1)
+    @property
+    def planned(self) -> bool:
+        return self.max_replicates is not None
 
-    def alpha_at(self, k: int) -> float:
-        """The alpha look k (0-based) tests at."""
-        t = self.looks[k] / self.max_replicates
-        before = self.looks[k - 1] / self.max_replicates if k > 0 else 0.0
-        return spent(t, self.alpha) - spent(before, self.alpha)
+    def find(self, data: str, blocks: int) -> Look | None:
+        """The recorded look at this data (a legacy look, recorded without a fingerprint, is
+        found by its number of blocks)."""
+        for look in self.looks:
+            if look.data == data or (not look.data and look.blocks == blocks):
+                return look
+        return None
+
+    def look(self, data: str, blocks: int, evaluation: dict, t: float = 1.0) -> tuple[Look, bool]:
+        """The look at this data: the recorded one, or a new one appended (with information
+        fraction `t`, used under a plan). Returns (look, new)."""
+        found = self.find(data, blocks)
+        if found is not None:
+            return found, False
+        if not self.planned:
+            # the fixed-sample analysis, once; any later look at other data is post hoc
+            look = Look(data, blocks, evaluation, 1.0, self.alpha, post_hoc=bool(self.looks))
+        else:
+            if blocks > self.max_replicates:
+                raise ValueError(f"{blocks} replicate blocks exceed the plan's maximum of {self.max_replicates}")
+            before = self.looks[-1].t if self.looks else 0.0
+            t_k = min(1.0, max(float(t), before))
+            look = Look(data, blocks, evaluation, t_k, spent(t_k, self.alpha) - spent(before, self.alpha),
+                        post_hoc=not self.declared)
+        self.looks.append(look)
+        return look, True
+
+    def spent_alpha(self) -> float:
+        return sum(look.alpha for look in self.looks) if self.planned else float("nan")
 
     def to_json(self) -> str:
-        return json.dumps({"rule": self.rule, "alpha": self.alpha, "max_replicates": self.max_replicates,
-                           "looks": self.looks})
+        d = {k: v for k, v in asdict(self).items() if k != "looks"}
+        d["looks"] = [asdict(look) for look in self.looks]
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
+        """A recorded plan. One recorded before plans were declared (no `declared` key: the
+        looks of `trials augment`, keyed on blocks alone) is read as post hoc."""
         d = json.loads(text)
-        return cls(int(d["max_replicates"]), float(d["alpha"]), [int(n) for n in d.get("looks", [])])
+        if not isinstance(d, dict):
+            raise ValueError("the sequential record is not a JSON object")
+        legacy = "declared" not in d
+        reps = d.get("max_replicates")
+        plan = cls(int(reps) if reps is not None else None, float(d.get("alpha", 0.05)),
+                   _int_or_none(d.get("max_prompts")), _int_or_none(d.get("max_eval_batches")),
+                   declared=bool(d.get("declared", False)), post_hoc=str(d.get("post_hoc") or (LEGACY if legacy else "")))
+        for i, look in enumerate(d.get("looks", [])):
+            if legacy:  # block counts only: rebuild their fractions and alphas as the old rule spent them
+                n = int(look)
+                before = plan.looks[-1].t if plan.looks else 0.0
+                t = n / plan.max_replicates
+                plan.looks.append(Look("", n, {}, t, spent(t, plan.alpha) - spent(before, plan.alpha), True))
+            else:
+                plan.looks.append(Look(str(look.get("data", "")), int(look["blocks"]), dict(look.get("evaluation", {})),
+                                       float(look.get("t", 1.0)), float(look["alpha"]), bool(look.get("post_hoc"))))
+        return plan
 
 
-def look_alpha(df: pd.DataFrame, data: pd.DataFrame, alpha: float | None) -> tuple[float, str]:
-    """The alpha of this analysis and, for a sweep under the sequential rule, what it is."""
-    if alpha is not None:
-        return alpha, ""
-    record = SweepRecord.of(df)
-    if not record.sequential:
-        return 0.05, ""
-    plan = Plan.from_json(record.sequential)
-    n = int(data["replicate"].nunique())
-    a = plan.look(n)
-    return a, (f"sequential rule ({plan.rule}): look {len(plan.looks)} at {n} of at most {plan.max_replicates} "
-               f"replicate blocks tests at alpha {a:.3g} of the sweep's {plan.alpha:g}")
+def _int_or_none(v) -> int | None:
+    return None if v is None else int(v)
+
+
+def fingerprint(data: pd.DataFrame) -> tuple[str, int, dict]:
+    """(the data's fingerprint, its replicate blocks, its evaluation): which runs, and each
+    run's evaluation (prompts, held-out batches, timing rounds)."""
+    cols = {k: c for k, c in EVALUATION_COLUMNS.items() if c in data.columns}
+    rows = sorted(
+        "|".join([str(r["cell"]), str(r["replicate"])] + [f"{_num(r[c]):g}" for c in cols.values()])
+        for _, r in data.iterrows())
+    digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
+    evaluation = {}
+    for k, c in cols.items():
+        v = pd.to_numeric(data[c], errors="coerce").dropna()
+        if len(v):
+            evaluation[k] = float(v.median())
+    blocks = int(data["replicate"].nunique()) if "replicate" in data.columns else 1
+    return digest, blocks, evaluation
+
+
+def _num(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+    return f
+
+
+def information_fraction(plan: Plan, blocks: int, evaluation: dict, shares: dict[str, tuple[str, float]]) -> float:
+    """t = I_k / I_max (module docstring), averaged over the primary responses. `shares`:
+    response -> (the evaluation kind it varies with, "prompts" or "eval_batches" or "", and
+    the evaluation's share of its residual variance now, 0 where unknown)."""
+    if not plan.planned:
+        return 1.0
+    fractions = []
+    for kind, share in shares.values() or [("", 0.0)]:
+        f = blocks / plan.max_replicates
+        n = evaluation.get(kind) if kind else None
+        n_max = {"prompts": plan.max_prompts, "eval_batches": plan.max_eval_batches}.get(kind)
+        if n and n_max and share and np.isfinite(share) and share > 0:
+            share = min(share, 1.0)  # a share over 1 (the model misfits) counts as all evaluation
+            seed, v = 1.0 - share, share * n  # in units of the residual variance now
+            f *= (seed + v / max(n_max, n)) / (seed + v / n)
+        fractions.append(f)
+    return float(min(1.0, np.mean(fractions)))
+
+
+@dataclass
+class LookResult:
+    """What one analysis is, as a look: its alpha and the words saying so."""
+    alpha: float
+    look: Look | None
+    index: int  # 1-based position among the plan's looks (0: not a look)
+    new: bool
+    plan: Plan | None
+    what_if: bool = False
+    unrecorded: str = ""  # why a new look is not recorded (a parquet export), "" where it is or is not new
+
+    def label(self) -> str:
+        """One line for the report's first screen and the terminal summary."""
+        if self.what_if:
+            return (f"what-if: alpha or margins given on the command line; verdicts at alpha {self.alpha:.3g} are "
+                    "not a look of the sweep and are not recorded")
+        p, look = self.plan, self.look
+        if p is None or look is None:
+            return ""
+        seen = look.describe()
+        if not p.planned:
+            if not look.post_hoc:
+                return (f"fixed-sample analysis (no sequential plan declared) of {seen} at alpha {look.alpha:.3g}"
+                    + (f" (not recorded: {self.unrecorded})" if self.new and self.unrecorded else ""))
+            first = p.looks[0].describe()
+            return (f"POST HOC look {self.index}: this sweep declared no sequential plan; its fixed-sample analysis "
+                    f"saw {first}, this one {seen}; at alpha {look.alpha:.3g}, false verdicts across looks are not "
+                    "kept at alpha")
+        head = (f"look {self.index} of a plan of at most {p.max_replicates} blocks at {seen}: information "
+                f"{look.t:.0%}, tests at alpha {look.alpha:.3g} ({p.spent_alpha():.3g} of {p.alpha:g} spent)")
+        if look.post_hoc:
+            head = f"POST HOC: {head}; the plan is {p.post_hoc or 'not declared before the first look'}"
+        return head + (f" (not recorded: {self.unrecorded})" if self.new and self.unrecorded else "")
+
+
+def plan_of(record_json: str, alpha: float = 0.05) -> Plan:
+    """The sweep's recorded plan, or a fixed-sample one where none was declared."""
+    return Plan.from_json(record_json) if record_json else Plan(None, alpha, declared=False)
+
+
+def look_for(df: pd.DataFrame, shares: dict[str, tuple[str, float]], alpha: float | None = None,
+             what_if: bool = False) -> LookResult:
+    """This analysis as a look of the sweep's plan (`shares`: see information_fraction). A
+    given `alpha` or `what_if` (margins from the command line) makes it a what-if: computed
+    as the look would be, tested at the given alpha, never recorded."""
+    plan = plan_of(SweepRecord.of(df).sequential)
+    key, blocks, evaluation = fingerprint(df)
+    try:
+        look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares))
+    except ValueError as e:
+        raise AnalysisError(f"sequential plan: {e}") from None
+    index = plan.looks.index(look) + 1
+    if what_if or alpha is not None:
+        return LookResult(look.alpha if alpha is None else alpha, look, index, new, plan, what_if=True)
+    return LookResult(look.alpha, look, index, new, plan)

@@ -1,33 +1,44 @@
-"""Verdicts: every term of every primary response ends "matters", "negligible" or "undecided".
+"""Verdicts: every term of every response ends in one of four states.
 
-One alpha decides everything. The family is every (primary response, contrast) pair; each
-is tested at alpha* = alpha / m (Bonferroni, m the family's size; `adjust="none"` gives
-alpha* = alpha). Bonferroni and not Holm: a step-down rule can reject a hypothesis whose
-own interval at its printed level still holds zero, and no sentence may contradict the
-interval printed beside it. With alpha* fixed, for an estimate e with standard error se
-and df residual degrees of freedom:
+One alpha decides everything. The family is primary responses x primary terms (the spec's
+`primary_terms`, by default every main effect and control); each of its m contrasts is
+tested at alpha* = alpha / m (Bonferroni; `adjust="none"` gives alpha* = alpha). Other terms
+and responses are decided at the same alpha*, outside the family (they do not count in m).
+Bonferroni and not Holm: a step-down rule can reject a hypothesis whose own interval at its
+printed level still holds zero, and no sentence may contradict the interval printed beside
+it. For an estimate e with standard error se and df degrees of freedom, t1 = t_{1-alpha*/2}
+and t2 = t_{1-alpha*}:
 
-- matters: the two-sided t test of "no effect" rejects at alpha*, i.e. the (1 - alpha*)
-  interval e +- t_{1-alpha*/2, df} se excludes zero (and the term is not negligible);
-- negligible: both one-sided tests against -margin and +margin reject at alpha* (TOST), i.e.
-  the (1 - 2 alpha*) interval e +- t_{1-alpha*, df} se lies inside (-margin, +margin). Where
-  that interval also excludes zero it is "detected, smaller than the margin";
-- undecided: neither. A response with no margin can only be "matters" or "undecided".
+- matters, beyond the margin: zero is rejected (the (1 - alpha*) interval e +- t1 se excludes
+  it) and the one-sided bound at alpha* lies beyond +-margin (e - t2 se > margin, or
+  e + t2 se < -margin): the (1 - 2 alpha*) interval lies wholly beyond the margin;
+- matters, size unsure: zero is rejected, but the one-sided bound reaches inside the margin
+  (with no margin declared, every effect that matters is of unsure size);
+- negligible: both one-sided tests against -margin and +margin reject at alpha* (TOST): the
+  (1 - 2 alpha*) interval lies inside (-margin, +margin). Where it also excludes zero the
+  effect is "detected, smaller than the margin";
+- undecided: none of these.
 
 Contrasts come from one OLS per response: the terms the design can estimate (sum coding,
 `analysis.anova`), the replicate as an additive block. A two-level term's contrast is the
-DOE effect (mean where its coded product is +1 minus mean where it is -1, over cell
-means). A factor of more than two levels enters as every pair of its levels (`D1[a->b]`),
-each its own hypothesis in the same family: pairwise contrasts with the family's
-Bonferroni adjustment, never the F test's power. A control arm adds one contrast: every
-factorial arm pooled against it.
+DOE effect (mean where its coded product is +1 minus mean where it is -1, over cell means).
+A factor of more than two levels enters as every pair of its levels (`D1[a->b]`). A control
+arm adds one contrast, every factorial arm pooled against it, from the cell-means model of
+all arms with the block.
 
-Errors are the model's pooled OLS errors unless the Breusch-Pagan test (studentized,
-against the factors' main effects) rejects at 0.05: then every interval and test of that
-response uses heteroscedasticity-consistent HC3 errors. With three or more replicate
-blocks each estimate is refitted without each block in turn and judged with the full
-sweep's standard error; a verdict that changes is fragile: it rests on one block's values,
-not only on the number of blocks (fewer blocks always widen the interval).
+Errors match the design. In a balanced design (every cell in every block, equally often)
+the pooled OLS errors are unbiased for the factorial contrasts even where cell variances
+differ, since every cell enters each contrast with the same weight. Where the design is
+unbalanced (missing runs), and for the control contrast (its arms enter with unequal
+weights: the control against the pool of every factorial arm), the errors are HC2 with the
+Satterthwaite degrees of freedom of Bell & McCaffrey (2002): the df of the scaled
+chi-square that matches the HC2 variance's first two moments under homoskedastic errors.
+
+Beside each family term the block-by-term interaction is tested (an F test of the term's
+columns times the block's; studentised: the term's effect measured within each block
+against the pooled error): a term whose effect differs between blocks is named. Every
+verdict says how far its estimate lies from the nearest decision boundary, in standard
+errors.
 """
 
 from __future__ import annotations
@@ -50,19 +61,39 @@ from .design import factorial_rows, levels, plain, with_value
 from .load import SweepRecord
 
 ADJUSTMENTS = ("bonferroni", "none")
-HETERO_ALPHA = 0.05  # the Breusch-Pagan level at which a response switches to HC3 errors
 DECISION_POWER = 0.8  # the planner's target: the probability that the next step decides a term
 MAX_BLOCKS = 1000
-VERDICTS = ("matters", "negligible", "undecided")
+BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED = ("matters, beyond the margin", "matters, size unsure", "negligible",
+                                         "undecided")
+VERDICTS = (BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED)
+COUNT_METRICS = {BEYOND: "verdicts/matters_beyond", UNSURE: "verdicts/matters_unsure", NEGLIGIBLE: "verdicts/negligible",
+                 UNDECIDED: "verdicts/undecided"}  # the parent run's counts of the family's verdicts
+SMALLER = "detected, smaller than the margin"  # the qualifier of a negligible effect that excludes zero
+POOLED_FALLBACK = "pooled (HC2 undefined: a cell seen once)"
+BLOCK_ALPHA = 0.05  # the block-by-term test names a term whose effect differs between blocks at this level
 
 
 @dataclass(frozen=True)
 class Contrast:
-    term: str  # D1, D1:D9, D1[shifted->aligned], vs control=pure_ce
+    term: str  # D1, D1:D9, D1[shifted->aligned], vs pure_ce
     label: str  # what the difference is, e.g. "shifted -> aligned"
     estimate: float
     se: float
     df: float
+    group: str = ""  # the spec's name for it: D1 (also for D1[a->b]), D1:D9, pure_ce
+
+
+@dataclass(frozen=True)
+class BlockTest:
+    """The block-by-term interaction: F on (q, df) degrees of freedom and its p."""
+    F: float
+    q: int
+    df: float
+    p: float
+
+    def text(self) -> str:
+        flag = "; the effect differs between blocks" if self.p < BLOCK_ALPHA else ""
+        return f"block x term F({self.q}, {self.df:g}) = {self.F:.2f}, p = {self.p:.2g}{flag}"
 
 
 @dataclass
@@ -70,14 +101,14 @@ class Verdict:
     response: str
     term: str
     label: str
-    verdict: str  # matters | negligible | undecided
+    verdict: str  # one of VERDICTS
     estimate: float
     se: float
     df: float
     alpha_star: float
     ci_low: float  # the (1 - alpha*) interval: the test of "no effect"
     ci_high: float
-    eq_low: float  # the (1 - 2 alpha*) interval: the equivalence test
+    eq_low: float  # the (1 - 2 alpha*) interval: its bounds are the one-sided bounds at alpha*
     eq_high: float
     margin: float | None
     better: str
@@ -85,49 +116,78 @@ class Verdict:
     p_adj: float  # p times the family's size (capped at 1)
     p_equiv: float | None  # TOST: the larger one-sided p, unadjusted
     detectable: float  # the true effect the test rejects with 80% power at alpha*
-    fragile: str = ""  # why leave-one-block-out changes it; "" when it does not or cannot
+    to_boundary: float  # the estimate's distance to the nearest decision boundary, in standard errors
+    in_family: bool = True
+    errors: str = "pooled"  # pooled | HC2 | POOLED_FALLBACK
+    block: BlockTest | None = None
     next_step: str = ""  # for an undecided term: what would decide it
     blocks: int | None = None  # replicate blocks to add that would decide it (80%), None if unknown
+
+    @property
+    def matters(self) -> bool:
+        return self.verdict in (BEYOND, UNSURE)
 
     @property
     def detected(self) -> bool:
         return self.ci_low > 0 or self.ci_high < 0
 
+    @property
+    def smaller_than_margin(self) -> bool:
+        return self.verdict == NEGLIGIBLE and (self.eq_low > 0 or self.eq_high < 0)
+
     def direction(self) -> str:
-        """'better' or 'worse' for a detected main effect or control contrast (an
+        """'better' or 'worse' for a main effect or control contrast that matters (an
         interaction's sign says how effects combine, not which arm is better)."""
-        if not self.detected or not self.better or not self.label:
+        if not self.matters or not self.better or not self.label:
             return ""
         good = (self.estimate > 0) == (self.better == "higher")
         return "better" if good else "worse"
 
+    def interval(self) -> tuple[float, float, float]:
+        """(low, high, level) of the interval the verdict rests on: the (1 - 2 alpha*) one,
+        whose bounds are the one-sided tests at alpha*, for "beyond the margin" and
+        "negligible"; the (1 - alpha*) one otherwise."""
+        if self.verdict in (BEYOND, NEGLIGIBLE):
+            return self.eq_low, self.eq_high, 1 - 2 * self.alpha_star
+        return self.ci_low, self.ci_high, 1 - self.alpha_star
+
     def text(self) -> str:
         """One sentence that starts with `<term>: <verdict>` and agrees with its interval."""
-        lvl = _pct(1 - self.alpha_star)
+        lo, hi, level = self.interval()
         what = f"{self.label}: " if self.label else ""
-        if self.verdict == "matters":
+        est = f"{what}{self.estimate:+.4g} [{lo:+.4g}, {hi:+.4g}] at {_pct(level)}"
+        m = f"+-{self.margin:g}" if self.margin is not None else ""
+        if self.verdict == BEYOND:
             way = self.direction()
-            out = (f"{self.term}: matters ({what}{self.estimate:+.4g} [{self.ci_low:+.4g}, {self.ci_high:+.4g}] "
-                   f"at {lvl}{', ' + way if way else ''})")
-        elif self.verdict == "negligible":
-            out = (f"{self.term}: negligible within +-{self.margin:g} ({what}{self.estimate:+.4g} "
-                   f"[{self.eq_low:+.4g}, {self.eq_high:+.4g}] at {_pct(1 - 2 * self.alpha_star)})")
-            if self.eq_low > 0 or self.eq_high < 0:
-                out += "; detected, smaller than the margin"
+            out = f"{self.term}: {BEYOND} ({est}, wholly beyond {m}{', ' + way if way else ''})"
+        elif self.verdict == UNSURE:
+            way = self.direction()
+            reach = (f"; excludes zero, but its one-sided bounds [{self.eq_low:+.4g}, {self.eq_high:+.4g}] "
+                     f"({_pct(1 - 2 * self.alpha_star)}) reach inside {m}" if self.margin is not None
+                     else "; no margin declared")
+            out = f"{self.term}: {UNSURE} ({est}{reach}{', ' + way if way else ''})"
+        elif self.verdict == NEGLIGIBLE:
+            out = f"{self.term}: negligible within {m} ({est})"
+            if self.smaller_than_margin:
+                out += f"; {SMALLER}"
         else:
-            out = (f"{self.term}: undecided ({what}{self.estimate:+.4g} [{self.ci_low:+.4g}, {self.ci_high:+.4g}] "
-                   f"at {lvl}")
+            out = f"{self.term}: undecided ({est}"
             if self.margin is None:
                 out += "; no margin declared, so negligible cannot be shown)"
             else:
-                out += (f"; not shown within +-{self.margin:g}: [{self.eq_low:+.4g}, {self.eq_high:+.4g}] at "
+                out += (f"; not shown within {m}: [{self.eq_low:+.4g}, {self.eq_high:+.4g}] at "
                         f"{_pct(1 - 2 * self.alpha_star)})")
             if math.isfinite(self.detectable):
                 out += f"; this sweep detects {self.detectable:.3g} or more with {DECISION_POWER:.0%} power"
             if self.next_step:
                 out += f"; {self.next_step}"
-        if self.fragile:
-            out += f" [fragile: {self.fragile}]"
+        out += f"; {self.to_boundary:.1f} se from the nearest boundary"
+        if self.errors != "pooled":
+            out += f"; {self.errors} errors on {self.df:.3g} df"
+        if self.block is not None:
+            out += f"; {self.block.text()}"
+        if not self.in_family:
+            out += " [outside the family]"
         return out
 
 
@@ -146,27 +206,33 @@ class ResponseCheck:
     sigma_high: float
     r2: float
     r2_adj: float
-    bp_p: float  # Breusch-Pagan p (nan when it cannot be computed)
-    errors: str  # "OLS" or "HC3"
+    errors: str  # "pooled" (balanced), "HC2" (unbalanced) or POOLED_FALLBACK
     n_cells: int
     replicates: int
     replicates_for_margin: tuple[int | None, int | None, int | None] | None = None  # at sigma low, point, high
-    lobo: str = ""  # leave-one-block-out: what was checked
 
     def text(self, alpha_star: float) -> str:
         parts = [f"{self.better} is better" if self.better else "no better direction",
                  f"margin +-{self.margin:g}" if self.margin is not None else "no margin declared",
                  f"sigma {self.sigma:.3g} [95% CI {self.sigma_low:.3g}, {self.sigma_high:.3g}] on {self.df_resid:g} df",
-                 f"R2 {self.r2:.2f} (adj {self.r2_adj:.2f})"]
-        if self.errors == "HC3":
-            parts.append(f"HC3 errors: Breusch-Pagan p={self.bp_p:.2g} < {HETERO_ALPHA}, variances differ")
-        elif np.isfinite(self.bp_p):
-            parts.append(f"pooled errors (Breusch-Pagan p={self.bp_p:.2g})")
+                 f"R2 {self.r2:.2f} (adj {self.r2_adj:.2f})",
+                 "pooled errors (balanced design)" if self.errors == "pooled" else
+                 "HC2 errors with Satterthwaite df (unbalanced design)" if self.errors == "HC2" else
+                 f"{self.errors} errors (unbalanced design)"]
         if self.replicates_for_margin:
             lo, mid, hi = (_reps(v) for v in self.replicates_for_margin)
             parts.append(f"replicates to detect +-{self.margin:g} with {DECISION_POWER:.0%} power at alpha*: {mid} "
                          f"({lo}-{hi} over sigma's CI)")
         return f"{self.response} ({'; '.join(parts)})"
+
+
+@dataclass
+class SimpleEffect:
+    """A primary main effect at one combination of the other factors' levels."""
+    response: str
+    term: str
+    at: str  # e.g. "D2=const4, D9=hidden"
+    verdict: Verdict
 
 
 @dataclass
@@ -177,6 +243,8 @@ class Decision:
     family: int
     checks: dict[str, ResponseCheck]
     verdicts: list[Verdict]
+    primary_terms: list[str] = field(default_factory=list)
+    simple: list[SimpleEffect] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def of(self, response: str) -> list[Verdict]:
@@ -185,22 +253,43 @@ class Decision:
     def primary(self) -> list[str]:
         return [r for r, c in self.checks.items() if c.primary]
 
+    def family_verdicts(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.in_family]
+
     def table(self) -> pd.DataFrame:
         cols = ["response", "term", "label", "verdict", "estimate", "se", "df", "ci_low", "ci_high", "eq_low",
-                "eq_high", "margin", "better", "p", "p_adj", "p_equiv", "detectable", "alpha_star", "fragile",
-                "next_step"]
-        return pd.DataFrame([{c: getattr(v, c) for c in cols} for v in self.verdicts], columns=cols)
+                "eq_high", "margin", "better", "p", "p_adj", "p_equiv", "detectable", "to_boundary", "alpha_star",
+                "in_family", "errors", "block_F", "block_p", "next_step"]
+        rows = []
+        for v in self.verdicts:
+            row = {c: getattr(v, c) for c in cols if hasattr(v, c)}
+            row["block_F"] = v.block.F if v.block else np.nan
+            row["block_p"] = v.block.p if v.block else np.nan
+            rows.append(row)
+        return pd.DataFrame(rows, columns=cols)
 
     def counts(self) -> dict[str, int]:
-        prim = set(self.primary())
-        return {k: sum(v.verdict == k for v in self.verdicts if v.response in prim) for k in VERDICTS}
+        """The family's verdicts by state."""
+        fam = self.family_verdicts()
+        return {k: sum(v.verdict == k for v in fam) for k in VERDICTS}
+
+    def undecided(self) -> int:
+        return self.counts()[UNDECIDED]
+
+    def counts_text(self) -> str:
+        c = self.counts()
+        return (f"{c[BEYOND]} matter beyond the margin, {c[UNSURE]} matter (size unsure), {c[NEGLIGIBLE]} negligible, "
+                f"{c[UNDECIDED]} undecided")
 
     def method(self) -> str:
-        adj = (f"Bonferroni over {self.family} hypotheses" if self.adjust == "bonferroni" else "no adjustment")
-        return (f"one alpha for every verdict: alpha {self.alpha:g}, {adj}, so each test runs at alpha* = "
-                f"{self.alpha_star:.3g}; intervals: {_pct(1 - self.alpha_star)} for 'matters' and "
-                f"'undecided', {_pct(1 - 2 * self.alpha_star)} (TOST) for 'negligible'; factors of more than "
-                "two levels as pairwise contrasts in the same family")
+        terms = ", ".join(self.primary_terms)
+        adj = (f"Bonferroni over the family's {self.family} hypotheses (primary responses x primary terms: {terms})"
+               if self.adjust == "bonferroni" else "no adjustment")
+        return (f"one alpha for every verdict: alpha {self.alpha:.3g}, {adj}, so each test runs at alpha* = "
+                f"{self.alpha_star:.3g}, other terms and responses too, outside the family; intervals: "
+                f"{_pct(1 - self.alpha_star)} for 'no effect', {_pct(1 - 2 * self.alpha_star)} (one-sided bounds at "
+                "alpha*) for 'beyond the margin' and 'negligible' (TOST); factors of more than two levels as "
+                "pairwise contrasts")
 
 
 def _pct(level: float) -> str:
@@ -247,72 +336,103 @@ def parse_margins(items: list[str] | None) -> dict[str, float]:
 
 @dataclass
 class Fit:
-    """One response's OLS: the fit, its terms, the errors used and the cell-averaged design rows."""
+    """One response's OLS: the fit, its terms, the errors used, the cell-averaged design rows,
+    and what HC2's degrees of freedom and the block-by-term test need."""
     result: object  # statsmodels RegressionResults
     terms: list[tuple[str, ...]]
     cov: np.ndarray
-    errors: str
-    bp_p: float
+    errors: str  # pooled | HC2
     cell_rows: dict[tuple[str, ...], np.ndarray]
+    X: np.ndarray
+    slices: dict[tuple[str, ...], slice]  # each term's columns in X
+    block_cols: np.ndarray | None  # the block's sum-coded columns (n, B - 1)
+
+    def df_of(self, L: np.ndarray) -> float:
+        """The degrees of freedom of contrast L: the residual df under pooled errors, Bell
+        and McCaffrey's Satterthwaite df under HC2."""
+        if self.errors != "HC2":
+            return float(self.result.df_resid)
+        return bm_df(self.X, L)
+
+
+def bm_df(X: np.ndarray, L: np.ndarray) -> float:
+    """Bell & McCaffrey's (2002) degrees of freedom for HC2's variance of L'b: the
+    estimate is a'y with a = X (X'X)^-1 L, HC2's variance sum_i d_i e_i^2 with
+    d_i = a_i^2 / (1 - h_ii), and under homoskedastic errors e = (I - H) eps, so the
+    variance is eps' M eps with M = (I - H) D (I - H); df = tr(M)^2 / tr(M^2). With H = QQ'
+    (X = QR): tr(M) = sum d_i (1 - h_ii), tr(M^2) = sum d_i^2 (1 - 2 h_ii) + ||Q'DQ||_F^2,
+    which costs O(n p^2), never an n x n matrix."""
+    Q, R = np.linalg.qr(X)
+    a = Q @ np.linalg.solve(R.T, L)  # X (X'X)^-1 L = Q R^-T L
+    h = (Q ** 2).sum(axis=1)
+    d = a ** 2 / np.clip(1 - h, 1e-12, None)
+    tr_m = float((d * (1 - h)).sum())
+    QDQ = Q.T @ (d[:, None] * Q)
+    tr_m2 = float((d ** 2 * (1 - 2 * h)).sum() + (QDQ ** 2).sum())
+    return tr_m ** 2 / tr_m2 if tr_m2 > 0 else float("nan")
+
+
+def is_balanced(data: pd.DataFrame, factors: list[str], block: str | None) -> bool:
+    """Every cell in every block, equally often."""
+    cols = factors + ([block] if block else [])
+    counts = data.groupby([data[c].astype(str) for c in cols], observed=True).size()
+    n_cells = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups
+    n_blocks = data[block].nunique() if block else 1
+    return counts.nunique() == 1 and len(counts) == n_cells * n_blocks
 
 
 def fit_response(data: pd.DataFrame, response: str, factors: list[str], block: str | None,
                  errors: str = "auto") -> Fit:
-    """OLS of the response on the estimable terms (+ the block), with pooled or HC3 errors
-    (`errors`: "auto" chooses by the Breusch-Pagan test)."""
+    """OLS of the response on the estimable terms (+ the block). `errors`: "auto" is pooled
+    for a balanced design and HC2 otherwise; "pooled" or "HC2" force one."""
     from statsmodels.regression.linear_model import OLS
-    from statsmodels.stats.diagnostic import het_breuschpagan
 
     terms = estimable_terms(data, factors, None, block)
     if not terms:
         raise AnalysisError(f"{response}: too few runs ({len(data)}) to estimate any term")
     cols = factors + ([block] if block else [])
-    design, main, cell_rows = _design(tuple(map(tuple, data[cols].astype(str).to_numpy())), tuple(factors), block,
-                                      tuple(terms))
+    design, cell_rows, slices, block_cols = _design(tuple(map(tuple, data[cols].astype(str).to_numpy())),
+                                                    tuple(factors), block, tuple(terms))
     y = pd.Series(pd.to_numeric(data[response]).to_numpy(dtype=float), name="y__")
     result = OLS(y, design).fit()
     if result.df_resid < 1:
         raise AnalysisError(f"{response}: no residual degrees of freedom for the terms the design estimates")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            bp_p = float(het_breuschpagan(result.resid, main)[1])
-        except (ValueError, np.linalg.LinAlgError):
-            bp_p = float("nan")
-    use = errors if errors != "auto" else ("HC3" if np.isfinite(bp_p) and bp_p < HETERO_ALPHA else "OLS")
+    use = errors if errors != "auto" else ("pooled" if is_balanced(data, factors, block) else "HC2")
     cov = np.asarray(result.cov_params())
-    if use == "HC3":
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            hc3 = np.asarray(result.cov_HC3)
-        if np.isfinite(hc3).all():
-            cov = hc3
-        else:  # a run with leverage 1 (a cell seen once) leaves HC3 undefined
-            use = "OLS"
-    return Fit(result, terms, cov, use, bp_p, dict(cell_rows))
+    if use == "HC2":
+        h = np.asarray(result.get_influence().hat_matrix_diag)
+        if (h < 1 - 1e-8).all():
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                cov = np.asarray(result.cov_HC2)
+        else:  # a run with leverage 1 (a cell seen once) leaves HC2 undefined: the pooled errors
+            use = POOLED_FALLBACK
+    return Fit(result, terms, cov, use, dict(cell_rows), design.to_numpy(), slices, block_cols)
 
 
 @functools.lru_cache(maxsize=64)
 def _design(rows: tuple[tuple[str, ...], ...], factors: tuple[str, ...], block: str | None,
-            terms: tuple[tuple[str, ...], ...]) -> tuple[pd.DataFrame, np.ndarray, dict]:
+            terms: tuple[tuple[str, ...], ...]) -> tuple[pd.DataFrame, dict, dict, np.ndarray | None]:
     """The model's design for these runs' levels (one row of factor levels, + the block, per
-    run): the design matrix, the main effects' columns (for the Breusch-Pagan test) and each
-    cell's design row averaged over the blocks, so that contrasts of cells cancel the block.
-    It depends on the levels alone, so the responses fitted on the same runs share it."""
+    run): the design matrix, each cell's design row averaged over the blocks (so that
+    contrasts of cells cancel the block), each term's columns and the block's columns. It
+    depends on the levels alone, so the responses fitted on the same runs share it."""
     import patsy
 
     safe = _safe(list(factors) + ([block] if block else []))
     rdata = pd.DataFrame(list(rows), columns=list(safe.values()))
     rhs = _formula("y__", list(factors), terms, safe, block).split("~", 1)[1]
     design = patsy.dmatrix(rhs, rdata, return_type="dataframe")
-    main = patsy.dmatrix(" + ".join(f"C({safe[f]}, Sum)" for f in factors), rdata, return_type="dataframe").to_numpy()
     cells = sorted({r[:len(factors)] for r in rows})
     blocks = sorted({r[-1] for r in rows}) if block else [None]
     grid = pd.DataFrame([{**{safe[f]: c[i] for i, f in enumerate(factors)},
                           **({safe[block]: b} if block else {})} for c in cells for b in blocks])
     X = np.asarray(patsy.build_design_matrices([design.design_info], grid)[0])
     means = X.reshape(len(cells), len(blocks), -1).mean(axis=1)
-    return design, main, {c: means[i] for i, c in enumerate(cells)}
+    by_name = design.design_info.term_name_slices
+    slices = {t: by_name[":".join(f"C({safe[f]}, Sum)" for f in t)] for t in terms}
+    block_cols = design.to_numpy()[:, by_name[f"C({safe[block]}, Sum)"]] if block else None
+    return design, {c: means[i] for i, c in enumerate(cells)}, slices, block_cols
 
 
 def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
@@ -328,10 +448,15 @@ def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
     return [(a, b, True) for a, b in itertools.combinations(present, 2)]
 
 
+def _contrast(fit: Fit, weights: dict, term: str, label: str, group: str) -> Contrast:
+    L = sum(w * fit.cell_rows[c] for c, w in weights.items()) / (sum(w > 0 for w in weights.values()) or 1)
+    se = float(np.sqrt(max(L @ fit.cov @ L, 0.0)))
+    return Contrast(term, label, float(L @ np.asarray(fit.result.params)), se, fit.df_of(L), group)
+
+
 def contrasts(fit: Fit, data: pd.DataFrame, factors: list[str]) -> list[Contrast]:
     """Every estimable term's contrast(s): the estimate, its standard error and df."""
     out = []
-    params = np.asarray(fit.result.params)
     pairs = {f: _pairs(data, f) for f in {f for term in fit.terms for f in term}}
     for term in fit.terms:
         for combo in itertools.product(*(pairs[f] for f in term)):
@@ -345,37 +470,91 @@ def contrasts(fit: Fit, data: pd.DataFrame, factors: list[str]) -> list[Contrast
                     weights[cell] = w
             if not weights:
                 continue
-            L = sum(w * fit.cell_rows[c] for c, w in weights.items()) / (len(weights) / 2.0)
             name = ":".join(f"{f}[{lo}->{hi}]" if pw else f for f, (lo, hi, pw) in zip(term, combo))
             label = f"{combo[0][0]} -> {combo[0][1]}" if len(term) == 1 and not combo[0][2] else ""
-            se = float(np.sqrt(max(L @ fit.cov @ L, 0.0)))
-            out.append(Contrast(name, label, float(L @ params), se, float(fit.result.df_resid)))
+            out.append(_contrast(fit, weights, name, label, ":".join(term)))
     return out
 
 
-def control_contrast(df: pd.DataFrame, response: str, control: str, block: str | None,
-                     errors: str) -> Contrast:
-    """Every factorial arm pooled against the control arm, from an OLS with the replicate as
-    a block, with the response's errors (pooled or HC3)."""
-    import statsmodels.formula.api as smf
+def simple_effects(fit: Fit, data: pd.DataFrame, factors: list[str], factor: str) -> list[tuple[str, Contrast]]:
+    """A main effect at each combination of the other factors' levels: (where, contrast)."""
+    out = []
+    others = [f for f in factors if f != factor]
+    for low, high, pw in _pairs(data, factor):
+        name = f"{factor}[{low}->{high}]" if pw else factor
+        for at in sorted({tuple(c[factors.index(g)] for g in others) for c in fit.cell_rows}):
+            weights = {}
+            for cell in fit.cell_rows:
+                if tuple(cell[factors.index(g)] for g in others) != at:
+                    continue
+                v = cell[factors.index(factor)]
+                if v in (low, high):
+                    weights[cell] = 1.0 if v == high else -1.0
+            if len(weights) == 2:
+                where = ", ".join(f"{g}={lv}" for g, lv in zip(others, at)) or "everywhere"
+                out.append((where, _contrast(fit, weights, name, f"{low} -> {high}", factor)))
+    return out
+
+
+def control_contrast(df: pd.DataFrame, response: str, control: str, block: str | None) -> Contrast:
+    """Every factorial arm pooled against the control arm: the mean of the factorial cells'
+    means minus the control's, from the cell-means model of every arm with the replicate as
+    a block, with HC2 errors and Bell-McCaffrey df (the arms enter with unequal weights)."""
+    from statsmodels.regression.linear_model import OLS
 
     if control not in set(df["cell"]):
         raise AnalysisError(f"control arm {control!r} not found")
     arm = df["arm"].astype(str) if "arm" in df.columns else pd.Series("factorial", index=df.index)
     keep = (df["cell"] == control) | (arm == "factorial")
-    data = pd.DataFrame({"y": pd.to_numeric(df.loc[keep, response]).to_numpy(float),
-                         "treated": (df.loc[keep, "cell"] != control).astype(float).to_numpy()})
-    use_block = block is not None and block in df.columns and df.loc[keep, block].nunique() > 1
-    if use_block:
-        data["blk"] = df.loc[keep, block].astype(str).to_numpy()
-    if data["treated"].nunique() < 2 or len(data) < 4:
-        raise AnalysisError("control contrast: needs factorial runs and control runs")
-    fit = smf.ols("y ~ treated" + (" + C(blk)" if use_block else ""), data=data).fit()
-    i = list(fit.params.index).index("treated")
-    cov = np.asarray(fit.cov_HC3 if errors == "HC3" else fit.cov_params())
-    se = float(np.sqrt(cov[i, i])) if np.isfinite(cov[i, i]) else float(np.sqrt(fit.cov_params().iloc[i, i]))
-    return Contrast(f"vs {control}", "every factorial arm against the control", float(fit.params["treated"]),
-                    se, float(fit.df_resid))
+    cells = df.loc[keep, "cell"].astype(str)
+    if cells.nunique() < 2 or (cells == control).sum() < 2 or keep.sum() < 4:
+        raise AnalysisError("control contrast: needs factorial runs and at least 2 control runs")
+    names = sorted(set(cells))
+    X = (cells.to_numpy()[:, None] == np.array(names)[None, :]).astype(float)  # (n, cells): cell means
+    blk = df.loc[keep, block].astype(str) if block and block in df.columns else None
+    if blk is not None and blk.nunique() > 1:
+        levels_ = sorted(set(blk))
+        B = (blk.to_numpy()[:, None] == np.array(levels_)[None, :]).astype(float)
+        X = np.column_stack([X, B[:, :-1] - B[:, -1:]])  # sum-coded block
+    y = pd.to_numeric(df.loc[keep, response]).to_numpy(float)
+    res = OLS(y, X).fit()
+    if res.df_resid < 1:
+        raise AnalysisError("control contrast: no residual degrees of freedom")
+    L = np.zeros(X.shape[1])
+    fact = [i for i, c in enumerate(names) if c != control]
+    L[fact] = 1.0 / len(fact)
+    L[names.index(control)] = -1.0
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cov = np.asarray(res.cov_HC2)
+    if not np.isfinite(cov).all():
+        raise AnalysisError("control contrast: HC2 is undefined (an arm seen once)")
+    se = float(np.sqrt(max(L @ cov @ L, 0.0)))
+    return Contrast(f"vs {control}", "every factorial arm against the control", float(L @ res.params), se,
+                    bm_df(X, L), control.split("=", 1)[-1])
+
+
+def block_interaction(fit: Fit, term: tuple[str, ...]) -> BlockTest | None:
+    """The block-by-term F test: the term's columns times the block's added to the model.
+    None where there is no block or no residual df left."""
+    if fit.block_cols is None or term not in fit.slices:
+        return None
+    M = fit.X[:, fit.slices[term]]
+    inter = np.column_stack([M[:, i] * fit.block_cols[:, j] for i in range(M.shape[1])
+                             for j in range(fit.block_cols.shape[1])])
+    X1 = np.column_stack([fit.X, inter])
+    q = np.linalg.matrix_rank(X1) - np.linalg.matrix_rank(fit.X)
+    df1 = fit.X.shape[0] - np.linalg.matrix_rank(X1)
+    if q < 1 or df1 < 1:
+        return None
+    y = np.asarray(fit.result.model.endog, float)
+    rss0 = float(fit.result.ssr)
+    beta, *_ = np.linalg.lstsq(X1, y, rcond=None)
+    rss1 = float(((y - X1 @ beta) ** 2).sum())
+    if rss1 <= 0:
+        return None
+    F = ((rss0 - rss1) / q) / (rss1 / df1)
+    return BlockTest(float(F), int(q), float(df1), float(stats.f.sf(F, q, df1)))
 
 
 # ---------------------------------------------------------------- deciding
@@ -384,16 +563,32 @@ def classify(estimate, se, df, alpha_star: float, margin: float | None) -> np.nd
     """The verdicts of estimates (arrays broadcast) at alpha*: the rule of the module
     docstring, vectorised, so that a simulation runs the same code as a report."""
     estimate, se, df = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (estimate, se, df)))
-    t1 = stats.t.ppf(1 - alpha_star / 2, df) * se
-    t2 = stats.t.ppf(1 - alpha_star, df) * se
+    t1 = special.stdtrit(df, 1 - alpha_star / 2) * se
+    t2 = special.stdtrit(df, 1 - alpha_star) * se
     matters = (estimate - t1 > 0) | (estimate + t1 < 0)
-    negligible = ((estimate - t2 > -margin) & (estimate + t2 < margin)) if margin is not None \
-        else np.zeros(estimate.shape, bool)
-    return np.where(negligible, "negligible", np.where(matters, "matters", "undecided"))
+    if margin is None:
+        negligible = beyond = np.zeros(estimate.shape, bool)
+    else:
+        negligible = (estimate - t2 > -margin) & (estimate + t2 < margin)
+        beyond = matters & ((estimate - t2 > margin) | (estimate + t2 < -margin))
+    return np.where(negligible, NEGLIGIBLE, np.where(beyond, BEYOND, np.where(matters, UNSURE, UNDECIDED)))
+
+
+def distance_to_boundary(estimate: float, se: float, df: float, alpha_star: float, margin: float | None) -> float:
+    """How far, in standard errors, the estimate lies from the nearest point where its
+    verdict would change."""
+    t1 = float(special.stdtrit(df, 1 - alpha_star / 2))
+    t2 = float(special.stdtrit(df, 1 - alpha_star))
+    edges = [t1 * se, -t1 * se]
+    if margin is not None:
+        edges += [margin + t2 * se, -margin - t2 * se]
+        if margin - t2 * se > 0:
+            edges += [margin - t2 * se, -margin + t2 * se]
+    return float(min(abs(estimate - e) for e in edges) / se)
 
 
 def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, better: str,
-           family: int) -> Verdict:
+           family: int, in_family: bool = True, errors: str = "pooled") -> Verdict:
     """The verdict of one contrast at alpha* (see the module docstring)."""
     if not (np.isfinite(c.se) and c.se > 0 and c.df >= 1):
         raise AnalysisError(f"{response} {c.term}: no standard error (too few runs)")
@@ -408,12 +603,14 @@ def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, 
     return Verdict(response, c.term, c.label, verdict, c.estimate, c.se, c.df, alpha_star,
                    c.estimate - t1 * c.se, c.estimate + t1 * c.se, c.estimate - t2 * c.se, c.estimate + t2 * c.se,
                    margin, better, p, min(1.0, p * family), p_equiv,
-                   power.t_detectable(c.se, c.df, alpha_star, DECISION_POWER))
+                   power.t_detectable(c.se, c.df, alpha_star, DECISION_POWER),
+                   distance_to_boundary(c.estimate, c.se, c.df, alpha_star, margin), in_family, errors)
 
 
 def p_decided(theta: float, se: float, df: float, alpha_star: float, margin: float | None) -> float:
     """The probability that a contrast with true value `theta` and standard error `se` ends
-    "matters" or "negligible" at alpha* (its estimate taken as normal, critical values t)."""
+    decided (either "matters" or "negligible") at alpha* (its estimate taken as normal,
+    critical values t)."""
     # scipy.special's t quantile and normal cdf: what stats.t.ppf and stats.norm.cdf compute,
     # without their argument checks, since the plan calls this hundreds of times
     t1 = special.stdtrit(df, 1 - alpha_star / 2) * se
@@ -453,12 +650,17 @@ def sigma_interval(sigma: float, df: float, level: float = 0.95) -> tuple[float,
             float(sigma * math.sqrt(df / stats.chi2.ppf(a / 2, df))))
 
 
+def default_terms(factors: list[str], control: str | None) -> list[str]:
+    """The family's terms when a spec names none: every main effect and the control."""
+    return list(factors) + ([control.split("=", 1)[-1]] if control else [])
+
+
 def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margins: dict[str, dict],
                alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
-               fragility: bool = True) -> Decision:
-    """Verdicts for every contrast of every response. The family is the primary responses'
-    contrasts (those with a margin), or every response's where none has one. `fragility`:
-    refit without each replicate block to mark fragile verdicts (which `plan` never shows)."""
+               primary_terms: list[str] | None = None) -> Decision:
+    """Verdicts for every contrast of every response. The family is the primary responses
+    (those with a margin, or every one where none has) x the primary terms (`primary_terms`,
+    or every main effect and the control)."""
     if adjust not in ADJUSTMENTS:
         raise AnalysisError(f"adjust: one of {', '.join(ADJUSTMENTS)}, got {adjust!r}")
     if not 0 < alpha < 1:
@@ -471,9 +673,12 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
         fits[r] = fit_response(rows[r], r, factors, block)
         found[r] = contrasts(fits[r], rows[r], factors)
         if control is not None:
-            found[r].append(control_contrast(with_value(df, r), r, control, "replicate", fits[r].errors))
+            found[r].append(control_contrast(with_value(df, r), r, control, "replicate"))
+    terms = list(primary_terms or default_terms(factors, control))
     primary = [r for r in responses if r in margins] or list(responses)
-    family = sum(len(found[r]) for r in primary)
+    family = sum(c.group in terms for r in primary for c in found[r])
+    if family == 0:
+        raise AnalysisError(f"none of the primary terms ({', '.join(terms)}) can be estimated from these runs")
     alpha_star = alpha / family if adjust == "bonferroni" else alpha
     n_cells = int(data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups)
     reps = int(data[block].nunique()) if block else 1
@@ -484,20 +689,39 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
         margin = m["margin"] if m else None
         checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, alpha_star)
         for c in found[r]:
-            v = decide(c, r, alpha_star, margin, better, family)
-            if v.verdict == "undecided" and block:
+            in_family = r in primary and c.group in terms
+            errors = "HC2" if c.term.startswith("vs ") else fits[r].errors
+            v = decide(c, r, alpha_star, margin, better, family, in_family, errors)
+            if in_family and ":" not in c.group and not c.term.startswith("vs "):
+                v.block = block_interaction(fits[r], (c.group,))
+            elif in_family and ":" in c.group:
+                v.block = block_interaction(fits[r], tuple(c.group.split(":")))
+            if v.verdict == UNDECIDED and block and in_family:
                 k = v.blocks = blocks_to_decide(v, reps, n_cells)
-                v.next_step = (f"{k} more replicate block(s) ({k * n_cells} trials) would decide it with "
-                               f"{DECISION_POWER:.0%} probability if the effect is as estimated"
+                v.next_step = (f"{k} more block(s) ({k * n_cells} trials) would decide it "
+                               f"({DECISION_POWER:.0%}, if the effect is as estimated)"
                                if k else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
             verdicts.append(v)
-    decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts)
-    if fragility:
-        _leave_one_block_out(decision, rows, factors, block, fits)
-    else:
-        for c in checks.values():
-            c.lobo = "leave-one-block-out: not checked"
+    decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts, terms)
+    decision.simple = _simple(fits, rows, factors, primary, terms, margins, alpha_star, family)
     return decision
+
+
+def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], factors: list[str], primary: list[str],
+            terms: list[str], margins: dict[str, dict], alpha_star: float, family: int) -> list[SimpleEffect]:
+    """Each primary main effect at every combination of the other factors' levels, decided
+    at alpha* outside the family: what "it holds at every level" must rest on."""
+    out = []
+    if len(factors) < 2:
+        return out
+    for r in primary:
+        m = margins.get(r) or {}
+        for f in [t for t in terms if t in factors]:
+            for where, c in simple_effects(fits[r], rows[r], factors, f):
+                v = decide(c, r, alpha_star, m.get("margin"), m.get("better") or metrics.better(r), family,
+                           False, fits[r].errors)
+                out.append(SimpleEffect(r, c.term, where, v))
+    return out
 
 
 def _check(r: str, fit: Fit, better: str, margin: float | None, primary: bool, n_cells: int, reps: int,
@@ -509,7 +733,7 @@ def _check(r: str, fit: Fit, better: str, margin: float | None, primary: bool, n
     if margin is not None and reps >= 2 and n_cells >= 2:
         need = tuple(_needed(margin, s, n_cells, alpha_star) for s in (lo, sigma, hi))
     return ResponseCheck(r, better, margin, primary, int(res.nobs), float(res.df_resid), sigma, lo, hi,
-                         float(res.rsquared), float(res.rsquared_adj), fit.bp_p, fit.errors, n_cells, reps, need)
+                         float(res.rsquared), float(res.rsquared_adj), fit.errors, n_cells, reps, need)
 
 
 def _needed(effect: float, sigma: float, n_cells: int, alpha: float) -> int | None:
@@ -517,39 +741,3 @@ def _needed(effect: float, sigma: float, n_cells: int, alpha: float) -> int | No
         return power.replicates_needed(effect, sigma, n_cells, alpha, DECISION_POWER)
     except ValueError:
         return None
-
-
-def _leave_one_block_out(decision: Decision, rows: dict[str, pd.DataFrame], factors: list[str],
-                         block: str | None, fits: dict[str, Fit]) -> None:
-    """Refit each response without each replicate block; a verdict that changes is fragile."""
-    blocks = sorted(set().union(*(set(d[block].unique()) for d in rows.values()))) if block and rows else []
-    if len(blocks) < 3:
-        for c in decision.checks.values():
-            c.lobo = (f"leave-one-block-out needs 3 or more replicate blocks; this sweep has {len(blocks) or 1}: "
-                      "not checked")
-        return
-    by_key = {(v.response, v.term): v for v in decision.verdicts}
-    for r, check in decision.checks.items():
-        changed = 0
-        data = rows[r]
-        for b in blocks:
-            sub = data[data[block] != b]
-            try:
-                fit = fit_response(sub, r, factors, block if sub[block].nunique() > 1 else None,
-                                   errors=fits[r].errors)
-                found = contrasts(fit, sub, factors)
-            except AnalysisError:
-                continue
-            for c in found:
-                v = by_key.get((r, c.term))
-                if v is None:
-                    continue
-                # the reduced estimate judged with the full sweep's standard error: a verdict that
-                # changes then depends on which blocks are in, not only on how many
-                same_precision = Contrast(c.term, c.label, c.estimate, v.se, v.df)
-                again = decide(same_precision, r, v.alpha_star, v.margin, v.better, decision.family).verdict
-                if again != v.verdict:
-                    changed += not v.fragile
-                    v.fragile += ("; " if v.fragile else "") + f"without replicate block {b} it is {again}"
-        check.lobo = (f"leave-one-block-out over {len(blocks)} blocks: "
-                      + (f"{changed} verdict(s) fragile" if changed else "no verdict changes"))

@@ -3,17 +3,21 @@ until every primary term is decided.
 
 - `--replicates N` adds N blocks (new seeds, each block in its own randomised order, the
   shared target reused) and runs them.
-- `--until-decided` repeats looks: analyse the runs (`analysis`), record the look on the
-  sweep's parent run, stop when every term of every primary response is "matters" or
-  "negligible", at `--max-replicates`, or when the next block would pass
-  `--budget-minutes`; otherwise add one block and look again. Each look tests at the alpha
-  that `analysis.sequential`'s spending rule gives it, so repeated looks do not inflate
-  false verdicts. The next step is always a block: a re-evaluation with more prompts
-  (`trials reeval`) between looks would be a look the spending rule does not count.
+- `--until-decided` repeats looks: analyse the runs (`analysis`; each analysis is a look of
+  the sweep's sequential plan, identified by the data it saw, recorded on the parent run),
+  stop when every term of the family (primary responses x primary terms) is decided, at the
+  plan's maximum of blocks, or when the next block would pass `--budget-minutes`; otherwise
+  add one block and look again. Each look tests at the alpha `analysis.sequential`'s
+  spending rule gives it on the information scale, so repeated looks do not inflate false
+  verdicts.
+
+The plan is the spec's (`sequential:`, recorded at `trials run`). A sweep without one gets
+a plan here only before its first look; after a look, adding one is post hoc and is
+refused unless `--post-hoc` is given, and then every report says so.
 
 Resume-safe: the extended spec is saved before its block runs, so an interrupted augment
 continues where it stopped, by `trials augment` again (or `trials resume`); a look at the
-same number of blocks is the same look and spends no alpha twice.
+same data is the same look and spends no alpha twice.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from dspark.record import LOOK_PREFIX, SEQUENTIAL_TAG, sweep_parent
+from dspark.record import SEQUENTIAL_TAG, sweep_parent
 
 from . import spec as specmod
 
@@ -33,16 +37,17 @@ class Look:
     alpha: float
     counts: dict[str, int]
     action: str
+    label: str = ""  # the look as the report names it
 
     def text(self) -> str:
         c = self.counts
-        return (f"look at {self.replicates} replicate blocks (alpha {self.alpha:.3g}): {c['matters']} matters, "
-                f"{c['negligible']} negligible, {c['undecided']} undecided -> {self.action}")
+        told = ", ".join(f"{n} {k}" for k, n in c.items())
+        return f"look at {self.replicates} replicate blocks (alpha {self.alpha:.3g}): {told} -> {self.action}"
 
 
 def augment(name: str, storage: str | None, tracking_uri: str | None = None, address: str | None = None,
             replicates: int | None = None, until_decided: bool = False, max_replicates: int | None = None,
-            budget_minutes: float | None = None, alpha: float = 0.05, say=print) -> dict:
+            budget_minutes: float | None = None, alpha: float = 0.05, say=print, post_hoc: bool = False) -> dict:
     """Add `replicates` blocks, or look until decided (see the module docstring). Returns
     {"looks": [Look, ...], "stopped": reason, "replicates": blocks at the end, "ok": no trial failed}."""
     from . import runner
@@ -62,22 +67,25 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
         raise ValueError(f"--max-replicates: {max_replicates} is fewer than the sweep's {spec.replicates} blocks")
     kwargs = {"tracking_uri": uri, "storage": storage, "address": address,
               "max_concurrent": meta.get("max_concurrent"), "extend": True}
+    planned = spec.sequential.get("max_replicates")
+    if replicates is not None and planned and spec.replicates + replicates > planned:
+        raise ValueError(f"--replicates: {spec.replicates} + {replicates} blocks pass the sweep's sequential plan "
+                         f"of at most {planned}")
     if replicates is not None:
         spec = specmod.with_replicates(spec, spec.replicates + replicates)
         out = runner.run(spec, **kwargs)
         _evaluate_like_the_rest(spec, kwargs)
         return {"looks": [], "stopped": f"added {replicates} block(s)", "replicates": spec.replicates, "run": out,
                 "ok": out["failed"] == 0}
-    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say)
+    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say, post_hoc)
 
 
 def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
-                   alpha: float, say) -> dict:
+                   alpha: float, say, post_hoc: bool) -> dict:
     from dspark.record import tracking_client
 
     from analysis.anova import AnalysisError
     from analysis.load import load_runs
-    from analysis.sequential import Plan
 
     from . import runner
 
@@ -87,48 +95,49 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
     found = [p for p in [sweep_parent(client, exp.experiment_id)] if p is not None] if exp else []
-    plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha)  # refused before work
+    # refused before any work
+    plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha, post_hoc)
     out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
     parent = out["parent_run_id"]
+    client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
     while True:
         df = load_runs(spec.name, uri)
         block_s = block_s or _block_estimate_s(df, spec)
-        candidate = Plan.from_json(plan.to_json())
-        look_alpha = candidate.look(spec.replicates)
         try:
-            counts, why_not = _decide(df, look_alpha), ""
+            rep, why_not = _report(df), ""
         except AnalysisError as e:
-            why_not = str(e)
-        if why_not:  # not a look: nothing is decided, and no alpha is spent
+            rep, why_not = None, str(e)
+        if rep is None:  # not a look: nothing is decided, and no alpha is spent
             if spec.replicates >= plan.max_replicates:
                 return {"looks": looks, "stopped": f"stop: cannot analyse at the maximum of {plan.max_replicates} "
                         f"blocks ({why_not})", "replicates": spec.replicates, "ok": False}
             say(f"{spec.name}: {spec.replicates} replicate block(s) cannot be analysed yet ({why_not}) "
                 "-> add one replicate block")
-            spec, out, block_s = _add_block(spec, kwargs)
-            if out["failed"]:
-                return _failed(out, looks, spec)
-            continue
-        plan = candidate
-        stop = _stop_reason(counts, spec.replicates, plan.max_replicates, budget_minutes, started, block_s)
-        look = Look(spec.replicates, look_alpha, counts, stop or "add one replicate block")
-        looks.append(look)
-        _record_look(client, parent, plan, look)
-        say(f"{spec.name}: {look.text()}")
-        if stop:
-            return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
+        else:
+            stop = _look(rep, df, spec, plan, uri, client, parent, budget_minutes, started, block_s, looks, say)
+            if stop:
+                return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
         spec, out, block_s = _add_block(spec, kwargs)
         if out["failed"]:
             return _failed(out, looks, spec)
 
 
-def _record_look(client, parent: str, plan, look: "Look") -> None:
-    """A look on the parent run: the sequential plan so far, the look's tag and the count of
-    undecided terms as a metric at the look's number."""
-    k = len(plan.looks)
-    client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
-    client.set_tag(parent, f"{LOOK_PREFIX}{k}", json.dumps({**look.__dict__}))
-    client.log_metric(parent, "augment/undecided", look.counts["undecided"], step=k)
+def _look(rep, df, spec, plan, uri: str, client, parent: str, budget_minutes: float | None, started: float,
+          block_s: float | None, looks: list, say) -> str:
+    """One look: its verdicts counted, recorded on the parent (when new) and said; returns
+    why to stop, or ""."""
+    from analysis.load import record_look
+
+    counts = rep.decision.counts()
+    stop = _stop_reason(rep.decision.undecided(), spec.replicates, plan.max_replicates, budget_minutes, started,
+                        block_s)
+    look = Look(spec.replicates, rep.look.alpha, counts, stop or "add one replicate block", rep.look.label())
+    looks.append(look)
+    if rep.look.new:
+        record_look(df, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
+    client.log_metric(parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
+    say(f"{spec.name}: {look.text()}")
+    return stop
 
 
 def _failed(out: dict, looks: list, spec) -> dict:
@@ -162,19 +171,29 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
         reeval(spec.name, kwargs["storage"], int(counts.pop()), kwargs["tracking_uri"], kwargs["address"])
 
 
-def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float):
-    """The sweep's looks so far (from its parent run), or a new plan fixed now."""
-    from analysis.sequential import Plan
+def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool):
+    """The sweep's plan (from its parent run), or one fixed now: before the first look a plan
+    made here counts as declared; after one it is post hoc, refused unless `post_hoc`."""
+    from analysis.sequential import Plan, plan_of
 
-    if SEQUENTIAL_TAG in tags:
-        plan = Plan.from_json(tags[SEQUENTIAL_TAG])
+    plan = plan_of(tags.get(SEQUENTIAL_TAG, ""), alpha)
+    if plan.planned:
         if max_replicates is not None and max_replicates != plan.max_replicates:
-            raise ValueError(f"--max-replicates: this sweep's looks were planned up to {plan.max_replicates} "
-                             f"blocks at its first look; the plan cannot change between looks")
+            raise ValueError(f"--max-replicates: this sweep's plan allows {plan.max_replicates} blocks; "
+                             "a plan cannot change between looks")
         if alpha != plan.alpha:
-            raise ValueError(f"--alpha: this sweep's looks spend alpha {plan.alpha}; it cannot change between looks")
+            raise ValueError(f"--alpha: this sweep's plan spends alpha {plan.alpha}; it cannot change between looks")
         return plan
-    return Plan(max_replicates or max(3 * replicates, replicates + 2), alpha)
+    reps = max_replicates or max(3 * replicates, replicates + 2)
+    if not plan.looks:
+        return Plan(reps, alpha, declared=True, post_hoc="")
+    seen = "; ".join(look.describe() for look in plan.looks)
+    if not post_hoc:
+        raise ValueError(f"augment: this sweep declared no sequential plan and has been analysed ({len(plan.looks)} "
+                         f"look(s): {seen}); a plan added now is post hoc: rerun with --post-hoc to add one anyway "
+                         "(every report will say so), or declare sequential: in the spec of a new sweep")
+    return Plan(reps, alpha, declared=False,
+                post_hoc=f"added by trials augment --post-hoc after {len(plan.looks)} look(s) ({seen})")
 
 
 def _block_estimate_s(df, spec) -> float | None:
@@ -186,19 +205,18 @@ def _block_estimate_s(df, spec) -> float | None:
     return None if minutes is None else 60.0 * minutes * sum(1 for t in spec.trials if t.replicate == 0)
 
 
-def _decide(df, look_alpha: float) -> dict[str, int]:
-    """The primary responses' verdict counts at the look's alpha (secondary ones decide nothing)."""
+def _report(df):
+    """The analysis of the primary responses at this data: a look of the sweep's plan."""
     from analysis.load import SweepRecord
     from analysis.report import build_report
 
-    primary = list(SweepRecord.of(df).responses)
-    return build_report(df, None, responses=primary, alpha=look_alpha).decision.counts()
+    return build_report(df, None, responses=list(SweepRecord.of(df).responses))
 
 
-def _stop_reason(counts: dict[str, int], replicates: int, max_replicates: int, budget_minutes: float | None,
+def _stop_reason(undecided: int, replicates: int, max_replicates: int, budget_minutes: float | None,
                  started: float, block_s: float | None) -> str:
-    if counts["undecided"] == 0:
-        return "stop: every primary term is decided"
+    if undecided == 0:
+        return "stop: every term of the family is decided"
     if replicates >= max_replicates:
         return f"stop: {max_replicates} replicate blocks, the plan's maximum"
     if budget_minutes is not None and block_s is not None:

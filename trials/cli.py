@@ -182,7 +182,7 @@ def cmd_augment(args) -> int:
 
     try:
         out = augment(args.name, args.storage, args.tracking_uri, args.address, args.replicates, args.until_decided,
-                      args.max_replicates, args.budget_minutes, args.alpha)
+                      args.max_replicates, args.budget_minutes, args.alpha, post_hoc=args.post_hoc)
     except runner.Interrupted as e:
         again = (f"trials augment {args.name} --until-decided" if args.until_decided
                  else f"trials resume {args.name}")
@@ -352,9 +352,12 @@ def _add_augment(sub) -> None:
     how.add_argument("--until-decided", action="store_true",
                      help="look, then add one block, until every primary term is decided (alpha spending)")
     a.add_argument("--max-replicates", type=int,
-                   help="the most blocks the looks may reach (none: 3x the sweep's; fixed at the first look)")
+                   help="the most blocks the looks may reach, for a sweep whose spec declares no plan (none: 3x the "
+                        "sweep's)")
     a.add_argument("--budget-minutes", type=float, help="stop before a block that would pass this (none: no budget)")
     a.add_argument("--alpha", type=float, default=0.05, help="the alpha spent over all looks")
+    a.add_argument("--post-hoc", action="store_true",
+                   help="add a sequential plan to a sweep already analysed without one (every report says so)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -87,9 +87,10 @@ def test_dunnett_against_the_control_arm(store):
     assert c["rel"] == pytest.approx(c["diff"] / c["control_mean"])
     # the pooled contrast is a term of the verdicts, with the same estimate
     v = next(v for v in rep.decision.of("spec/tau") if v.term == "vs control=dflash")
-    assert v.estimate == pytest.approx(c["diff"]) and v.verdict == "matters"
-    assert re.search(r"\n    vs control=dflash: matters \(every factorial arm against the control: \+1\.[45]\d*",
-                     rep.summary), rep.summary
+    assert v.estimate == pytest.approx(c["diff"]) and v.verdict == "matters, size unsure"  # no margin declared
+    assert v.in_family and v.errors == "HC2"  # the control is a primary term by default; its arms weigh unequally
+    assert re.search(r"\n    vs control=dflash: matters, size unsure \(every factorial arm against the control: "
+                     r"\+1\.[45]\d*", rep.summary), rep.summary
 
 
 def test_report_gives_every_term_a_verdict_that_agrees_with_its_interval(store):
@@ -97,20 +98,23 @@ def test_report_gives_every_term_a_verdict_that_agrees_with_its_interval(store):
     df = load_runs("synthetic", store)
     rep = build_report(df, None, ["spec/tau"], margins={"spec/tau": 0.2})
     d = rep.decision
-    assert d.family == 7 and d.alpha_star == pytest.approx(0.05 / 7)
+    assert d.family == 3 and d.alpha_star == pytest.approx(0.05 / 3)  # the main effects
     verdict = {v.term: v.verdict for v in d.of("spec/tau")}
     # TRUE: D1 1.0, D9 0.3, D1:D9 -0.2 (at the margin: undecided is the honest answer), the rest 0
-    assert verdict["D1"] == "matters" and verdict["D9"] == "matters"
+    assert verdict["D1"] == "matters, beyond the margin" and verdict["D9"].startswith("matters")
     assert verdict["D2"] == "negligible" and verdict["D1:D2:D9"] == "negligible"
     lines = [ln.strip() for ln in rep.summary.splitlines() if ln.startswith("    ") and ":" in ln]
     for v in d.of("spec/tau"):
         line = next(ln for ln in lines if ln.startswith(f"{v.term}: "))
         assert line.startswith(f"{v.term}: {v.verdict}")
+        lo, hi, _ = v.interval()
+        assert f"[{lo:+.4g}, {hi:+.4g}]" in line
         if v.verdict == "negligible":
-            assert f"[{v.eq_low:+.4g}, {v.eq_high:+.4g}]" in line and -0.2 < v.eq_low and v.eq_high < 0.2
+            assert -0.2 < lo and hi < 0.2
+        elif v.verdict == "matters, beyond the margin":
+            assert lo > 0.2 or hi < -0.2
         else:
-            assert f"[{v.ci_low:+.4g}, {v.ci_high:+.4g}]" in line
-            assert (v.ci_low > 0 or v.ci_high < 0) == (v.verdict == "matters")
+            assert (v.ci_low > 0 or v.ci_high < 0) == v.verdict.startswith("matters")
     assert "not detected" not in rep.summary
     assert "primary: spec/tau (higher is better; margin +-0.2; sigma" in rep.summary
 
@@ -148,8 +152,9 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
                         "--out", str(tmp_path / "rep"), "--responses", "spec/tau"],
                        capture_output=True, text=True, cwd=tmp_path)  # artifacts go to ./mlruns
     assert r.returncode == 0, r.stderr
-    assert re.search(r"spec/tau \(higher is better.*\n    D1: matters \(shifted -> aligned: \+0\.9\d+ "
-                     r"\[\+0\.9\d*, \+1\.0\d*\] at 99\.286%, better\)", r.stdout), r.stdout
+    assert re.search(r"spec/tau \(higher is better.*\n    D1: matters, size unsure \(shifted -> aligned: \+0\.9\d+ "
+                     r"\[\+0\.9\d*, \+1\.0\d*\] at 98\.333%; no margin declared, better\)", r.stdout), r.stdout
+    assert "fixed-sample analysis (no sequential plan declared) of 3 block(s) at alpha 0.05" in r.stdout
     assert "the question is the paper's architecture" in r.stdout
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
     assert "<h3>ANOVA (Type 2; F tests, p unadjusted; the verdicts above decide)</h3>" in html
@@ -170,14 +175,25 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
 
     client = mlflow.tracking.MlflowClient(store)
     parent = client.get_run(df.attrs["parent_run_id"])
-    assert parent.data.tags["verdict.spec/tau.D1"] == "matters"
+    assert parent.data.tags["verdict.spec/tau.D1"] == "matters, size unsure"
     assert parent.data.tags["verdict.spec/tau.D2"] in ("undecided", "negligible")
     assert not [k for k in parent.data.metrics if k.startswith("attribution/")]  # no metric flood
-    assert set(parent.data.metrics) == {"verdicts/matters", "verdicts/negligible", "verdicts/undecided"}
+    assert set(parent.data.metrics) == {"verdicts/matters_beyond", "verdicts/matters_unsure", "verdicts/negligible",
+                                        "verdicts/undecided"}
+    # the look is recorded: a second report on the same data is the same look
+    plan = json.loads(parent.data.tags["sequential"])
+    assert not plan["declared"] and len(plan["looks"]) == 1 and plan["looks"][0]["blocks"] == 3
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "attribution")}
     assert arts == {"attribution/report.html", "attribution/report.md", "attribution/verdicts.csv"}
     table = pd.read_csv(client.download_artifacts(parent.info.run_id, "attribution/verdicts.csv", str(tmp_path)))
-    assert len(table) == 7 and set(table["verdict"]) <= {"matters", "negligible", "undecided"}
+    assert len(table) == 7 and set(table["verdict"]) <= {"matters, beyond the margin", "matters, size unsure",
+                                                         "negligible", "undecided"}
+    again = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
+                            "--out", str(tmp_path / "rep"), "--responses", "spec/tau", "--no-log"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert again.returncode == 0 and "fixed-sample analysis (no sequential plan declared)" in again.stdout
+    plan = json.loads(client.get_run(df.attrs["parent_run_id"]).data.tags["sequential"])
+    assert len(plan["looks"]) == 1
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                           "--out", str(tmp_path / "rep"), "--responses", "val/bpb"],
                          capture_output=True, text=True, cwd=ROOT)
@@ -288,12 +304,13 @@ def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
     to_parquet(df, tmp_path / "runs.parquet")
     back = read_parquet(tmp_path / "runs.parquet")
     rep = build_report(back, None)  # the spec's margin, from the parquet alone
-    assert list(rep.decision.checks) == ["spec/tau", "tf/tau"] and rep.decision.family == 7
+    assert list(rep.decision.checks) == ["spec/tau", "tf/tau"] and rep.decision.family == 3
     assert rep.decision.checks["spec/tau"].margin == 0.25 and rep.decision.checks["tf/tau"].margin is None
     assert "primary: spec/tau (higher is better; margin +-0.25;" in rep.summary
     assert "secondary: tf/tau" in rep.summary
     over = build_report(back, None, margins={"spec/tau": 0.05, "tf/tau": 0.1})  # --margin overrides and adds
-    assert over.decision.checks["spec/tau"].margin == 0.05 and over.decision.family == 14
+    assert over.decision.checks["spec/tau"].margin == 0.05 and over.decision.family == 6
+    assert over.look.what_if and over.look.label().startswith("what-if")
 
 
 def test_the_model_fit_is_stated_per_response_as_statsmodels_fits_it():

@@ -38,7 +38,7 @@ def test_a_fractional_design_is_analysed_with_its_aliases_named():
     table = rep.decision.table()
     assert set(table["term"]) == {"A", "B", "C"}  # the interactions are aliased with the main effects
     a = table[table["term"] == "A"].iloc[0]
-    assert a["verdict"] == "matters" and abs(a["estimate"] - 0.5) < 0.1
+    assert a["verdict"] == "matters, beyond the margin" and abs(a["estimate"] - 0.5) < 0.1
     assert "fractional design 2^(3-1)" in rep.summary and "A = B:C" in rep.summary
     # a fraction that lost a cell is refused with one line, not analysed as if complete
     short = _sweep(fraction=True)
@@ -64,6 +64,9 @@ def test_a_response_some_runs_lack_is_analysed_on_the_others_and_they_are_named(
     names = ", ".join(df.loc[[0, 3], "run_name"])
     assert f"warning: val/bpb is analysed on {len(df) - 2} of {len(df)} runs; without a value: {names}" in rep.summary
     assert rep.decision.checks["val/bpb"].n == len(df) - 2 and rep.decision.checks["spec/tau"].n == len(df)
+    # a cell left with one run: HC2 is undefined there, and the report says which errors it used
+    assert rep.decision.checks["val/bpb"].errors == "pooled (HC2 undefined: a cell seen once)"
+    assert "pooled (HC2 undefined: a cell seen once) errors (unbalanced design)" in rep.summary
     # the default responses: one that no run holds is skipped, the report still answers
     df["conf/ece_mean"] = np.nan
     rep = build_report(df, None)
@@ -113,22 +116,22 @@ def test_the_plan_of_a_sweep_without_decoded_responses_names_blocks_only():
     df["run_s"] = 60.0
     df.attrs["responses"] = {"val/bpb": {"better": "lower", "margin": 0.0001}}  # small: stays undecided
     text = plan_text(df, None)
-    assert "no primary response comes from decoded prompts: only replicate blocks can decide these" in text
-    assert "trials reeval" not in text  # it refuses a backbone sweep: never advise it
+    assert "val/bpb (primary): " in text and "no jackknife records: the evaluation's share of the noise is unknown" in text
+    assert "trials reeval" not in text  # nothing prices a re-evaluation without the records
 
 
 def test_the_plan_uses_the_alpha_of_the_reports_look():
     """A sweep augmented look after look: the plan judges at the alpha the report uses."""
-    from analysis.plan import plan_text
+    from analysis.plan import plan_text, plan_with_look
     from analysis.sequential import Plan
 
     df = _sweep(fraction=False, replicates=3)
     df["run_s"] = 60.0
-    plan = Plan(6, 0.05)
-    plan.look(2)
-    plan.look(3)
-    df.attrs["sequential"] = plan.to_json()
-    look = plan.alpha_at(1)
-    assert look < 0.05
-    assert f"alpha {look:.5g}" in plan_text(df, None) and f"alpha {look:.5g}" in build_report(df, None).summary
-    assert "alpha 0.05," in plan_text(df, None, alpha=0.05)  # an explicit --alpha still wins
+    df.attrs["sequential"] = Plan(6, 0.05).to_json()  # declared, no look yet
+    text, look = plan_with_look(df, None)
+    rep = build_report(df, None)
+    assert look.new and look.index == 1 and look.alpha < 0.05
+    assert f"alpha {look.alpha:.3g}" in text and f"alpha {look.alpha:.3g}" in rep.summary
+    assert rep.look.alpha == look.alpha and rep.look.look.data == look.look.data  # the same data: the same look
+    what_if = plan_text(df, None, alpha=0.05)  # an explicit --alpha: a what-if at that alpha, not a look
+    assert "alpha 0.05," in what_if and "what-if" in what_if

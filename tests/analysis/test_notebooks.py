@@ -24,8 +24,9 @@ def test_notebook_executes(name, store, tmp_path):
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     if name == "attribution.ipynb":
-        assert "spec/tau: D1: matters (shifted -> aligned: +" in text
+        assert "spec/tau: D1: matters, beyond the margin (shifted -> aligned: +" in text
         assert "spec/tau: D2: negligible within +-0.2 (const4 -> block: " in text
+        assert "what-if: alpha or margins given on the command line" in text  # MARGINS given: not a look
         assert "not detected" not in text
         assert not (tmp_path / "reports").exists()  # the notebook never overwrites the CLI's report
     else:
@@ -49,7 +50,8 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
     assert r.returncode == 0, r.stderr[-3000:]
     out = nbformat.read(tmp_path / "reports" / "synthetic" / "attribution.ipynb", as_version=4)
     text = "\n".join(o.get("text", "") for c in out.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "spec/tau: D1: matters (shifted -> aligned: +" in text
+    assert "spec/tau: D1: matters, size unsure (shifted -> aligned: +" in text  # no margin declared
+    assert "(not recorded: a notebook reads the store and writes nothing)" in text
     assert (tmp_path / "reports" / "synthetic" / "report.html").read_text() == "the CLI's report"
     # no alarming noise: the kernel runs over Unix sockets, and no output holds a warning
     assert "TCP without encryption" not in r.stdout + r.stderr, r.stderr[-2000:]

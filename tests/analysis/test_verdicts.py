@@ -1,6 +1,8 @@
 """analysis.verdicts on constructed data whose answer is known, and against statsmodels:
-TOST (`ttost_ind`), HC3 (`cov_type="HC3"`), the pooled OLS effects, Breusch-Pagan, the
-leave-one-block-out check, sigma's interval and the planner's arithmetic."""
+the four states, TOST (`ttost_ind`), HC2 (`cov_HC2`) with Bell-McCaffrey df (against the
+n x n formula), the pooled OLS effects, the block-by-term F test (`anova_lm` of nested
+models), the family of primary terms, simple effects, sigma's interval and the planner's
+arithmetic."""
 
 import itertools
 
@@ -13,8 +15,9 @@ from statsmodels.stats.weightstats import ttost_ind
 
 from analysis.anova import AnalysisError
 from analysis.effects import factorial_effects
-from analysis.verdicts import (Contrast, blocks_to_decide, contrasts, decide, decide_all, fit_response,
-                               margins_for, p_decided, parse_margins, sigma_interval)
+from analysis.verdicts import (BEYOND, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE, Contrast, bm_df, blocks_to_decide,
+                               contrasts, decide, decide_all, distance_to_boundary, fit_response, margins_for,
+                               p_decided, parse_margins, sigma_interval)
 
 
 def design(effects, sigma=0.05, replicates=3, seed=0, block_shift=0.02, sd_by=None):
@@ -40,51 +43,81 @@ def verdicts(df, margin, **kw):
     return d, {v.term: v for v in d.of("y")}
 
 
-def test_known_answers_matters_negligible_undecided():
-    df = design({"A": 1.0, "B": 0.0, "C": 0.12}, sigma=0.05, replicates=4)
+def test_known_answers_in_the_four_states():
+    df = design({"A": 1.0, "B": 0.0, "C": 0.10}, sigma=0.05, replicates=4)
     d, v = verdicts(df, margin=0.1)
-    assert d.family == 7 and d.alpha_star == pytest.approx(0.05 / 7)
-    assert v["A"].verdict == "matters" and v["A"].ci_low > 0.9
-    assert v["B"].verdict == "negligible" and -0.1 < v["B"].eq_low and v["B"].eq_high < 0.1
-    # C's true effect sits just past the margin: detected, but not shown bigger or smaller
-    assert v["C"].verdict == "matters" and v["C"].ci_low > 0 and v["C"].eq_high > 0.1
+    assert d.family == 3 and d.alpha_star == pytest.approx(0.05 / 3)  # the main effects; interactions outside
+    assert v["A"].verdict == BEYOND and v["A"].eq_low > 0.1 and v["A"].in_family
+    assert v["B"].verdict == NEGLIGIBLE and -0.1 < v["B"].eq_low and v["B"].eq_high < 0.1
+    # C's true effect is the margin: detected, but its one-sided bound reaches inside it
+    assert v["C"].verdict == UNSURE and v["C"].ci_low > 0 and v["C"].eq_low < 0.1
+    assert not v["A:B"].in_family and v["A:B"].text().endswith("[outside the family]")
     wide = design({"A": 0.05}, sigma=0.3, replicates=2)
     _, w = verdicts(wide, margin=0.1)
-    assert w["A"].verdict == "undecided" and w["A"].ci_low < 0 < w["A"].ci_high
-    assert "undecided" in w["A"].text() and "more replicate block(s)" in w["A"].next_step
+    assert w["A"].verdict == UNDECIDED and w["A"].ci_low < 0 < w["A"].ci_high
+    assert "undecided" in w["A"].text() and "more block(s)" in w["A"].next_step
+    assert d.counts() == {BEYOND: 1, UNSURE: 1, NEGLIGIBLE: 1, UNDECIDED: 0}
+
+
+def test_beyond_the_margin_is_the_one_sided_bound_not_the_estimate():
+    """ECE D1 in the paper study: -0.0140 [-0.0205, -0.0075] against a margin of 0.01 matters,
+    but its interval reaches inside the margin: size unsure, never "beyond"."""
+    v = decide(Contrast("D1", "shifted -> aligned", -0.0140, 0.00154, 14), "conf/ece_mean", 0.05 / 9, 0.01,
+               "lower", 9)
+    assert v.verdict == UNSURE and v.eq_high > -0.01
+    assert "reach inside +-0.01" in v.text() and "beyond" not in v.text().split("(", 1)[1]
+    far = decide(Contrast("D1", "shifted -> aligned", -0.0300, 0.00154, 14), "conf/ece_mean", 0.05 / 9, 0.01,
+                 "lower", 9)
+    assert far.verdict == BEYOND and far.eq_high < -0.01 and "wholly beyond +-0.01" in far.text()
 
 
 def test_negligible_and_detected_says_smaller_than_the_margin():
     c = Contrast("A", "lo -> hi", 0.03, 0.004, 20)
     v = decide(c, "y", 0.01, 0.1, "higher", 5)
-    assert v.verdict == "negligible" and v.detected
-    assert v.text().endswith("; detected, smaller than the margin")
+    assert v.verdict == NEGLIGIBLE and v.detected and v.smaller_than_margin
+    assert f"; {SMALLER}" in v.text()
     assert v.text().startswith("A: negligible within +-0.1 (lo -> hi: +0.03 [")
 
 
-def test_no_margin_means_never_negligible():
-    c = Contrast("A", "", 0.0, 0.001, 50)
-    v = decide(c, "y", 0.01, None, "higher", 1)
-    assert v.verdict == "undecided" and "no margin declared" in v.text()
+def test_no_margin_means_never_negligible_and_never_beyond():
+    v = decide(Contrast("A", "", 0.0, 0.001, 50), "y", 0.01, None, "higher", 1)
+    assert v.verdict == UNDECIDED and "no margin declared" in v.text()
+    big = decide(Contrast("A", "", 1.0, 0.001, 50), "y", 0.01, None, "higher", 1)
+    assert big.verdict == UNSURE and "no margin declared" in big.text()
 
 
 def test_no_sentence_contradicts_its_interval():
     rng = np.random.default_rng(1)
+    seen = set()
     for seed in range(40):
         effects = {t: float(rng.normal(0, 0.15)) for t in ("A", "B", "C", "A:B")}
         df = design(effects, sigma=float(rng.uniform(0.02, 0.2)), replicates=int(rng.integers(2, 4)), seed=seed)
         _, v = verdicts(df, margin=float(rng.uniform(0.02, 0.3)))
         for t in v.values():
-            text = t.text()
-            assert text.startswith(f"{t.term}: {t.verdict}")
-            if t.verdict == "matters":
-                assert t.ci_low > 0 or t.ci_high < 0
-                assert f"[{t.ci_low:+.4g}, {t.ci_high:+.4g}]" in text
-            elif t.verdict == "negligible":
-                assert -t.margin < t.eq_low and t.eq_high < t.margin
+            text, m = t.text(), t.margin
+            lo, hi, _ = t.interval()
+            seen.add(t.verdict)
+            assert text.startswith(f"{t.term}: {t.verdict}") and f"[{lo:+.4g}, {hi:+.4g}]" in text
+            if t.verdict == BEYOND:
+                assert (t.ci_low > 0 or t.ci_high < 0) and (lo > m or hi < -m)
+            elif t.verdict == UNSURE:
+                assert (t.ci_low > 0 or t.ci_high < 0) and not (t.eq_low > m or t.eq_high < -m)
+                assert not (-m < t.eq_low and t.eq_high < m)
+            elif t.verdict == NEGLIGIBLE:
+                assert -m < lo and hi < m
             else:
-                assert t.ci_low <= 0 <= t.ci_high and not (-t.margin < t.eq_low and t.eq_high < t.margin)
-                assert "not detected" not in text
+                assert t.ci_low <= 0 <= t.ci_high and not (-m < t.eq_low and t.eq_high < m)
+    assert seen == {BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED}
+
+
+def test_distance_to_the_boundary_in_standard_errors():
+    t1, t2 = stats.t.ppf(1 - 0.01 / 2, 20), stats.t.ppf(1 - 0.01, 20)
+    # an estimate of 5 se with a margin far away: nearest is the zero test's edge at t1 se
+    assert distance_to_boundary(5.0, 1.0, 20, 0.01, 100.0) == pytest.approx(5 - t1)
+    # just past the "beyond" edge margin + t2 se
+    assert distance_to_boundary(10.3, 1.0, 20, 0.01, 7.0) == pytest.approx(abs(10.3 - (7 + t2)))
+    v = decide(Contrast("A", "", 0.2, 0.05, 20), "y", 0.01, 0.1, "higher", 1)
+    assert f"{v.to_boundary:.1f} se from the nearest boundary" in v.text()
 
 
 def test_tost_matches_statsmodels_ttost_ind():
@@ -94,62 +127,102 @@ def test_tost_matches_statsmodels_ttost_ind():
     lo, hi = rng.normal(1.0, 0.1, 9), rng.normal(1.02, 0.1, 9)
     df = pd.DataFrame({"A": pd.Categorical(["lo"] * 9 + ["hi"] * 9, ["lo", "hi"], ordered=True),
                        "y": np.r_[lo, hi]})
-    fit = fit_response(df, "y", ["A"], None, errors="OLS")
+    fit = fit_response(df, "y", ["A"], None, errors="pooled")
     (c,) = contrasts(fit, df, ["A"])
     assert c.estimate == pytest.approx(hi.mean() - lo.mean()) and c.df == 16
     for margin in (0.05, 0.1, 0.2):
         v = decide(c, "y", 0.05, margin, "higher", 1)
         p_sm = ttost_ind(hi, lo, -margin, margin, usevar="pooled")[0]
         assert v.p_equiv == pytest.approx(p_sm, rel=1e-9)
-        assert (v.verdict == "negligible") == (p_sm < 0.05)
+        assert (v.verdict == NEGLIGIBLE) == (p_sm < 0.05)
 
 
-def test_pooled_errors_equal_the_effects_model_and_hc3_equals_statsmodels():
+def _coded(df, terms):
+    X = pd.DataFrame({t: np.prod([np.where(df[f] == "hi", 1.0, -1.0) for f in t.split(":")], axis=0)
+                      for t in terms})
+    return sm.add_constant(pd.concat([X, pd.get_dummies(df["replicate"], prefix="r", drop_first=True,
+                                                        dtype=float).set_index(X.index)], axis=1))
+
+
+def test_balanced_designs_use_pooled_errors_and_unbalanced_ones_hc2_as_statsmodels():
     df = design({"A": 0.5, "B": 0.2, "A:B": 0.1}, sd_by=("A", 0.02, 0.2), replicates=3, seed=2)
-    fit = fit_response(df, "y", list("ABC"), "replicate", errors="OLS")
+    fit = fit_response(df, "y", list("ABC"), "replicate")
+    assert fit.errors == "pooled"  # balanced, although the variances differ
     ours = {c.term: c for c in contrasts(fit, df, list("ABC"))}
     eff = factorial_effects(df, "y", list("ABC"), block="replicate")
     for term in eff.index:
         assert ours[term].estimate == pytest.approx(eff.loc[term, "effect"], abs=1e-12)
         assert ours[term].se == pytest.approx(eff.loc[term, "se"], rel=1e-9)
-    # HC3 from an independent parametrisation: the coded regression with block dummies
-    hc3 = fit_response(df, "y", list("ABC"), "replicate", errors="HC3")
-    assert hc3.errors == "HC3"
-    theirs = {c.term: c for c in contrasts(hc3, df, list("ABC"))}
-    X = pd.DataFrame({t: np.prod([np.where(df[f] == "hi", 1.0, -1.0) for f in t.split(":")], axis=0)
-                      for t in eff.index})
-    X = sm.add_constant(pd.concat([X, pd.get_dummies(df["replicate"], prefix="r", drop_first=True, dtype=float)],
-                                  axis=1))
-    sm_fit = sm.OLS(df["y"], X).fit(cov_type="HC3")
+        assert ours[term].df == fit.result.df_resid
+    # a lost run unbalances it: HC2 (as statsmodels computes it on an independent parametrisation)
+    gone = df.drop(index=[3]).reset_index(drop=True)
+    hc2 = fit_response(gone, "y", list("ABC"), "replicate")
+    assert hc2.errors == "HC2"
+    theirs = {c.term: c for c in contrasts(hc2, gone, list("ABC"))}
+    X = _coded(gone, list(eff.index))
+    sm_fit = sm.OLS(gone["y"], X).fit(cov_type="HC2")
     for term in eff.index:
         assert theirs[term].se == pytest.approx(2 * sm_fit.bse[term], rel=1e-9)
+        assert 1 <= theirs[term].df <= hc2.result.df_resid + 1e-9
+    d, _ = verdicts(gone, margin=0.1)
+    assert "HC2 errors with Satterthwaite df (unbalanced design)" in d.checks["y"].text(d.alpha_star)
 
 
-def test_breusch_pagan_switches_to_hc3_only_where_variances_differ():
-    same = fit_response(design({"A": 0.5}, sigma=0.1, replicates=4, seed=5), "y", list("ABC"), "replicate")
-    differ = fit_response(design({"A": 0.5}, sd_by=("A", 0.01, 0.3), replicates=4, seed=5), "y", list("ABC"),
-                          "replicate")
-    assert same.errors == "OLS" and same.bp_p > 0.05
-    assert differ.errors == "HC3" and differ.bp_p < 0.05
-    d, _ = verdicts(design({"A": 0.5}, sd_by=("A", 0.01, 0.3), replicates=4, seed=5), margin=0.1)
-    assert "HC3 errors: Breusch-Pagan p=" in d.checks["y"].text(d.alpha_star)
+def test_bell_mccaffrey_df_equals_the_n_by_n_formula():
+    rng = np.random.default_rng(3)
+    X = np.column_stack([np.ones(14), rng.normal(size=(14, 3))])
+    for _ in range(5):
+        L = rng.normal(size=4)
+        a = X @ np.linalg.solve(X.T @ X, L)
+        H = X @ np.linalg.solve(X.T @ X, X.T)
+        M = (np.eye(14) - H) @ np.diag(a ** 2 / (1 - np.diag(H))) @ (np.eye(14) - H)
+        assert bm_df(X, L) == pytest.approx(np.trace(M) ** 2 / np.trace(M @ M), rel=1e-9)
 
 
-def test_one_block_carrying_a_verdict_is_fragile():
-    df = design({"A": 0.0, "B": 0.02}, sigma=0.005, replicates=3, seed=0)
+def test_pooled_errors_are_unbiased_under_unequal_variances_in_a_balanced_design():
+    """The claim behind dropping Breusch-Pagan: with every cell weighted alike, the pooled
+    variance of a contrast averages the cells' variances, as the contrast's true variance does."""
+    rng = np.random.default_rng(11)
+    est, se2 = [], []
+    for seed in range(300):
+        df = design({"A": 0.3}, sd_by=("A", 0.02, 0.3), replicates=3, seed=int(rng.integers(1 << 30)))
+        fit = fit_response(df, "y", list("ABC"), "replicate")
+        c = next(c for c in contrasts(fit, df, list("ABC")) if c.term == "B")
+        est.append(c.estimate)
+        se2.append(c.se ** 2)
+    assert np.mean(se2) == pytest.approx(np.var(est, ddof=1), rel=0.2)
+
+
+def test_hc2_intervals_cover_at_their_level_in_an_unbalanced_design():
+    rng = np.random.default_rng(12)
+    hits = 0
+    n = 300
+    for _ in range(n):
+        df = design({"A": 0.3}, sd_by=("A", 0.02, 0.3), replicates=3, seed=int(rng.integers(1 << 30)))
+        df = df.drop(index=[0, 9]).reset_index(drop=True)
+        fit = fit_response(df, "y", list("ABC"), "replicate")
+        c = next(c for c in contrasts(fit, df, list("ABC")) if c.term == "A")
+        half = stats.t.ppf(0.975, c.df) * c.se
+        hits += abs(c.estimate - 0.3) <= half
+    assert hits / n >= 0.92
+
+
+def test_the_block_by_term_test_is_anova_of_nested_models_and_names_an_uneven_term():
+    df = design({"A": 0.0, "B": 0.05}, sigma=0.005, replicates=3, seed=0)
     df.loc[(df["replicate"] == 2) & (df["B"] == "hi"), "y"] += 0.1  # B's size comes from block 2
     d, v = verdicts(df, margin=0.03)
-    assert v["B"].verdict == "matters" and v["B"].eq_high > 0.03
-    assert v["B"].fragile == "without replicate block 2 it is undecided"
-    assert v["B"].text().endswith("[fragile: without replicate block 2 it is undecided]")
-    assert "1 verdict(s) fragile" in d.checks["y"].lobo
-    assert "leave-one-block-out over 3 blocks" in d.checks["y"].lobo
-    steady = design({"A": 1.0}, sigma=0.02, replicates=3, seed=7)
-    _, w = verdicts(steady, margin=0.05)
-    assert w["A"].verdict == "matters" and not w["A"].fragile
-    two = design({"A": 1.0}, sigma=0.02, replicates=2, seed=7)
-    d2, _ = verdicts(two, margin=0.05)
-    assert "not checked" in d2.checks["y"].lobo
+    assert v["B"].block is not None and v["B"].block.p < 0.001 and "differs between blocks" in v["B"].text()
+    assert v["A"].block.p > 0.01
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+
+    data = pd.DataFrame({"a": df["A"].astype(str), "b": df["B"].astype(str), "c": df["C"].astype(str),
+                         "r": df["replicate"].astype(str), "y": df["y"]})
+    small = smf.ols("y ~ C(a, Sum) * C(b, Sum) * C(c, Sum) + C(r, Sum)", data).fit()
+    big = smf.ols("y ~ C(a, Sum) * C(b, Sum) * C(c, Sum) + C(r, Sum) + C(b, Sum):C(r, Sum)", data).fit()
+    table = anova_lm(small, big)
+    assert v["B"].block.F == pytest.approx(table["F"].iloc[1], rel=1e-8)
+    assert v["B"].block.q == 2 and v["B"].block.df == big.df_resid
 
 
 def test_three_level_factor_gives_every_pair_its_own_contrast():
@@ -163,11 +236,38 @@ def test_three_level_factor_gives_every_pair_its_own_contrast():
     d = decide_all(df, ["y"], ["L", "B"], {"y": {"better": "higher", "margin": 0.1}})
     v = {x.term: x for x in d.of("y")}
     assert {"L[a->b]", "L[a->c]", "L[b->c]", "B", "L[a->b]:B", "L[a->c]:B", "L[b->c]:B"} == set(v)
-    assert d.family == 7
+    assert d.family == 4 and all(v[t].in_family for t in ("L[a->b]", "L[a->c]", "L[b->c]", "B"))
     cell = df.groupby("L", observed=True)["y"].mean()
     assert v["L[a->b]"].estimate == pytest.approx(cell["b"] - cell["a"], abs=1e-9)
-    assert v["L[a->b]"].verdict == "matters" and v["L[a->c]"].verdict in ("negligible", "matters")
+    assert v["L[a->b]"].verdict == BEYOND and v["L[a->c]"].verdict in (NEGLIGIBLE, UNSURE, BEYOND)
     assert "pairwise contrasts" in d.method()
+
+
+def test_the_family_is_primary_responses_times_primary_terms():
+    df = design({"A": 1.0, "A:B": 0.3}, sigma=0.05, replicates=3)
+    df["z"] = df["y"] * 2
+    margins = {"y": {"better": "higher", "margin": 0.1}}
+    d = decide_all(df, ["y", "z"], list("ABC"), margins, primary_terms=["A", "A:B"])
+    assert d.family == 2 and d.alpha_star == pytest.approx(0.025)
+    assert {(v.response, v.term) for v in d.family_verdicts()} == {("y", "A"), ("y", "A:B")}
+    assert all(not v.in_family for v in d.of("z"))  # a secondary response, at the same alpha*
+    assert all(v.alpha_star == d.alpha_star for v in d.verdicts)
+    with pytest.raises(AnalysisError, match="none of the primary terms"):
+        decide_all(df, ["y"], list("ABC"), margins, primary_terms=["D"])
+
+
+def test_simple_effects_are_the_cell_differences_at_each_level_of_the_others():
+    df = design({"A": 1.0, "A:B": 0.6}, sigma=0.02, replicates=3)
+    d = decide_all(df, ["y"], list("ABC"), {"y": {"better": "higher", "margin": 0.1}})
+    simple = [s for s in d.simple if s.term == "A"]
+    assert len(simple) == 4 and all(not s.verdict.in_family for s in simple)
+    means = df.groupby(["A", "B", "C"], observed=True)["y"].mean()
+    for s in simple:
+        at = dict(part.split("=") for part in s.at.split(", "))
+        diff = means[("hi", at["B"], at["C"])] - means[("lo", at["B"], at["C"])]
+        assert s.verdict.estimate == pytest.approx(diff, abs=1e-9)
+    # A's effect is 1.0 - 0.6 = 0.4 where B is lo and 1.6 where B is hi: beyond the margin at every level
+    assert {s.verdict.verdict for s in simple} == {BEYOND}
 
 
 def test_sigma_interval_covers_the_true_sigma_at_its_level():
@@ -214,28 +314,12 @@ def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
         return Verdict(response="r", term="D1", label="D1", verdict=verdict, estimate=estimate, se=0.1, df=10,
                        alpha_star=0.01, ci_low=estimate - 0.1, ci_high=estimate + 0.1, eq_low=estimate - 0.05,
                        eq_high=estimate + 0.05, margin=0.5, better=better, p=0.001, p_adj=0.01, p_equiv=None,
-                       detectable=0.2)
+                       detectable=0.2, to_boundary=1.0)
 
-    assert verdict_colour(v("matters", +0.4, "higher")) == "better"  # tau up: good news, not red
-    assert verdict_colour(v("matters", -0.4, "higher")) == "worse"
-    assert verdict_colour(v("matters", -0.01, "lower")) == "better"  # ECE down
-    assert verdict_colour(v("matters", +0.01, "lower")) == "worse"
-    assert verdict_colour(v("negligible", +0.01, "lower")) == "negligible"
-    assert verdict_colour(v("undecided", +0.3, "higher")) == "undecided"
-    assert len(set(VERDICT_COLOURS.values())) == 4
-
-
-def test_verdicts_without_the_fragility_refits_are_the_same_verdicts():
-    """`plan` asks for the verdicts without the leave-one-block-out refits: every number is
-    the same, only fragility is not checked (and says so)."""
-    from analysis.verdicts import decide_all
-
-    df = design({"A": 0.0, "B": 0.02}, sigma=0.005, replicates=3, seed=0)
-    df.loc[(df["replicate"] == 2) & (df["B"] == "hi"), "y"] += 0.1
-    margins = {"y": {"better": "higher", "margin": 0.03}}
-    full = decide_all(df, ["y"], ["A", "B"], margins)
-    quick = decide_all(df, ["y"], ["A", "B"], margins, fragility=False)
-    key = lambda v: (v.term, v.verdict, v.estimate, v.se, v.df, v.blocks)  # noqa: E731
-    assert [key(v) for v in quick.verdicts] == [key(v) for v in full.verdicts]
-    assert any(v.fragile for v in full.verdicts) and not any(v.fragile for v in quick.verdicts)
-    assert quick.checks["y"].lobo == "leave-one-block-out: not checked"
+    assert verdict_colour(v(BEYOND, +0.4, "higher")) == "better"  # tau up: good news, not red
+    assert verdict_colour(v(BEYOND, -0.4, "higher")) == "worse"
+    assert verdict_colour(v(UNSURE, -0.01, "lower")) == "better, size unsure"  # ECE down, size unsure
+    assert verdict_colour(v(UNSURE, +0.01, "lower")) == "worse, size unsure"
+    assert verdict_colour(v(NEGLIGIBLE, +0.01, "lower")) == "negligible"
+    assert verdict_colour(v(UNDECIDED, +0.3, "higher")) == "undecided"
+    assert len(set(VERDICT_COLOURS.values())) == 6

@@ -75,7 +75,8 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
     parent, runs = kids(uri, "look")
     assert len(runs) == 4 * out["replicates"]
     plan = json.loads(parent.data.tags["sequential"])
-    assert plan["looks"] == looks and plan["max_replicates"] == 2
+    assert [lk["blocks"] for lk in plan["looks"]] == looks and plan["max_replicates"] == 2
+    assert plan["declared"] and not plan["post_hoc"]  # made by augment before the first look
     recorded = [json.loads(parent.data.tags[f"look.{k + 1}"]) for k in range(len(looks))]
     shares, before = [], 0.0
     for n in looks:
@@ -91,10 +92,31 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
     from analysis.report import build_report
 
     rep = build_report(load_runs("look", uri), None, responses=["tf/tau"])
-    assert "sequential rule (Lan-DeMets alpha spending" in rep.summary
+    assert f"look {len(looks)} of a plan of at most 2 blocks" in rep.summary and not rep.look.new
     assert rep.decision.alpha == pytest.approx(recorded[-1]["alpha"])
-    with pytest.raises(ValueError, match="planned up to 2 blocks"):
+    with pytest.raises(ValueError, match="plan allows 2 blocks"):
         augment("look", storage, until_decided=True, max_replicates=5)
+
+
+def test_a_plan_added_after_a_look_is_post_hoc_and_refused_unless_asked():
+    from analysis.sequential import Plan, plan_of
+
+    from trials.augment import _plan
+
+    fixed = plan_of("", 0.05)
+    fixed.look("abc", 2, {"prompts": 32})  # the sweep was analysed once without a plan
+    tags = {"sequential": fixed.to_json()}
+    with pytest.raises(ValueError, match="a plan added now is post hoc: rerun with --post-hoc"):
+        _plan(tags, 2, 6, 0.05, post_hoc=False)
+    late = _plan(tags, 2, 6, 0.05, post_hoc=True)
+    assert not late.declared and "added by trials augment --post-hoc after 1 look(s)" in late.post_hoc
+    look, _ = late.look("def", 3, {"prompts": 32}, 0.5)
+    assert look.post_hoc and Plan.from_json(late.to_json()).post_hoc == late.post_hoc
+    fresh = _plan({}, 2, None, 0.05, post_hoc=False)  # no look yet: a plan made now is declared
+    assert fresh.declared and fresh.max_replicates == 6
+    declared = {"sequential": Plan(4, 0.05).to_json()}
+    with pytest.raises(ValueError, match="--alpha"):
+        _plan(declared, 2, None, 0.1, post_hoc=False)
 
 
 def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir):
@@ -127,7 +149,7 @@ def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir)
     parent, runs = kids(uri, "cut")
     assert len(runs) == 8 and len({r.data.tags["trial_key"] for r in runs}) == 8
     assert all(r.info.status == "FINISHED" for r in runs)
-    assert json.loads(parent.data.tags["sequential"])["looks"][-1] == 2
+    assert json.loads(parent.data.tags["sequential"])["looks"][-1]["blocks"] == 2
     client = MlflowClient(uri)
     for r in runs:  # no metric point logged twice
         for key in r.data.metrics:

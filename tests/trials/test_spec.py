@@ -207,6 +207,50 @@ def test_primary_responses_are_parsed_with_the_registry_direction():
     assert b.responses["train/step_ms"] == {"better": "lower", "margin": 12.0}
 
 
+@pytest.mark.parametrize("extra,message", [
+    ({"sequential": {"max_replicates": 1}}, "sequential.max_replicates: at least 2 and at least the sweep's"),
+    ({"sequential": {"alpha": 0.05}}, "sequential: {max_replicates: N,"),
+    ({"sequential": {"max_replicates": 6, "alpha": 1.5}}, "sequential.alpha: a number in (0, 1), got 1.5"),
+    ({"sequential": {"max_replicates": 6, "looks": 3}}, "sequential: {max_replicates: N,"),
+    ({"sequential": {"max_replicates": 6, "max_prompts": 1}}, "sequential.max_prompts: 1 is fewer than the "
+                                                              "trials' spec_prompts"),
+    ({"sequential": {"max_replicates": True}}, "sequential.max_replicates: an integer >= 1, got True"),
+    ({"primary_terms": ["D1", "D7"]}, "primary_terms: 'D7' is neither a factor"),
+    ({"primary_terms": ["D1", "D1"]}, "primary_terms: a term is named twice"),
+    ({"primary_terms": ["D1:D1"]}, "primary_terms: 'D1:D1' is neither"),
+    ({"primary_terms": "D1"}, "primary_terms: a non-empty list"),
+])
+def test_the_family_and_the_sequential_plan_are_validated(extra, message):
+    with pytest.raises(SpecError) as e:
+        parse({**_with_responses({"spec/tau": {"margin": 0.1}}), **extra})
+    assert any(message in p for p in e.value.problems), e.value.problems
+
+
+def test_a_declared_plan_and_family_are_recorded_on_the_parent_before_any_look(tmp_path):
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from trials.tracking import Ledger
+
+    s = parse({**_with_responses({"spec/tau": {"margin": 0.1}}), "primary_terms": ["D2", "D1"],
+               "sequential": {"max_replicates": 4, "max_prompts": 64}})
+    assert s.primary_terms == ["D2", "D1"] and s.sequential == {"max_replicates": 4, "max_prompts": 64, "alpha": 0.05}
+    assert specmod.with_replicates(s, 3).sequential == s.sequential  # augment keeps the plan
+    no_plan = parse(_with_responses({"spec/tau": {"margin": 0.1}}))
+    with pytest.raises(SpecError, match="a plan needs primary responses"):
+        parse({**GOOD, "sequential": {"max_replicates": 4}})
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    ledger = Ledger(uri, s)
+    tags = MlflowClient(uri).get_run(ledger.parent_id).data.tags
+    plan = json.loads(tags["sequential"])
+    assert plan == {"declared": True, "max_replicates": 4, "max_prompts": 64, "alpha": 0.05, "looks": []}
+    assert json.loads(tags["primary_terms"]) == ["D2", "D1"]
+    from analysis.sequential import Plan
+
+    assert Plan.from_json(tags["sequential"]).declared and not no_plan.sequential
+
+
 # ---- identity and validation limits (hostile specs that once passed validate) ----
 
 THREE = {"A": {"lo": {"window": "shifted"}, "hi": {"window": "aligned"}},
