@@ -1,6 +1,9 @@
 """One GPU check that needs torch alone (no Ray, no MLflow): the `base` preset's target and
 drafter stages for a few hundred steps in bf16, then speculative decoding. Prints tokens/s,
-MFU against the device's bf16 peak, tau and the speedup, sampled and greedy.
+MFU against the device's bf16 peak, tau and the speedup, sampled and greedy; and writes the
+target's verify-step SPS table (`--sps-table`, default bench/out/gpu_check/sps_table.json):
+a JSON object {"<batch_tokens>": steps_per_second, ..., "meta": {...}}, which a run reads
+with `sched_curve: table:<path>` (dspark.curves).
 
     python bench/gpu_check.py                 # CUDA, the base preset (about 5 minutes on one H200)
     python bench/gpu_check.py --cpu           # CI: the tiny preset on CPU, a few steps, so it cannot rot
@@ -20,7 +23,9 @@ import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible m
 import torch
 
 from dspark.config import from_dict
+from dspark.curves import measure_grid, write_sps_table
 from dspark.model import sync
+from dspark.schedule import measure_sps
 from dspark.speculative_eval import decode_set, prompts_from
 from dspark.train import Trainer
 
@@ -56,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-steps", type=int, help="default: 300 (GPU), 20 (--cpu)")
     ap.add_argument("--prompts", type=int, help="speculative decoding prompts (default: 32 GPU, 2 --cpu)")
     ap.add_argument("--peak-tflops", type=float, help="the device's peak for MFU (default: known or measured)")
+    ap.add_argument("--sps-table", help="where to write the SPS table (default: bench/out/gpu_check/sps_table.json)")
     args = ap.parse_args(argv)
     if args.cpu:
         values = dict(preset="tiny", device="cpu", target_steps=args.target_steps or 20,
@@ -88,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
           f"tokens/s, tf/tau {last['tf/tau']:.3f}")
 
     speculative(t)
+    sps_table(t, args.sps_table or f"{cfg.out_dir}/sps_table.json")
     print("gpu_check: done")
     return 0
 
@@ -120,6 +127,24 @@ def speculative(t: Trainer) -> None:
         tau = sum(a + 1 for a in stats.accepted) / len(stats.accepted)
         print(f"speculative {label}: tau {tau:.3f}, speedup {sum(ar_s) / sum(spec_s):.2f}x against autoregressive "
               f"({n_timed} prompts x {cfg.spec_new_tokens} tokens, batch 1)")
+
+
+def sps_table(t: Trainer, path: str, requests: int = 64) -> None:
+    """The target's verify steps per second for B-token steps, B up to `requests` requests
+    verifying every slot, as Algorithm 1's capacity curve (`sched_curve: table:<path>`)."""
+    cfg = t.cfg
+    sizes = measure_grid(requests * (cfg.block_size + 1))
+    table = measure_sps(t.target, sizes, cfg.spec_prompt_len)
+    dev = t.device
+    meta = {"what": "verify steps per second of the target by batch size in tokens (bench/gpu_check.py)",
+            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "preset": cfg.preset,
+            "d_model": cfg.d_model, "n_layers": cfg.n_layers,
+            "params": sum(p.numel() for p in t.target.parameters()),
+            "dtype": str(next(t.target.parameters()).dtype), "context_len": cfg.spec_prompt_len,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    out = write_sps_table(path, table, meta)
+    print(f"sps table: {len(table)} batch sizes {sizes[0]}..{sizes[-1]}, SPS {table[sizes[0]]:.4g} -> "
+          f"{table[sizes[-1]]:.4g} steps/s, written to {out}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .curves import parse_curve
+
 VOCAB_SIZE = 256  # byte-level: V is a constant, not a knob
 
 WINDOWS = ("aligned", "shifted", "ids_only")
@@ -95,6 +97,9 @@ class Config:
     spec_prompt_len: int = knob('evaluation', 32, smoke=16)
     spec_new_tokens: int = knob('evaluation', 48, smoke=16)
     spec_interval_prompts: int = knob('evaluation', 0, smoke=0)  # prompts for speculative eval at eval intervals (0 = end only)
+    # the capacity curve SPS(B) Algorithm 1 is replayed on (dspark.curves): measured,
+    # roofline:<accelerator>:<size> (a model) or table:<path>
+    sched_curve: str = knob('evaluation', "measured")
     # --- run plumbing ---
     checkpoint_every_s: float = knob('plumbing', 0.0)  # seconds between checkpoints at evals (0: every eval); a stage's end always writes one
     target_path: str = knob('plumbing', "")  # load a trained target instead of training one
@@ -145,6 +150,7 @@ class Config:
                      "spec_interval_prompts", "max_corpus_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        parse_curve(self.sched_curve)  # a one-line ValueError naming sched_curve
         self._validate_shapes()
 
     def _validate_shapes(self) -> None:

@@ -134,7 +134,12 @@ REGISTRY: tuple[Metric, ...] = (
            "Algorithm 1's throughput over R concurrent requests (`@R64`) replayed from the recorded rounds on "
            "the run's named capacity curve (`sched_curve`): ranking and calibration together"),
     Metric("sched/alg1_len@R", "", "tokens", DRAFTER, "mean verified length Algorithm 1 chose over R requests"),
+    Metric("sched/alg1_fixed@R", "", "flag", DRAFTER,
+           "1 when Algorithm 1 gave every request of every batch of R the same length (a degenerate curve: "
+           "the lengths did not follow the confidences, so sched/alg1_throughput@R measures acceptance alone)"),
     Metric("split/prompts", "", "prompts", DRAFTER, "prompts decoded by the run's (latest) speculative evaluation"),
+    Metric("split/timed_prompts", "", "prompts", DRAFTER,
+           "prompts that evaluation decoded both ways for spec/speedup_sweep (at most 16)"),
     Metric("split/decode_s_per_prompt", "", "s", DRAFTER, "that evaluation's wall time per prompt, every phase"),
     Metric("split/<response>@g", "", "", DRAFTER,
            "a prompt-derived response on prompt group g alone (prompt i in group i mod 4): the older "

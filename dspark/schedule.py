@@ -5,7 +5,7 @@ Algorithm 1 admits draft positions in descending order of prefix survival probab
 a_{r,j} = prod_{i<=j} c_{r,i}, tracking throughput Theta = tau * SPS(B), and stops at the
 first admission that does not raise Theta: the early stop keeps every admission decision
 independent of tokens not yet drafted (non-anticipating, paper Appendix A), so decoding
-stays lossless.
+stays lossless. The curves it runs on (`sched_curve`) and `sps_lookup` live in dspark.curves.
 """
 
 from __future__ import annotations
@@ -19,23 +19,10 @@ from typing import Mapping
 import numpy as np
 import torch
 
+from .curves import sps_lookup
 from .model import sync
 
-
-def sps_lookup(sps: Mapping[int, float], batch: int) -> float:
-    """SPS(B) from a profiled table; linear between profiled sizes, and beyond the largest
-    one the table's last token throughput is held (steps/s falls as 1/B)."""
-    if batch in sps:
-        return float(sps[batch])
-    keys = sorted(int(k) for k in sps)
-    if batch < keys[0]:
-        return float(sps[keys[0]])
-    if batch > keys[-1]:
-        return float(sps[keys[-1]]) * keys[-1] / batch
-    hi = next(k for k in keys if k > batch)
-    lo = max(k for k in keys if k < batch)
-    w = (batch - lo) / (hi - lo)
-    return float(sps[lo]) * (1 - w) + float(sps[hi]) * w
+__all__ = ["load_or_measure_sps", "measure_sps", "prefix_schedule", "sps_lookup"]
 
 
 def prefix_schedule(confidences, sps: Mapping[int, float]) -> list[int]:

@@ -4,7 +4,13 @@ On fixed held-out prompts and fixed decoding seeds (the same for every arm): acc
 length per round at temperature 1 and greedy, conditional acceptance per slot, wall-clock
 speedup against autoregressive decoding of the same target measured in this process,
 calibration of prod c_k against the prefix actually accepted (raw, and after STS fitted on
-the calibration split), a static-threshold sweep and Algorithm 1 over concurrent requests.
+the calibration split), a static-threshold sweep, accepted tokens at a matched verification
+budget, and Algorithm 1 over concurrent requests (on this machine's measured table, and
+over R = 1, 16, 64 requests on the run's named capacity curve `sched_curve`).
+
+The recorded rounds (`Rounds`, written as artifacts/rounds.npz) hold everything the
+evaluation-derived responses are computed from; each is also recomputed without prompt
+group k (a delete-a-group jackknife, `jack/<response>@g<k>`) by the same function.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -21,16 +28,22 @@ import torch
 
 from . import calibration
 from .artifacts import decoding_artifacts
-from .metrics import split_name
+from .curves import curve_table, describe_curve, measure_grid
+from .metrics import jack_groups, jack_name
 from .data import fixed_batches
 from .schedule import load_or_measure_sps, prefix_schedule, sps_lookup
 from .model import sync
 from .speculate import RoundStats, autoregressive, generate
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
-PROMPT_SUBSETS = 4  # disjoint prompt groups (prompt i in group i mod 4), for the evaluation's own variance
 PER_PROMPT_FILE = "per_prompt.json"
-CONCURRENT_REQUESTS = 4
+ROUNDS_FILE = "rounds.npz"  # the recorded rounds (Rounds.save), beside per_prompt.json
+CURVE_FILE = "sched_curve.json"  # the named capacity curve's description and SPS at its grid points
+CONCURRENT_REQUESTS = 4  # the measured-table Algorithm 1 responses (sched/alg1_throughput, ...)
+SCHED_REQUESTS = (1, 16, 64)  # sched/alg1_throughput@R<R> on the run's sched_curve
+BUDGETS = (2, 4)  # sched/accepted@budget<b>: draft tokens verified per round on average
+SCHED_SEED = 20260707  # the permutation that deals recorded rounds into batches of R requests
+CALIBRATION_RESPONSES = ("conf/ece_mean", "conf/auroc_mean", "conf/brier_mean")
 SPEEDUP_PROMPTS = 16  # prompts decoded both ways for the wall-clock speedup
 DECODE_SEED = 20260706  # the same decoding seeds for every arm and replicate
 
@@ -116,8 +129,9 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Path | None,
                          n_prompts: int | None = None, full: bool = True, progress: Progress | None = None) -> dict:
-    """All speculative responses; artifacts (histogram, reliability diagram, SPS table)
-    go to out_dir/artifacts when `full`. `progress` hears each phase's prompts."""
+    """All speculative responses; artifacts (histogram, reliability diagram, SPS table,
+    per-prompt statistics, recorded rounds) go to out_dir/artifacts when `full`.
+    `progress` hears each phase's prompts."""
     K = cfg.block_size
     n = n_prompts or cfg.spec_prompts
     for m in (target, drafter, head):
@@ -136,7 +150,6 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
         return m
     m.update(timing_metrics(stats, sum(spec_s), sum(ar_s), n_timed * cfg.spec_new_tokens))
     g_stats, g_taus, g_spec_s, g_ar_s = decode("decode (greedy)", val_prompts, 0.0, n_timed)
-    m["spec/tau_greedy"] = float(np.mean([a + 1 for a in g_stats.accepted]))
     m["spec/speedup_greedy"] = sum(g_ar_s) / sum(g_spec_s)
 
     conf, survived, acc = _survival(stats, K)
@@ -147,59 +160,144 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
     sizes = list(range(CONCURRENT_REQUESTS, CONCURRENT_REQUESTS * (K + 1) + 1))
     sps = load_or_measure_sps(target, sps_cache_path(), sizes, cfg.spec_prompt_len)
     m.update(algorithm1(conf_sts, acc, sps, CONCURRENT_REQUESTS))
-    per_prompt = prompt_statistics(stats, taus, g_taus, spec_s, ar_s, conf, survived, n,
-                                   decode_s=time.perf_counter() - t_start)
-    m.update(split_metrics(per_prompt))
+    rounds = Rounds.record(stats, g_stats, conf_sts, temps)
+    largest = max([R for R in SCHED_REQUESTS if R <= len(acc)], default=1) * (K + 1)
+    curve = curve_table(cfg.sched_curve, largest,
+                        lambda grid: load_or_measure_sps(target, sps_cache_path(), grid, cfg.spec_prompt_len))
+    m.update(evaluation_responses(rounds, curve))
+    jack = jackknife(rounds, n, curve)
+    per_prompt = prompt_statistics(taus, g_taus, spec_s, ar_s, n, jack, decode_s=time.perf_counter() - t_start)
+    m.update(evaluation_records(per_prompt))
     if out_dir is not None:
-        decoding_artifacts(Path(out_dir) / "artifacts", acc, K, conf, conf_sts, survived, temps, sps)
-        (Path(out_dir) / "artifacts" / PER_PROMPT_FILE).write_text(json.dumps(per_prompt))
+        art = Path(out_dir) / "artifacts"
+        decoding_artifacts(art, acc, K, conf, conf_sts, survived, temps, sps)
+        (art / PER_PROMPT_FILE).write_text(json.dumps(per_prompt))
+        rounds.save(art / ROUNDS_FILE)
+        (art / CURVE_FILE).write_text(json.dumps({**describe_curve(cfg.sched_curve), "rows": [
+            {"batch_tokens": b, "steps_per_s": curve[b]} for b in measure_grid(largest)]}, indent=1))
     return m
 
 
-def split_metrics(per_prompt: dict) -> dict[str, float]:
-    """The prompt-group values as metrics (`split/spec/tau@g0`, ...), with the prompt count
-    and the decoding seconds per prompt, so the store and its parquet export carry them."""
+@dataclass
+class Rounds:
+    """One evaluation's recorded rounds: everything its evaluation-derived responses are
+    computed from, so that each can be recomputed on a subset of the prompts."""
+
+    conf: np.ndarray  # (N, K) raw per-slot confidences c_k, temperature-1 rounds
+    conf_sts: np.ndarray  # (N, K) after STS (fitted on the calibration split's own rounds)
+    accepted: np.ndarray  # (N,) draft tokens accepted per round
+    prompt: np.ndarray  # (N,) the validation prompt each round decoded
+    accepted_greedy: np.ndarray  # (M,) draft tokens accepted per greedy round
+    prompt_greedy: np.ndarray  # (M,)
+    temps: np.ndarray  # (K,) the STS temperatures
+
+    @classmethod
+    def record(cls, stats: RoundStats, g_stats: RoundStats, conf_sts, temps) -> "Rounds":
+        def owner(s):  # prompt i decoded s.prompt_rounds[i] consecutive rounds
+            return np.repeat(np.arange(len(s.prompt_rounds)), s.prompt_rounds).astype(np.int64)
+
+        conf = torch.stack(stats.conf).numpy().astype(np.float64)  # (N, K)
+        return cls(conf, np.asarray(conf_sts, np.float64), np.asarray(stats.accepted, np.int64), owner(stats),
+                   np.asarray(g_stats.accepted, np.int64), owner(g_stats), np.asarray(temps, np.float64))
+
+    @property
+    def survived(self) -> np.ndarray:
+        """(N, K) 1.0 where the prefix up to slot k was accepted."""
+        K = self.conf.shape[1]
+        return (self.accepted[:, None] >= np.arange(1, K + 1)[None, :]).astype(np.float64)
+
+    def without_group(self, group: int, groups: int) -> "Rounds":
+        """The rounds of every prompt outside group `group` (prompt i is in group i mod `groups`)."""
+        keep, keep_g = self.prompt % groups != group, self.prompt_greedy % groups != group
+        return Rounds(self.conf[keep], self.conf_sts[keep], self.accepted[keep], self.prompt[keep],
+                      self.accepted_greedy[keep_g], self.prompt_greedy[keep_g], self.temps)
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, conf=self.conf, conf_sts=self.conf_sts, accepted=self.accepted, prompt=self.prompt,
+                            accepted_greedy=self.accepted_greedy, prompt_greedy=self.prompt_greedy,
+                            sts_temperatures=self.temps)
+
+    @classmethod
+    def load(cls, path) -> "Rounds":
+        with np.load(path, allow_pickle=False) as z:
+            return cls(z["conf"], z["conf_sts"], z["accepted"], z["prompt"], z["accepted_greedy"],
+                       z["prompt_greedy"], z["sts_temperatures"])
+
+
+def tau(accepted) -> float:
+    """Mean tokens committed per round, the bonus token included (NaN for no rounds)."""
+    acc = np.asarray(accepted)
+    return float(np.mean(acc + 1)) if acc.size else float("nan")
+
+
+def is_jacked(name: str) -> bool:
+    """The evaluation-derived responses that carry jackknife records."""
+    return (name in ("spec/tau", "spec/tau_greedy") + CALIBRATION_RESPONSES
+            or name.startswith(("sched/accepted@budget", "sched/alg1_throughput@R")))
+
+
+def evaluation_responses(rounds: Rounds, curve: dict[int, float]) -> dict[str, float]:
+    """The evaluation-derived responses of recorded rounds: tau (sampled, greedy), the
+    calibration means, accepted tokens at matched budgets and Algorithm 1 over R requests
+    on `curve` (SPS per batch size in tokens). The full evaluation and every jackknife
+    value come from this one function."""
+    K = rounds.conf.shape[1]
+    m = {"spec/tau": tau(rounds.accepted), "spec/tau_greedy": tau(rounds.accepted_greedy)}
+    survived = rounds.survived
+    cal = calibration.prefix_metrics(rounds.conf, survived, np.ones_like(survived, bool), "conf/") \
+        if len(rounds.accepted) else {}
+    m.update({k: float(cal.get(k, float("nan"))) for k in CALIBRATION_RESPONSES})
+    for b in BUDGETS:
+        if b <= K:
+            m[f"sched/accepted@budget{b}"] = accepted_at_budget(rounds.conf_sts, rounds.accepted, b)
+    for R in SCHED_REQUESTS:
+        m.update(alg1_over_requests(rounds.conf_sts, rounds.accepted, curve, R))
+    return m
+
+
+def jackknife(rounds: Rounds, n_prompts: int, curve: dict[int, float]) -> dict[str, list[float]]:
+    """response -> its value without prompt group k, k = 0..G-1 (prompt i in group i mod G,
+    G = metrics.jack_groups(n_prompts)), for every response `is_jacked` names. A value a
+    group's removal leaves undefined (fewer rounds than R requests) is NaN."""
+    G = jack_groups(n_prompts)
+    names = [k for k in evaluation_responses(rounds, curve) if is_jacked(k)]
+    out: dict[str, list[float]] = {k: [] for k in names}
+    for g in range(G):
+        sub = evaluation_responses(rounds.without_group(g, G), curve)
+        for k in names:
+            out[k].append(float(sub.get(k, float("nan"))))
+    return out
+
+
+def evaluation_records(per_prompt: dict) -> dict[str, float]:
+    """The jackknife values as metrics (`jack/spec/tau@g0`, ...), with the prompt count, the
+    timed prompts' count and the decoding seconds per prompt, so the store and its parquet
+    export carry them."""
     m = {"split/prompts": float(per_prompt["spec_prompts"]),
+         "split/timed_prompts": float(per_prompt["timed_prompts"]),
          "split/decode_s_per_prompt": float(per_prompt["decode_s_per_prompt"])}
-    for name, values in per_prompt["subsets"].items():
+    for name, values in per_prompt["jack"].items():
         for g, v in enumerate(values):
-            m[split_name(name, g)] = float(v)
+            m[jack_name(name, g)] = float(v)
     return m
 
 
-def prompt_statistics(stats: RoundStats, taus, g_taus, spec_s, ar_s, conf, survived, n_prompts: int,
+def prompt_statistics(taus, g_taus, spec_s, ar_s, n_prompts: int, jack: dict[str, list[float]],
                       decode_s: float) -> dict:
     """What the analysis needs to tell the evaluation's own noise from the seeds': per
     prompt, tau (sampled and greedy) and the timed prompts' seconds; and every
-    prompt-derived primary response recomputed on each of PROMPT_SUBSETS disjoint prompt
-    groups (prompt i in group i mod G; every run decodes the same prompts, so group g is
-    the same prompts in every run)."""
-    owner = np.repeat(np.arange(len(taus)), stats.prompt_rounds) if stats.prompt_rounds else np.zeros(0, int)
-    subsets: dict[str, list[float]] = {k: [] for k in ("spec/tau", "spec/tau_greedy", "spec/speedup",
-                                                        "conf/ece_mean", "conf/auroc_mean", "conf/brier_mean")}
-    acc = np.asarray(stats.accepted)
-    G = PROMPT_SUBSETS
-    for g in range(G):
-        rounds = owner % G == g
-        timed = [i for i in range(len(spec_s)) if i % G == g]
-        subsets["spec/tau"].append(float(np.mean(acc[rounds] + 1)) if rounds.any() else float("nan"))
-        subsets["spec/tau_greedy"].append(float(np.mean([g_taus[i] for i in range(g, len(g_taus), G)]))
-                                          if len(g_taus) > g else float("nan"))
-        subsets["spec/speedup"].append(float(sum(ar_s[i] for i in timed) / sum(spec_s[i] for i in timed))
-                                       if timed else float("nan"))
-        cal = calibration.prefix_metrics(conf[rounds], survived[rounds], np.ones_like(survived[rounds], bool),
-                                         "conf/") if rounds.any() else {}
-        for k in ("conf/ece_mean", "conf/auroc_mean", "conf/brier_mean"):
-            subsets[k].append(float(cal.get(k, float("nan"))))
-    return {"spec_prompts": n_prompts, "groups": G, "tau": list(map(float, taus)),
-            "tau_greedy": list(map(float, g_taus)), "spec_s": spec_s, "ar_s": ar_s,
-            "decode_s_per_prompt": decode_s / max(1, n_prompts), "subsets": subsets}
+    evaluation-derived response recomputed without each prompt group (`jackknife`; every
+    run decodes the same prompts, so group g is the same prompts in every run). Timed
+    responses have no groups: more prompts do not price their noise."""
+    return {"spec_prompts": n_prompts, "groups": jack_groups(n_prompts), "timed_prompts": len(spec_s),
+            "tau": list(map(float, taus)), "tau_greedy": list(map(float, g_taus)), "spec_s": spec_s, "ar_s": ar_s,
+            "decode_s_per_prompt": decode_s / max(1, n_prompts), "jack": jack}
 
 
 def acceptance_metrics(accepted: list[int], taus: list[float], K: int) -> dict[str, float]:
     """Mean tokens per round (+ its standard error and 10th percentile over prompts) and
     acceptance per slot."""
-    m = {"spec/tau": float(np.mean([a + 1 for a in accepted])),
+    m = {"spec/tau": tau(accepted),
          "spec/tau_se": float(np.std(taus, ddof=1) / math.sqrt(len(taus))) if len(taus) > 1 else float("nan"),
          "spec/tau_p10": float(np.percentile(taus, 10)) if len(taus) else float("nan")}
     for k, v in enumerate(accept_at(accepted, K), start=1):
@@ -266,3 +364,49 @@ def algorithm1(conf_sts, acc, sps: dict[int, float], R: int) -> dict[str, float]
          "sched/full_throughput": float(np.mean(full_thr))}
     m["sched/alg1_gain"] = m["sched/alg1_throughput"] / m["sched/full_throughput"]
     return m
+
+
+def accepted_at_budget(conf_sts, acc, budget: int) -> float:
+    """Accepted draft tokens per round when `budget` draft tokens per round are verified
+    on average: the survival threshold chosen to meet the budget exactly. Every (round,
+    slot) position is ranked by its calibrated prefix survival a_{r,j} = prod_{i<=j} c_{r,i}
+    (ties: lower slot first, then lower round); the top budget * N positions are verified.
+    a is non-increasing in j, so each round r verifies a prefix of l_r slots, sum l_r =
+    budget * N; the response is mean_r min(acc_r, l_r). conf_sts (N, K), acc (N,)."""
+    lengths = budget_lengths(conf_sts, budget)
+    return float(np.minimum(np.asarray(acc), lengths).mean()) if len(lengths) else float("nan")
+
+
+def budget_lengths(conf_sts, budget: int) -> np.ndarray:
+    """The verified length l_r (N,) of each round when the budget * N positions of highest
+    calibrated prefix survival are verified (see `accepted_at_budget`)."""
+    c = np.asarray(conf_sts, dtype=np.float64)
+    N, K = c.shape
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or not 1 <= budget <= K:
+        raise ValueError(f"accepted_at_budget: budget {budget!r} is not a whole number of draft tokens in 1..K={K}")
+    a = np.cumprod(c, axis=1).ravel()  # (N*K,) position r*K + j
+    r, j = np.divmod(np.arange(N * K), K)
+    order = np.lexsort((r, j, -a))  # a descending, then lower slot, then lower round
+    return np.bincount(r[order[:budget * N]], minlength=N)  # (N,)
+
+
+def alg1_over_requests(conf_sts, acc, sps, R: int, seed: int = SCHED_SEED) -> dict[str, float]:
+    """Algorithm 1 (`prefix_schedule`) over batches of R concurrent requests: the recorded
+    rounds in a fixed seeded permutation, dealt into consecutive batches of R (the
+    remainder dropped; no batch, no values). Per batch, committed tokens = sum_r
+    (min(acc_r, l_r) + 1) and throughput = committed * SPS(R + sum_r l_r) tokens/s.
+    Returns the mean throughput over batches, the mean chosen length, and `alg1_fixed`
+    = 1.0 when every request of every batch got the same length (a degenerate curve)."""
+    acc = np.asarray(acc)
+    order = np.random.default_rng(seed).permutation(len(acc))
+    throughput, lengths = [], []
+    for b in range(len(acc) // R):
+        idx = order[b * R:(b + 1) * R]
+        chosen = np.asarray(prefix_schedule(conf_sts[idx], sps))
+        committed = float((np.minimum(acc[idx], chosen) + 1).sum())
+        throughput.append(committed * sps_lookup(sps, int(R + chosen.sum())))
+        lengths.extend(chosen.tolist())
+    if not lengths:
+        return {}
+    return {f"sched/alg1_throughput@R{R}": float(np.mean(throughput)), f"sched/alg1_len@R{R}": float(np.mean(lengths)),
+            f"sched/alg1_fixed@R{R}": float(len(set(lengths)) == 1)}

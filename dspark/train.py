@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .blocks import Models, draft_blocks, trainable_parameters
 from .config import VOCAB_SIZE, Config, from_dict, with_role
+from .curves import describe_curve
 from .artifacts import training_curves
 from .data import Corpus, build_corpus, fixed_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
@@ -157,6 +158,8 @@ class Trainer:
     def __init__(self, cfg: Config, report: Report | None = None, progress: Progress | None = None,
                  corpus: Corpus | None = None, before_step: BeforeStep | None = None):
         self.cfg = cfg
+        if cfg.parallel_stage == "drafter":
+            describe_curve(cfg.sched_curve)  # reads a table curve's file: a bad one is refused before any training
         self.report = report
         self.progress = progress
         self.before_step = before_step

@@ -7,7 +7,8 @@ cluster at `--address`). Its metrics go to the trial's own MLflow run as a new e
 at the step after the run's last one, with `split/prompts` = N among them and the tag
 `reeval.spec_prompts` = N, so the analysis (which reads each metric's latest value) uses
 the new evaluation while the old one stays in the metric history at its own step. The
-per-prompt statistics go beside it as the artifact `eval/per_prompt_<N>.json`.
+per-prompt statistics go beside it as the artifact `eval/per_prompt_<N>.json`, and its
+recorded rounds (confidences, accepted lengths, prompts) as `eval/rounds_<N>.npz`.
 
 Refused before any work, with one line: a sweep with a trial that finished without a
 checkpoint in storage, or whose shared target is gone. Resumable: a run already tagged
@@ -26,12 +27,13 @@ REEVAL_TAG = "reeval.spec_prompts"
 
 
 @ray.remote(max_retries=1)
-def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int) -> tuple[dict, dict]:
-    """(metrics, per-prompt statistics) of one trial's final checkpoint at n_prompts."""
+def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int) -> tuple[dict, dict, bytes]:
+    """(metrics, per-prompt statistics, recorded rounds as .npz bytes) of one trial's final
+    checkpoint at n_prompts."""
     import torch
 
     from dspark.config import from_dict
-    from dspark.speculative_eval import PER_PROMPT_FILE
+    from dspark.speculative_eval import PER_PROMPT_FILE, ROUNDS_FILE
     from dspark.train import Trainer
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
@@ -43,7 +45,8 @@ def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int) -> tuple[dict
             raise ValueError(f"reeval: {checkpoint_dir} is not a finished trial's checkpoint (stage {trainer.stage})")
         metrics = trainer.speculative(n_prompts, full=True)
         per_prompt = json.loads((Path(tmp) / "artifacts" / PER_PROMPT_FILE).read_text())
-    return metrics, per_prompt
+        rounds = (Path(tmp) / "artifacts" / ROUNDS_FILE).read_bytes()
+    return metrics, per_prompt, rounds
 
 
 def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str | None = None,
@@ -77,8 +80,8 @@ def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str 
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 t = pending.pop(ready[0])
-                metrics, per_prompt = ray.get(ready[0])
-                _log_evaluation(client, runs[t.key], metrics, per_prompt, spec_prompts)
+                metrics, per_prompt, rounds = ray.get(ready[0])
+                _log_evaluation(client, runs[t.key], metrics, per_prompt, rounds, spec_prompts)
                 done += 1
                 say(f"{name}: {done}/{len(todo)} {t.run_name}: spec/tau {metrics.get('spec/tau', float('nan')):.3f} "
                     f"with {spec_prompts} prompts")
@@ -108,9 +111,9 @@ def _finished_trials(client, spec, root: Path, uri: str) -> tuple[dict, list, di
     return runs, finished, checkpoints
 
 
-def _log_evaluation(client, run, metrics: dict, per_prompt: dict, spec_prompts: int) -> None:
-    """The new evaluation as the run's next step, its per-prompt file, and last the tag that
-    marks the trial done (so an interrupted reeval redoes exactly the trials without it)."""
+def _log_evaluation(client, run, metrics: dict, per_prompt: dict, rounds: bytes, spec_prompts: int) -> None:
+    """The new evaluation as the run's next step, its per-prompt and rounds files, and last
+    the tag that marks the trial done (so an interrupted reeval redoes exactly the trials without it)."""
     from dspark.track import log_metrics
 
     step = 1 + max((m.step for key in ("tf/tau", "spec/tau") if key in run.data.metrics
@@ -119,6 +122,9 @@ def _log_evaluation(client, run, metrics: dict, per_prompt: dict, spec_prompts: 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
         path.write_text(json.dumps(per_prompt))
+        client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
+        path = Path(tmp) / f"rounds_{spec_prompts}.npz"
+        path.write_bytes(rounds)
         client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
     client.set_tag(run.info.run_id, REEVAL_TAG, str(spec_prompts))
 

@@ -177,13 +177,16 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
         history = client.get_metric_history(r.info.run_id, "spec/tau")
         assert len(history) == 2 and history[0].step < history[1].step  # the old evaluation kept apart
         assert history[0].value == old[r.data.tags["trial_key"]][0]
-        assert {a.path for a in client.list_artifacts(r.info.run_id, "eval")} == {"eval/per_prompt_6.json"}
+        assert {a.path for a in client.list_artifacts(r.info.run_id, "eval")} == {"eval/per_prompt_6.json",
+                                                                                  "eval/rounds_6.npz"}
         assert r.info.status == "FINISHED"
     # the analysis reads the new evaluation, with its prompt groups
     from analysis.load import load_runs
 
     df = load_runs("again", uri)
-    assert set(df["split/prompts"]) == {6.0} and "split/spec/tau@g3" in df.columns
+    # the new evaluation's jackknife groups: G = min(6 prompts, 16), and no split/ groups any more
+    assert set(df["split/prompts"]) == {6.0} and "jack/spec/tau@g5" in df.columns and "jack/spec/tau@g6" not in df
+    assert "split/spec/tau@g3" not in df.columns
     assert reeval("again", storage, 6, say=said.append) == {"done": 0, "skipped": 4}  # resumable: nothing again
     with pytest.raises(ValueError, match="--spec-prompts"):
         reeval("again", storage, 1)
