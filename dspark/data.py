@@ -266,3 +266,20 @@ def fixed_batches(stream: torch.Tensor, n_batches: int, batch_size: int, length:
     starts = torch.linspace(0, max(span, 0), n).long()
     idx = starts[:, None] + torch.arange(length)
     return list(stream[idx].long().split(batch_size))
+
+
+def held_out_batches(stream: torch.Tensor, n_batches: int, batch_size: int, length: int,
+                     first: int) -> list[torch.Tensor]:
+    """`n_batches` evaluation batches whose first ones are a run's own: the `first` batches
+    of `fixed_batches` (its config's eval_batches), cut to n_batches, or followed by
+    n_batches - first more. The extra windows sit at the midpoints of equal cells of the
+    stream, so a longer evaluation adds windows between the run's instead of moving them
+    (evenly spaced windows for n_batches would share none but the first with the run's)."""
+    own = fixed_batches(stream, first, batch_size, length)
+    if n_batches <= first:
+        return own[:n_batches]
+    m = (n_batches - first) * batch_size
+    span = max(len(stream) - length, 0)
+    starts = ((torch.arange(m, dtype=torch.float64) + 0.5) * span / m).long()  # (m,) cell midpoints
+    idx = starts[:, None] + torch.arange(length)  # (m, length)
+    return own + list(stream[idx].long().split(batch_size))

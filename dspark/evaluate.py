@@ -7,12 +7,17 @@ on the same scale).
 
 Responses: `tf/tau`, `tf/accept@k` (k = 1..K, mean c* per slot), `tf/ce`, `tf/tv`, the
 confidence head against the soft labels c* (`tf/conf_ece`, `tf/conf_brier`,
-`tf/conf_auroc`), and `val/bpb`, the target LM's bits per byte.
+`tf/conf_auroc`), `val/bpb`, the target LM's bits per byte, and `split/eval_batches`.
+
+With `jackknife`, each response of `JACK_RESPONSES` also comes recomputed without each
+group of held-out batches (`jack/<R>@g<k>`, batch i in group i mod G, G =
+`metrics.jack_groups`): from per-batch sufficient statistics, so no second forward pass.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,7 +26,11 @@ import torch.nn.functional as F
 from . import calibration
 from .blocks import Models, draft_blocks
 from .loss import acceptance_target, dspark_loss
+from .metrics import jack_groups, jack_name
 from .windows import strided_anchors
+
+# the responses an evaluation's jackknife recomputes (tf/accept@k and tf/conf are not)
+JACK_RESPONSES = ("val/bpb", "tf/tau", "tf/ce", "tf/tv", "tf/conf_ece", "tf/conf_auroc", "tf/conf_brier")
 
 
 @torch.no_grad()
@@ -37,47 +46,86 @@ def lm_bpb(target, batches: list[torch.Tensor], device, autocast) -> float:
     return total / n / math.log(2.0)
 
 
+@dataclass
+class BatchStats:
+    """One held-out batch's share of the responses: enough to recompute them on any subset
+    of the batches."""
+    lm_ce: float  # the LM's summed CE over the batch's tokens (nats)
+    lm_n: int  # tokens scored
+    tau: float
+    ce: float
+    tv: float
+    conf: float
+    pred: np.ndarray  # (N,) sigmoid of the confidence logits on valid slots
+    label: np.ndarray  # (N,) their soft labels c*
+
+
+def pooled(stats: list[BatchStats]) -> dict:
+    """The responses of a set of batches: bpb from summed CE over summed tokens, the loss
+    terms and tau as means over batches, calibration on the pooled predictions."""
+    p = np.concatenate([s.pred for s in stats])
+    y = np.concatenate([s.label for s in stats])
+    return {"val/bpb": sum(s.lm_ce for s in stats) / sum(s.lm_n for s in stats) / math.log(2.0),
+            "tf/tau": float(np.mean([s.tau for s in stats])),
+            "tf/ce": float(np.mean([s.ce for s in stats])),
+            "tf/tv": float(np.mean([s.tv for s in stats])),
+            "tf/conf": float(np.mean([s.conf for s in stats])),
+            "tf/conf_ece": calibration.ece(p, y), "tf/conf_brier": calibration.brier(p, y),
+            "tf/conf_auroc": calibration.auroc(p, y)}
+
+
+def jackknife(stats: list[BatchStats]) -> dict:
+    """`jack/<R>@g<k>`: each of JACK_RESPONSES without batch group k (none for one batch)."""
+    G = jack_groups(len(stats))
+    out: dict[str, float] = {}
+    if G < 2:
+        return out
+    for g in range(G):
+        kept = pooled([s for i, s in enumerate(stats) if i % G != g])
+        out.update({jack_name(r, g): kept[r] for r in JACK_RESPONSES})
+    return out
+
+
+def _batch(models: Models, x: torch.Tensor, stride: int, autocast) -> tuple[BatchStats, torch.Tensor, torch.Tensor]:
+    """One batch's statistics, and its per-slot acceptance sums: (c* sum (K,), valid count (K,))."""
+    T = x.shape[1] - 1
+    anchors = strided_anchors(T, stride).to(x.device).expand(x.shape[0], -1)  # (B, A)
+    with autocast():
+        out = draft_blocks(models, x, anchors, "aligned")
+    lm_ce = F.cross_entropy(out.lm.logits.float().reshape(-1, out.lm.logits.shape[-1]),
+                            x[:, 1:].reshape(-1), reduction="sum").item()
+    res = dspark_loss(draft_logits=out.draft_logits.float(), target_logits=out.target_logits.float(),
+                      labels=out.labels, valid=out.valid, confidence_logits=out.conf_logits.float(),
+                      decay_gamma=None)
+    c_star = acceptance_target(out.draft_logits.float(), out.target_logits.float())  # (B, A, K)
+    v = out.valid.float()
+    m = out.valid
+    stats = BatchStats(lm_ce=lm_ce, lm_n=x[:, 1:].numel(), tau=res["tau_tf"].item(), ce=res["ce"].item(),
+                       tv=res["tv"].item(), conf=res["conf"].item(),
+                       pred=torch.sigmoid(out.conf_logits.float())[m].cpu().numpy(),
+                       label=c_star[m].cpu().numpy())
+    return stats, (c_star * v).sum(dim=(0, 1)).cpu(), v.sum(dim=(0, 1)).cpu()
+
+
 @torch.no_grad()
-def teacher_forced(models: Models, batches: list[torch.Tensor], stride: int, device, autocast) -> dict:
+def teacher_forced(models: Models, batches: list[torch.Tensor], stride: int, device, autocast,
+                   jackknife_groups: bool = False) -> dict:
+    """The teacher-forced responses on `batches`; with `jackknife_groups`, their jackknife
+    records too (a run's final evaluation: the intermediate ones would log too many)."""
     K = models.block_size
-    sums: dict[str, float] = {}
     accept_num = torch.zeros(K)
     accept_den = torch.zeros(K)
-    taus, preds, labels = [], [], []
-    n_batches = 0
-    lm_ce, lm_n = 0.0, 0
+    stats = []
     for x in batches:
-        x = x.to(device)
-        T = x.shape[1] - 1
-        anchors = strided_anchors(T, stride).to(device).expand(x.shape[0], -1)  # (B, A)
-        with autocast():
-            out = draft_blocks(models, x, anchors, "aligned")
-        lm_ce += F.cross_entropy(out.lm.logits.float().reshape(-1, out.lm.logits.shape[-1]),
-                                 x[:, 1:].reshape(-1), reduction="sum").item()
-        lm_n += x[:, 1:].numel()
-        res = dspark_loss(draft_logits=out.draft_logits.float(), target_logits=out.target_logits.float(),
-                          labels=out.labels, valid=out.valid, confidence_logits=out.conf_logits.float(),
-                          decay_gamma=None)
-        for key in ("ce", "tv", "conf"):
-            sums[key] = sums.get(key, 0.0) + res[key].item()
-        taus.append(res["tau_tf"].item())
-        c_star = acceptance_target(out.draft_logits.float(), out.target_logits.float())  # (B, A, K)
-        v = out.valid.float()
-        accept_num += (c_star * v).sum(dim=(0, 1)).cpu()
-        accept_den += v.sum(dim=(0, 1)).cpu()
-        m = out.valid
-        preds.append(torch.sigmoid(out.conf_logits.float())[m].cpu())
-        labels.append(c_star[m].cpu())
-        n_batches += 1
-    metrics = {f"tf/{k}": v / n_batches for k, v in sums.items()}
-    metrics["tf/tau"] = float(np.mean(taus))
+        s, num, den = _batch(models, x.to(device), stride, autocast)
+        stats.append(s)
+        accept_num += num
+        accept_den += den
+    metrics = pooled(stats)
     acc = accept_num / accept_den.clamp_min(1)
     for k in range(K):
         metrics[f"tf/accept@{k + 1}"] = acc[k].item()
-    p = torch.cat(preds).numpy()
-    y = torch.cat(labels).numpy()
-    metrics["tf/conf_ece"] = calibration.ece(p, y)
-    metrics["tf/conf_brier"] = calibration.brier(p, y)
-    metrics["tf/conf_auroc"] = calibration.auroc(p, y)
-    metrics["val/bpb"] = lm_ce / lm_n / math.log(2.0)
+    metrics["split/eval_batches"] = float(len(stats))
+    if jackknife_groups:
+        metrics.update(jackknife(stats))
     return metrics

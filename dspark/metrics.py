@@ -141,6 +141,8 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("split/timed_prompts", "", "prompts", DRAFTER,
            "prompts that evaluation decoded both ways for spec/speedup_sweep (at most 16)"),
     Metric("split/decode_s_per_prompt", "", "s", DRAFTER, "that evaluation's wall time per prompt, every phase"),
+    Metric("split/eval_batches", "", "batches", BOTH,
+           "held-out batches behind the run's (latest) teacher-forced evaluation (val/bpb and tf/*)"),
     Metric("split/<response>@g", "", "", DRAFTER,
            "a prompt-derived response on prompt group g alone (prompt i in group i mod 4): the older "
            "evaluations' record of their own noise, valid for mean responses only"),

@@ -32,7 +32,7 @@ from .blocks import Models, draft_blocks, trainable_parameters
 from .config import VOCAB_SIZE, Config, from_dict, with_role
 from .curves import describe_curve
 from .artifacts import training_curves
-from .data import Corpus, build_corpus, fixed_batches, sample_batch
+from .data import Corpus, build_corpus, held_out_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
 from .loss import dspark_loss
@@ -178,7 +178,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.data_gen = torch.Generator().manual_seed(cfg.seed)
         self.anchor_gen = torch.Generator().manual_seed(cfg.seed + 1)
-        self.val_batches = fixed_batches(self.corpus.val, cfg.eval_batches, cfg.batch_size, cfg.seq_len + 1)
+        self.val_batches = self.held_out(cfg.eval_batches)
         self.stage = "target" if cfg.parallel_stage == "drafter" else "joint"
         self.step = 0
         self.resumed = False
@@ -403,7 +403,7 @@ class Trainer:
                 m = {"train/loss": loss.item(), "train/tokens_per_s": tokens / (time.perf_counter() - t0),
                      "train/step_ms_sweep": 1000.0 * step_s / steps}
                 m.update({f"train/{k}": v.item() for k, v in parts.items()})
-                m.update(self.evaluate())
+                m.update(self.evaluate(final=self.step == total))  # the final one with its jackknife
                 if self.stage == "draft" and cfg.spec_interval_prompts and self.step < total:
                     m.update(self.speculative(cfg.spec_interval_prompts, full=False))
                 m["step"] = self.global_step()
@@ -445,10 +445,18 @@ class Trainer:
         if self.stage == "joint":
             self.target.train(on)
 
-    def evaluate(self) -> dict:
+    def held_out(self, n_batches: int) -> list[torch.Tensor]:
+        """n held-out batches, the config's eval_batches first (`data.held_out_batches`)."""
+        cfg = self.cfg
+        return held_out_batches(self.corpus.val, n_batches, cfg.batch_size, cfg.seq_len + 1, first=cfg.eval_batches)
+
+    def evaluate(self, final: bool = False, batches: list[torch.Tensor] | None = None) -> dict:
+        """The teacher-forced evaluation on `batches` (the run's val_batches); a final one
+        also records its jackknife over the batches (`jack/<R>@g<k>`)."""
         was = self.head.training
         self._train_mode(False)
-        m = teacher_forced(self.models, self.val_batches, self.cfg.stride, self.device, self.autocast)
+        m = teacher_forced(self.models, self.val_batches if batches is None else batches, self.cfg.stride,
+                           self.device, self.autocast, jackknife_groups=final)
         self._train_mode(was)
         return m
 
@@ -467,7 +475,7 @@ class Trainer:
         """The last evaluation's metrics (the responses of the run)."""
         last = next((h for h in reversed(self.history) if "tf/tau" in h), None)
         if last is None:
-            last = {**self.evaluate(), "step": self.global_step()}
+            last = {**self.evaluate(final=True), "step": self.global_step()}
         return dict(last)
 
 

@@ -157,18 +157,24 @@ def _add_block(spec, kwargs: dict):
 
 
 def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
-    """A sweep re-evaluated with more prompts (`trials reeval`): a new block's trials get the
-    same evaluation, so that every run of a look decodes the same number of prompts (the
-    spec's own count would mix two evaluations in one analysis)."""
+    """A sweep re-evaluated on more prompts or more held-out batches (`trials reeval`): a new
+    block's trials get the same evaluation, so that every run of a look decodes the same
+    number of prompts and scores the same batches (the spec's own counts would mix two
+    evaluations in one analysis)."""
     from dspark.record import sweep_trials, tracking_client
 
-    from .reeval import REEVAL_TAG, reeval
+    from .reeval import BATCHES_TAG, REEVAL_TAG, reeval
 
     client = tracking_client(kwargs["tracking_uri"])
     exp = client.get_experiment_by_name(spec.name)
-    counts = {r.data.tags[REEVAL_TAG] for r in sweep_trials(client, exp.experiment_id) if REEVAL_TAG in r.data.tags}
-    if len(counts) == 1:
-        reeval(spec.name, kwargs["storage"], int(counts.pop()), kwargs["tracking_uri"], kwargs["address"])
+    runs = sweep_trials(client, exp.experiment_id)
+    asked = {}
+    for flag, tag in (("spec_prompts", REEVAL_TAG), ("eval_batches", BATCHES_TAG)):
+        counts = {r.data.tags[tag] for r in runs if tag in r.data.tags}
+        if len(counts) == 1:
+            asked[flag] = int(counts.pop())
+    if asked:
+        reeval(spec.name, kwargs["storage"], tracking_uri=kwargs["tracking_uri"], address=kwargs["address"], **asked)
 
 
 def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool):

@@ -194,19 +194,22 @@ def cmd_augment(args) -> int:
 
 
 def cmd_reeval(args) -> int:
-    """The final speculative evaluation again, from each finished trial's checkpoint."""
+    """The final evaluation again (more prompts, more held-out batches), from each finished
+    trial's checkpoint."""
     from . import runner
     from .reeval import reeval
 
+    counts = " ".join(f"{flag} {n}" for flag, n in (("--spec-prompts", args.spec_prompts),
+                                                      ("--eval-batches", args.eval_batches)) if n is not None)
     try:
-        out = reeval(args.name, args.storage, args.spec_prompts, args.tracking_uri, args.address)
+        out = reeval(args.name, args.storage, args.spec_prompts, args.tracking_uri, args.address,
+                     eval_batches=args.eval_batches)
     except KeyboardInterrupt:
         print(f"trials: reeval of {args.name} interrupted; the trials done so far are kept. Continue with:\n"
-              f"  trials reeval {args.name} --spec-prompts {args.spec_prompts} "
+              f"  trials reeval {args.name} {counts} "
               f"--storage {runner.storage_root(args.storage)}", file=sys.stderr)
         return 130
-    print(f"{args.name}: {out['done']} trial(s) re-evaluated with {args.spec_prompts} prompts, "
-          f"{out['skipped']} already were")
+    print(f"{args.name}: {out['done']} trial(s) re-evaluated ({counts}), {out['skipped']} already were")
     return 0
 
 
@@ -373,8 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
                         cmd_recover, address=False,
                         uri_help="MLflow store to rebuild in (none: the one saved with the sweep)"), retry=False)
     _add_augment(sub)
-    rv = _named(sub, "reeval", "re-run every finished trial's speculative evaluation with more prompts", cmd_reeval)
-    rv.add_argument("--spec-prompts", type=int, required=True, help="prompts per evaluation")
+    rv = _named(sub, "reeval", "re-run every finished trial's final evaluation on more prompts or held-out batches",
+                cmd_reeval)
+    rv.add_argument("--spec-prompts", type=int, help="prompts per speculative evaluation (drafter stage)")
+    rv.add_argument("--eval-batches", type=int,
+                    help="held-out batches for val/bpb and tf/* (any stage; the trial's own batches first)")
     _store_flags(_named(sub, "status", "cells finished / running / failed / pending", cmd_status, address=False),
                  retry=False)
     ls = sub.add_parser("list", help="the sweeps in a storage folder, or in a store, and their state",

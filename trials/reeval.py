@@ -1,18 +1,29 @@
-"""`trials reeval NAME --spec-prompts N`: the final speculative evaluation of every
-finished trial again, from its final checkpoint, with N prompts. Nothing trains: the
-drafter, head and shared target are the ones the trial ended with.
+"""`trials reeval NAME --spec-prompts N --eval-batches M`: the final evaluation of every
+finished trial again, from its final checkpoint, on more prompts (`--spec-prompts`: the
+speculative evaluation, drafter stage only) or on more held-out batches (`--eval-batches`:
+`val/bpb` and the teacher-forced `tf/*`, any stage), or both. Nothing trains: the LM, the
+drafter, the head and the shared target are the ones the trial ended with.
+
+The M batches are the validation split's, drawn as the trainer draws them, the trial's own
+`eval_batches` first (`dspark.data.held_out_batches`); the evaluation records its
+jackknife over them (`jack/<R>@g<k>`), from which the analysis splits the evaluation's share
+of each response's noise from the seeds'. In a backbone sweep the checkpoint holds the LM
+that trained; in the drafter stage `val/bpb` is the shared target's (constant across arms).
 
 Each re-evaluation is a Ray task (the trial's own resources, on a local Ray or the
 cluster at `--address`). Its metrics go to the trial's own MLflow run as a new evaluation,
-at the step after the run's last one, with `split/prompts` = N among them and the tag
-`reeval.spec_prompts` = N, so the analysis (which reads each metric's latest value) uses
-the new evaluation while the old one stays in the metric history at its own step. The
-per-prompt statistics go beside it as the artifact `eval/per_prompt_<N>.json`, and its
-recorded rounds (confidences, accepted lengths, prompts) as `eval/rounds_<N>.npz`.
+at the step after the run's last one, with `split/prompts` = N and the tag
+`reeval.spec_prompts` = N, and `split/eval_batches` = M and the tag `reeval.eval_batches`
+= M, so the analysis (which reads each metric's latest value) uses the new evaluation while
+the old one stays in the metric history at its own step. The per-prompt statistics go
+beside it as the artifact `eval/per_prompt_<N>.json`, and its recorded rounds (confidences,
+accepted lengths, prompts) as `eval/rounds_<N>.npz`.
 
-Refused before any work, with one line: a sweep with a trial that finished without a
-checkpoint in storage, or whose shared target is gone. Resumable: a run already tagged
-with the same N is skipped, so an interrupted reeval continues where it stopped.
+Refused before any work, with one line: neither flag, a count that is not an integer >= 2,
+`--spec-prompts` on a backbone sweep, a sweep with a trial that finished without a
+checkpoint in storage, or whose shared target is gone. Resumable: a run already tagged with
+the same count is not evaluated again for it, so an interrupted reeval continues where it
+stopped.
 """
 
 from __future__ import annotations
@@ -24,12 +35,15 @@ from pathlib import Path
 import ray
 
 REEVAL_TAG = "reeval.spec_prompts"
+BATCHES_TAG = "reeval.eval_batches"
 
 
 @ray.remote(max_retries=1)
-def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int) -> tuple[dict, dict, bytes]:
-    """(metrics, per-prompt statistics, recorded rounds as .npz bytes) of one trial's final
-    checkpoint at n_prompts."""
+def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0) -> tuple[dict, dict | None,
+                                                                                              bytes | None]:
+    """(metrics, per-prompt statistics or None, recorded rounds as .npz bytes or None) of one
+    trial's final checkpoint on n_prompts prompts and n_batches held-out batches (0: that
+    part not asked for)."""
     import torch
 
     from dspark.config import from_dict
@@ -37,58 +51,84 @@ def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int) -> tuple[dict
     from dspark.train import Trainer
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    metrics, per_prompt, rounds = {}, None, None
     with tempfile.TemporaryDirectory(prefix="dspark-reeval-") as tmp:
         cfg = from_dict({**config, "out_dir": tmp})
         trainer = Trainer(cfg)
         trainer.load_checkpoint(checkpoint_dir)
         if trainer.stage != "done":
             raise ValueError(f"reeval: {checkpoint_dir} is not a finished trial's checkpoint (stage {trainer.stage})")
-        metrics = trainer.speculative(n_prompts, full=True)
-        per_prompt = json.loads((Path(tmp) / "artifacts" / PER_PROMPT_FILE).read_text())
-        rounds = (Path(tmp) / "artifacts" / ROUNDS_FILE).read_bytes()
+        if n_batches:
+            metrics.update(trainer.evaluate(final=True, batches=trainer.held_out(n_batches)))
+        if n_prompts:
+            metrics.update(trainer.speculative(n_prompts, full=True))
+            per_prompt = json.loads((Path(tmp) / "artifacts" / PER_PROMPT_FILE).read_text())
+            rounds = (Path(tmp) / "artifacts" / ROUNDS_FILE).read_bytes()
     return metrics, per_prompt, rounds
 
 
-def reeval(name: str, storage: str | None, spec_prompts: int, tracking_uri: str | None = None,
-           address: str | None = None, say=print) -> dict:
+def check_counts(spec_prompts: int | None, eval_batches: int | None) -> None:
+    """One line naming a count that is not an integer >= 2, or the lack of both."""
+    if spec_prompts is None and eval_batches is None:
+        raise ValueError("reeval: give --spec-prompts N, --eval-batches N, or both")
+    for flag, n in (("--spec-prompts", spec_prompts), ("--eval-batches", eval_batches)):
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 2):
+            raise ValueError(f"{flag}: an integer >= 2, got {n!r}")
+
+
+def reeval(name: str, storage: str | None, spec_prompts: int | None = None, tracking_uri: str | None = None,
+           address: str | None = None, say=print, eval_batches: int | None = None) -> dict:
     """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
     from dspark.record import tracking_client
 
     from . import runner
     from .lease import Lease
 
-    if not isinstance(spec_prompts, int) or isinstance(spec_prompts, bool) or spec_prompts < 2:
-        raise ValueError(f"--spec-prompts: an integer >= 2, got {spec_prompts!r}")
+    check_counts(spec_prompts, eval_batches)
     spec, meta = runner.load_saved(name, storage, "reeval")
     uri = tracking_uri or meta["tracking_uri"]
-    if any(t.config.parallel_stage != "drafter" for t in spec.trials):
-        raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing")
+    if spec_prompts is not None and any(t.config.parallel_stage != "drafter" for t in spec.trials):
+        raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing "
+                         "(--spec-prompts); --eval-batches re-measures them")
     root = runner.storage_root(storage)
     client = tracking_client(uri)
     runs, finished, checkpoints = _finished_trials(client, spec, root, uri)
-    todo = [t for t in finished if runs[t.key].data.tags.get(REEVAL_TAG) != str(spec_prompts)]
+    asks = {t.key: _asked(runs[t.key].data.tags, spec_prompts, eval_batches) for t in finished}
+    todo = [t for t in finished if any(asks[t.key])]
     bound = _bind_existing_targets(spec, root)
-    say(f"{name}: re-evaluating {len(todo)} trial(s) with {spec_prompts} prompts "
+    say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
         f"({len(finished) - len(todo)} already done)")
     with Lease(root / name, name, "trials reeval"):
         started = runner._init_ray(address)
         try:
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
-            pending = {reeval_task.options(**res).remote(bound[t.key].to_dict(), checkpoints[t.key], spec_prompts): t
-                       for t in todo}
+            pending = {reeval_task.options(**res).remote(bound[t.key].to_dict(), checkpoints[t.key],
+                                                         *asks[t.key]): t for t in todo}
             done = 0
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 t = pending.pop(ready[0])
                 metrics, per_prompt, rounds = ray.get(ready[0])
-                _log_evaluation(client, runs[t.key], metrics, per_prompt, rounds, spec_prompts)
+                _log_evaluation(client, runs[t.key], metrics, per_prompt, rounds, *asks[t.key])
                 done += 1
-                say(f"{name}: {done}/{len(todo)} {t.run_name}: spec/tau {metrics.get('spec/tau', float('nan')):.3f} "
-                    f"with {spec_prompts} prompts")
+                say(f"{name}: {done}/{len(todo)} {t.run_name}: " + ", ".join(
+                    f"{k} {metrics[k]:.4f}" for k in ("val/bpb", "tf/tau", "spec/tau") if k in metrics))
         finally:
             if started:
                 ray.shutdown()
     return {"done": done, "skipped": len(finished) - len(todo)}
+
+
+def _asked(tags: dict, spec_prompts: int | None, eval_batches: int | None) -> tuple[int, int]:
+    """(prompts, batches) a run still needs: a count it is already tagged with is 0."""
+    prompts = spec_prompts if spec_prompts and tags.get(REEVAL_TAG) != str(spec_prompts) else 0
+    batches = eval_batches if eval_batches and tags.get(BATCHES_TAG) != str(eval_batches) else 0
+    return prompts, batches
+
+
+def _what(spec_prompts: int | None, eval_batches: int | None) -> str:
+    parts = [f"{spec_prompts} prompts" if spec_prompts else "", f"{eval_batches} held-out batches" if eval_batches else ""]
+    return " and ".join(p for p in parts if p)
 
 
 def _finished_trials(client, spec, root: Path, uri: str) -> tuple[dict, list, dict[str, str]]:
@@ -111,22 +151,28 @@ def _finished_trials(client, spec, root: Path, uri: str) -> tuple[dict, list, di
     return runs, finished, checkpoints
 
 
-def _log_evaluation(client, run, metrics: dict, per_prompt: dict, rounds: bytes, spec_prompts: int) -> None:
+def _log_evaluation(client, run, metrics: dict, per_prompt: dict | None, rounds: bytes | None, spec_prompts: int,
+                    eval_batches: int) -> None:
     """The new evaluation as the run's next step, its per-prompt and rounds files, and last
-    the tag that marks the trial done (so an interrupted reeval redoes exactly the trials without it)."""
+    the tags that mark the trial done (so an interrupted reeval redoes exactly the trials
+    without them)."""
     from dspark.track import log_metrics
 
     step = 1 + max((m.step for key in ("tf/tau", "spec/tau") if key in run.data.metrics
                     for m in client.get_metric_history(run.info.run_id, key)), default=0)
     log_metrics(client, run.info.run_id, metrics, step)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
-        path.write_text(json.dumps(per_prompt))
-        client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
-        path = Path(tmp) / f"rounds_{spec_prompts}.npz"
-        path.write_bytes(rounds)
-        client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
-    client.set_tag(run.info.run_id, REEVAL_TAG, str(spec_prompts))
+    if spec_prompts:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
+            path.write_text(json.dumps(per_prompt))
+            client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
+            if rounds is not None:
+                path = Path(tmp) / f"rounds_{spec_prompts}.npz"
+                path.write_bytes(rounds)
+                client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
+        client.set_tag(run.info.run_id, REEVAL_TAG, str(spec_prompts))
+    if eval_batches:
+        client.set_tag(run.info.run_id, BATCHES_TAG, str(eval_batches))
 
 
 def _bind_existing_targets(spec, root: Path) -> dict:
@@ -137,7 +183,7 @@ def _bind_existing_targets(spec, root: Path) -> dict:
     out, cache = {}, {}
     for t in spec.trials:
         cfg = t.config
-        if not cfg.target_path:
+        if not cfg.target_path and cfg.parallel_stage == "drafter":  # a backbone trial's LM is in its checkpoint
             h, _ = targets.address(cfg, cache)
             path = targets.target_file(root, h)
             if not path.is_file():
