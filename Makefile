@@ -14,10 +14,13 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 # Both questions at CPU scale: the seed's system (demo-seed, backbone stage) and the
-# paper's architecture (demo, drafter stage), each run and then attributed.
+# paper's architecture (demo, drafter stage), each run, its timed primary response
+# (train/step_ms, spec/speedup) measured by the interleaved timing pass, then attributed.
 demo: $(BIN)/.installed
 	$(BIN)/trials run sweeps/demo-seed.yaml
+	$(BIN)/trials time demo-seed --rounds 3 --steps 5
 	$(BIN)/trials run sweeps/demo.yaml
+	$(BIN)/trials time demo --rounds 3 --prompts 4
 	@echo; echo "=== Question 1: the seed's system (experiment demo-seed) ==="
 	$(BIN)/analysis report demo-seed
 	@echo; echo "=== Question 2: the paper's architecture (experiment demo) ==="

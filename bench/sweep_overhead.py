@@ -130,7 +130,7 @@ def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool 
     t0 = time.perf_counter()
     try:
         if not ray_running:
-            runner._init_ray(None)  # the local Ray `trials run` starts
+            runner.init_ray(None)  # the local Ray `trials run` starts
         t_ray = time.perf_counter()
         out = runner.run(s, tracking_uri=f"sqlite:///{tmp}/m-{tag}.db", storage=f"{tmp}/st-{tag}", verbose=0,
                          callbacks=[clock])
@@ -206,7 +206,7 @@ def warm_ray(s, target: Path, tmp: str) -> dict:
     """The same sweep on a Ray started beforehand and left running, as a cluster is."""
     import ray
 
-    runner._init_ray(None)  # the local Ray `trials run` would start, bound to loopback
+    runner.init_ray(None)  # the local Ray `trials run` would start, bound to loopback
     try:
         return through_ray(s, target, tmp, tag="warm", ray_running=True)
     finally:

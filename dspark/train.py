@@ -180,7 +180,7 @@ class Trainer:
         self.anchor_gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.val_batches = self.held_out(cfg.eval_batches)
         self.stage = "target" if cfg.parallel_stage == "drafter" else "joint"
-        self.step = 0
+        self.stage_step = 0
         self.resumed = False
         self._checkpointed_at = time.perf_counter()  # a run's start counts as its last checkpoint
         self.history: list[dict] = []
@@ -225,7 +225,7 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         state = {
-            "stage": self.stage, "step": self.step,
+            "stage": self.stage, "step": self.stage_step,
             "config": json.dumps(self.cfg.to_dict()),
             "data_sha256": self.data_sha256, "target_hash": self.target_hash,
             "head": self.head.state_dict(),
@@ -263,7 +263,7 @@ class Trainer:
             self._build_optimizer()
             self.opt.load_state_dict(state["opt"])
             self.sched.load_state_dict(state["sched"])
-        self.step = state["step"]
+        self.stage_step = state["step"]
         rng = state["rng"]
         torch.set_rng_state(rng["torch"].cpu())
         self.data_gen.set_state(rng["data"].cpu())
@@ -296,17 +296,17 @@ class Trainer:
 
     def _tick(self, total: int, info: dict) -> None:
         if self.progress is not None:
-            self.progress(self.stage, self.step, total, info)
+            self.progress(self.stage, self.stage_step, total, info)
 
     def global_step(self) -> int:
         if self.cfg.parallel_stage == "drafter" and self.stage != "target":
-            return (0 if self.target_loaded else self.cfg.target_steps) + self.step
-        return self.step
+            return (0 if self.target_loaded else self.cfg.target_steps) + self.stage_step
+        return self.stage_step
 
     # ---- stages ----
     def start_draft(self) -> None:
         """From the target stage to the draft stage: the target frozen, a new optimizer."""
-        self.stage, self.step = "draft", 0
+        self.stage, self.stage_step = "draft", 0
         self._build_optimizer()
 
     def run(self) -> dict:
@@ -342,22 +342,22 @@ class Trainer:
         cfg = self.cfg
         self.target.train()
         tokens, t0 = 0, time.perf_counter()
-        while self.step < cfg.target_steps:
+        while self.stage_step < cfg.target_steps:
             x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.target_data_gen).to(self.device)
             with self.autocast():
                 logits = self.target(x[:, :-1]).logits
             loss = F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
             self._optimizer_step(loss, list(self.target.parameters()))
-            self.step += 1
+            self.stage_step += 1
             tokens += x[:, :-1].numel()
             self._tick(cfg.target_steps, {"loss": loss.item()})
-            if self.step % cfg.eval_interval == 0 or self.step == cfg.target_steps:
+            if self.stage_step % cfg.eval_interval == 0 or self.stage_step == cfg.target_steps:
                 self.target.eval()
                 m = {"target/loss": loss.item(),
                      "val/bpb": lm_bpb(self.target, self.val_batches, self.device, self.autocast),
-                     "target/tokens_per_s": tokens / (time.perf_counter() - t0), "step": self.step}
+                     "target/tokens_per_s": tokens / (time.perf_counter() - t0), "step": self.stage_step}
                 self.target.train()
-                self._emit(m, checkpoint=True, stage_end=self.step == cfg.target_steps)
+                self._emit(m, checkpoint=True, stage_end=self.stage_step == cfg.target_steps)
         self.target.eval()
 
     def anchors(self, batch: int) -> torch.Tensor:
@@ -368,7 +368,7 @@ class Trainer:
         return random_anchors(batch, cfg.anchors_per_seq, cfg.seq_len, cfg.block_size, self.anchor_gen)
 
     def _optimizer_step(self, loss: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
-        _check_finite(loss, self.stage, self.step)
+        _check_finite(loss, self.stage, self.stage_step)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
@@ -379,36 +379,45 @@ class Trainer:
         """The head stage (the draft stage on a frozen target, or the backbone's joint stage)."""
         cfg = self.cfg
         total = cfg.draft_steps if self.stage == "draft" else cfg.target_steps
-        if self.step == 0 and not self.resumed:
+        if self.stage_step == 0 and not self.resumed:
             self._emit({**self.evaluate(), "step": self.global_step()}, checkpoint=False)
         tokens, t0, step_s, steps = 0, time.perf_counter(), 0.0, 0
-        params = trainable_parameters(self.models)
-        while self.step < total:
+        while self.stage_step < total:
             if self.before_step is not None:
-                self.before_step(self.step, self.resumed)
-            self._train_mode(True)
+                self.before_step(self.stage_step, self.resumed)
             x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
             anchors = self.anchors(x.shape[0]).to(self.device)
             ts = time.perf_counter()
-            loss, parts = self.head_loss(x, anchors)
-            self._optimizer_step(loss, params)
-            sync(self.device)
+            parts = self.step(x, anchors)
             step_s += time.perf_counter() - ts
             steps += 1
-            self.step += 1
+            self.stage_step += 1
             tokens += x[:, :-1].numel()
-            self._tick(total, {"loss": loss.item(), **({"tau_tf": parts["tau_tf"].item()} if "tau_tf" in parts else {})})
-            if self.step % cfg.eval_interval == 0 or self.step == total:
+            self._tick(total, {"loss": parts["loss"], **({"tau_tf": parts["tau_tf"]} if "tau_tf" in parts else {})})
+            if self.stage_step % cfg.eval_interval == 0 or self.stage_step == total:
                 # forward + backward + optimizer step alone, mean over this stage so far
-                m = {"train/loss": loss.item(), "train/tokens_per_s": tokens / (time.perf_counter() - t0),
+                m = {"train/tokens_per_s": tokens / (time.perf_counter() - t0),
                      "train/step_ms_sweep": 1000.0 * step_s / steps}
-                m.update({f"train/{k}": v.item() for k, v in parts.items()})
-                m.update(self.evaluate(final=self.step == total))  # the final one with its jackknife
-                if self.stage == "draft" and cfg.spec_interval_prompts and self.step < total:
+                m.update({f"train/{k}": v for k, v in parts.items()})
+                m.update(self.evaluate(final=self.stage_step == total))  # the final one with its jackknife
+                if self.stage == "draft" and cfg.spec_interval_prompts and self.stage_step < total:
                     m.update(self.speculative(cfg.spec_interval_prompts, full=False))
                 m["step"] = self.global_step()
-                self._emit(m, checkpoint=True, stage_end=self.step == total)
+                self._emit(m, checkpoint=True, stage_end=self.stage_step == total)
         self._train_mode(False)
+
+    def step(self, x: torch.Tensor, anchors: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of the head stage (draft, or the backbone's joint stage) on a
+        batch x (B, T + 1) with its block anchors (B, A), the device synchronised after it:
+        the loss and its logged parts, as floats. Advances neither the stage's step count
+        nor any data stream: the caller owns both (train_head, or the timing pass)."""
+        if self.stage not in ("draft", "joint"):
+            raise ValueError(f"step: the trainer is in stage {self.stage!r}; a step needs the draft or joint stage")
+        self._train_mode(True)
+        loss, parts = self.head_loss(x, anchors)
+        self._optimizer_step(loss, trainable_parameters(self.models))
+        sync(self.device)
+        return {"loss": loss.item(), **{k: v.item() for k, v in parts.items()}}
 
     def head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """One batch's loss and its logged parts. Draft stage: the DSpark loss on the frozen

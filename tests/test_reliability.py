@@ -290,7 +290,7 @@ def test_a_local_ray_listens_on_loopback_only():
     from trials import runner
 
     ray.shutdown()
-    assert runner._init_ray(None, num_cpus=1)
+    assert runner.init_ray(None, num_cpus=1)
     try:
         @ray.remote
         def warm():  # start a worker, so that its port is counted too

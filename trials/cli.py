@@ -1,4 +1,4 @@
-"""`trials`: run, resume, inspect and validate factorial DSpark sweeps."""
+"""`trials`: run, resume, inspect, time and validate factorial DSpark sweeps."""
 
 from __future__ import annotations
 
@@ -213,6 +213,24 @@ def cmd_reeval(args) -> int:
     return 0
 
 
+def cmd_time(args) -> int:
+    """The interleaved timing pass of every finished trial (the timed responses)."""
+    from . import runner
+    from .timing import TimingSettings, time_sweep
+
+    settings = TimingSettings(rounds=args.rounds, warmup=args.warmup, prompts=args.prompts, steps=args.steps,
+                              seed=args.seed)
+    try:
+        out = time_sweep(args.name, args.storage, args.tracking_uri, args.address, settings)
+    except KeyboardInterrupt:
+        print(f"trials: timing pass of {args.name} interrupted; nothing was recorded. Run it again with:\n"
+              f"  trials time {args.name} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
+        return 130
+    print(f"{args.name}: {out['response']} of {len(out['values'])} run(s) from {out['rounds']} interleaved rounds "
+          f"on {out['node']} in {out['seconds']:.0f} s (pass {out['id']})")
+    return 0
+
+
 def cmd_status(args) -> int:
     from dspark.record import probe_store
 
@@ -363,6 +381,22 @@ def _add_augment(sub) -> None:
                    help="add a sequential plan to a sweep already analysed without one (every report says so)")
 
 
+def _add_time(sub) -> None:
+    from .timing import TimingSettings as S  # no Ray or torch there: the parser stays light
+
+    t = _named(sub, "time", "time every finished trial's timed response (spec/speedup or train/step_ms) "
+               "in interleaved rounds on one node", cmd_time)
+    t.add_argument("--rounds", type=int, default=S.rounds,
+                   help="rounds (>= 2); every run once per round, in a fresh random order")
+    t.add_argument("--warmup", type=int, default=S.warmup,
+                   help="untimed repetitions of a run just before its timed one, every round")
+    t.add_argument("--prompts", type=int, default=S.prompts,
+                   help="drafter stage: prompts a repetition decodes speculatively and autoregressively")
+    t.add_argument("--steps", type=int, default=S.steps, help="backbone stage: training steps a repetition times")
+    t.add_argument("--seed", type=int, default=S.seed,
+                   help="seeds each round's order (with the round) and the backbone's batches")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trials", description=__doc__, formatter_class=FMT)
     sub = p.add_subparsers(dest="command", required=True)
@@ -381,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--spec-prompts", type=int, help="prompts per speculative evaluation (drafter stage)")
     rv.add_argument("--eval-batches", type=int,
                     help="held-out batches for val/bpb and tf/* (any stage; the trial's own batches first)")
+    _add_time(sub)
     _store_flags(_named(sub, "status", "cells finished / running / failed / pending", cmd_status, address=False),
                  retry=False)
     ls = sub.add_parser("list", help="the sweeps in a storage folder, or in a store, and their state",

@@ -22,7 +22,8 @@ from dspark.record import store_key
 from .spec import SweepSpec, columns
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """Seconds as a person reads them: 42s, 3m05s, 1h07m ("?" when unknown)."""
     if not math.isfinite(seconds):
         return "?"
     seconds = int(round(seconds))
@@ -61,9 +62,9 @@ class ProgressLines(Callback):
     def _say(self, event: str, trial, extra: str = "") -> None:
         elapsed = time.monotonic() - self.t0
         left = elapsed / self.ran * (self.total - self.done) if self.ran else float("nan")
-        eta = f", ~{_clock(left)} left" if self.ran and self.done < self.total else ""
+        eta = f", ~{clock(left)} left" if self.ran and self.done < self.total else ""
         name = self.spec.trial_for(trial.config).run_name
-        line = f"[{self.spec.name} {self.done}/{self.total} done {_clock(elapsed)}{eta}] {event} {name}"
+        line = f"[{self.spec.name} {self.done}/{self.total} done {clock(elapsed)}{eta}] {event} {name}"
         print(line + (f"  {extra}" if extra else ""), file=self.out or sys.stdout, flush=True)
 
     def on_trial_start(self, iteration, trials, trial, **info):

@@ -92,14 +92,14 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
                          "(--spec-prompts); --eval-batches re-measures them")
     root = runner.storage_root(storage)
     client = tracking_client(uri)
-    runs, finished, checkpoints = _finished_trials(client, spec, root, uri)
+    runs, finished, checkpoints = finished_trials(client, spec, root, uri)
     asks = {t.key: _asked(runs[t.key].data.tags, spec_prompts, eval_batches) for t in finished}
     todo = [t for t in finished if any(asks[t.key])]
-    bound = _bind_existing_targets(spec, root)
+    bound = bind_existing_targets(spec, root)
     say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
         f"({len(finished) - len(todo)} already done)")
     with Lease(root / name, name, "trials reeval"):
-        started = runner._init_ray(address)
+        started = runner.init_ray(address)
         try:
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
             pending = {reeval_task.options(**res).remote(bound[t.key].to_dict(), checkpoints[t.key],
@@ -131,24 +131,36 @@ def _what(spec_prompts: int | None, eval_batches: int | None) -> str:
     return " and ".join(p for p in parts if p)
 
 
-def _finished_trials(client, spec, root: Path, uri: str) -> tuple[dict, list, dict[str, str]]:
+def finished_trials(client, spec, root: Path, uri: str, command: str = "reeval",
+                    checkpoints: bool = True) -> tuple[dict, list, dict[str, str]]:
     """The sweep's runs by trial key, its finished trials and each one's final checkpoint;
-    refused with one line when the store lacks the sweep or a checkpoint is gone."""
+    refused with one line (naming `command`) when the store lacks the sweep, or (unless
+    `checkpoints` is False) a finished trial's checkpoint is gone."""
     from dspark.record import TRIAL_KEY_TAG, sweep_parent, sweep_trials
 
     from . import runner
 
     exp = client.get_experiment_by_name(spec.name)
     if exp is None or sweep_parent(client, exp.experiment_id) is None:
-        raise ValueError(f"reeval: the store {uri} holds no sweep {spec.name!r}")
+        raise ValueError(f"{command}: the store {uri} holds no sweep {spec.name!r}")
     runs = {r.data.tags.get(TRIAL_KEY_TAG): r for r in sweep_trials(client, exp.experiment_id)}
     finished = [t for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED"]
-    checkpoints = runner.latest_checkpoints(root / spec.name, finished)
-    missing = [t.key for t in finished if t.key not in checkpoints]
+    found = runner.latest_checkpoints(root / spec.name, finished) if checkpoints else {}
+    missing = [t.key for t in finished if t.key not in found] if checkpoints else []
     if missing:
-        raise ValueError(f"reeval: {len(missing)} finished trial(s) have no checkpoint under {root / spec.name} "
-                         f"(e.g. {missing[0]}); re-evaluation needs each trial's final checkpoint")
-    return runs, finished, checkpoints
+        raise ValueError(f"{command}: {len(missing)} finished trial(s) have no checkpoint under {root / spec.name} "
+                         f"(e.g. {missing[0]}); {command} needs each trial's final checkpoint")
+    return runs, finished, found
+
+
+LAST_STEP_KEYS = ("tf/tau", "spec/tau", "timing/rounds")  # logged at a run's every evaluation, or by a pass
+
+
+def next_step(client, run) -> int:
+    """The step after a run's last evaluation, re-evaluation or timing pass: where a new
+    one goes, so the analysis (which reads each metric's latest value) reads it."""
+    return 1 + max((m.step for key in LAST_STEP_KEYS if key in run.data.metrics
+                    for m in client.get_metric_history(run.info.run_id, key)), default=0)
 
 
 def _log_evaluation(client, run, metrics: dict, per_prompt: dict | None, rounds: bytes | None, spec_prompts: int,
@@ -158,9 +170,7 @@ def _log_evaluation(client, run, metrics: dict, per_prompt: dict | None, rounds:
     without them)."""
     from dspark.track import log_metrics
 
-    step = 1 + max((m.step for key in ("tf/tau", "spec/tau") if key in run.data.metrics
-                    for m in client.get_metric_history(run.info.run_id, key)), default=0)
-    log_metrics(client, run.info.run_id, metrics, step)
+    log_metrics(client, run.info.run_id, metrics, next_step(client, run))
     if spec_prompts:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
@@ -175,20 +185,20 @@ def _log_evaluation(client, run, metrics: dict, per_prompt: dict | None, rounds:
         client.set_tag(run.info.run_id, BATCHES_TAG, str(eval_batches))
 
 
-def _bind_existing_targets(spec, root: Path) -> dict:
+def bind_existing_targets(spec, root: Path, command: str = "reeval") -> dict:
     """trial key -> its config pointing at the shared target in storage; refused with one
-    line when a target is gone (re-evaluating must not train one)."""
+    line (naming `command`) when a target is gone (re-evaluating or timing must not train one)."""
     from dspark import targets
 
     out, cache = {}, {}
     for t in spec.trials:
         cfg = t.config
-        if not cfg.target_path and cfg.parallel_stage == "drafter":  # a backbone trial's LM is in its checkpoint
+        if cfg.parallel_stage == "drafter" and not cfg.target_path:  # a backbone trial's LM is in its checkpoint
             h, _ = targets.address(cfg, cache)
             path = targets.target_file(root, h)
             if not path.is_file():
-                raise ValueError(f"reeval: the shared target {h} is gone from {path.parent}; "
-                                 "re-evaluation never trains one")
+                raise ValueError(f"{command}: the shared target {h} is gone from {path.parent}; "
+                                 f"{command} never trains one")
             cfg = cfg.replace(target_path=str(path))
         out[t.key] = cfg
     return out

@@ -240,7 +240,9 @@ def check_local_resources(spec: SweepSpec) -> None:
         raise ValueError(problems[0])
 
 
-def _init_ray(address: str | None, num_cpus: int | None = None) -> bool:
+def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
+    """Connect to the cluster at `address`, or start a local Ray of this driver's own;
+    True when this call started or joined it (the caller then shuts it down)."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -342,7 +344,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweep-setup")
     addressing = background.submit(target_addresses, spec)
     warming = background.submit(_warm_store, tracking_uri)
-    started_ray = _init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
+    started_ray = init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
     try:
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)

@@ -143,11 +143,34 @@ def test_no_code_outside_the_trainer_calls_its_private_methods():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    private = re.compile(r"(?<!self)\.(_train_target|_train_head|_anchors|_build_optimizer|_head_loss)\(")
+    private = re.compile(r"(?<!self)\.(_train_target|_train_head|_anchors|_build_optimizer|_head_loss|"
+                         r"_optimizer_step|_train_mode|_load_shared_target|_emit)\(")
     offenders = [f"{p.relative_to(root)}:{i}" for folder in ("dspark", "trials", "bench", "analysis")
                  for p in (root / folder).rglob("*.py")
                  for i, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
     assert offenders == []
+
+
+def test_step_is_one_optimizer_update_on_the_batch_given(corpus_dir, tmp_path):
+    """Trainer.step, which train_head runs and the timing pass times: one optimizer update
+    on the batch given, its loss parts as floats; it advances neither the stage's step count
+    nor a data stream, and is refused outside a head stage."""
+    from dspark.data import sample_batch
+
+    cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "b"), parallel_stage="backbone", head="rnn",
+               block_size=4, anchors="strided", aux_weight=0.1, target_steps=10)
+    trainer = Trainer(cfg)
+    x = sample_batch(trainer.corpus.train, cfg.batch_size, cfg.seq_len + 1, torch.Generator().manual_seed(0))
+    anchors = trainer.anchors(x.shape[0])
+    before = {k: v.clone() for k, v in trainer.target.state_dict().items()}
+    data = trainer.data_gen.get_state()
+    out = trainer.step(x, anchors)
+    assert set(out) == {"loss", "ce", "tv", "conf", "tau_tf", "lm_ce"} and all(type(v) is float for v in out.values())
+    assert out["loss"] > out["lm_ce"]  # CE_lm + 0.1 * L_dspark
+    assert any(not torch.equal(before[k], v) for k, v in trainer.target.state_dict().items())
+    assert trainer.sched.last_epoch == 1 and trainer.stage_step == 0 and torch.equal(trainer.data_gen.get_state(), data)
+    with pytest.raises(ValueError, match="stage 'target'"):
+        Trainer(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "d"))).step(x, anchors)
 
 
 def test_a_run_resumed_mid_stage_reports_its_checkpoints_evaluation_first(corpus_dir, tmp_path):

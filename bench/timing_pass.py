@@ -1,0 +1,81 @@
+"""The timing pass against the sweep's own timing, on the same runs: the between-arm noise
+of a timed response, as the factorial model's residual sigma, once from `trials time`'s
+interleaved rounds (`spec/speedup`, `train/step_ms`) and once from the figures the trials
+timed inside the sweep (`spec/speedup_sweep`, `train/step_ms_sweep`), and their ratio.
+
+    python bench/timing_pass.py NAME [--tracking-uri sqlite:///mlflow.db]
+
+The sweep must have had a timing pass (`trials time NAME`). Both responses are fitted as the
+analysis fits them (`analysis.verdicts.fit_response`: the estimable terms, the replicate as
+a block) on the factorial runs that hold both, so the two sigmas have the same residual
+degrees of freedom; a ratio below 1 is the noise the pass removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+PAIRS = (("spec/speedup", "spec/speedup_sweep"), ("train/step_ms", "train/step_ms_sweep"))
+
+
+def residual_sigmas(df, factors: list[str]) -> list[dict]:
+    """Per timed response the sweep holds both ways: the two residual sigmas, their ratio
+    and the residual df, fitted on the same runs."""
+    import pandas as pd
+
+    from analysis.design import factorial_rows, plain
+    from analysis.verdicts import fit_response
+
+    data = plain(factorial_rows(df, factors))
+    block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
+    out = []
+    for timed, sweep in PAIRS:
+        if timed not in data.columns or sweep not in data.columns:
+            continue
+        both = data[pd.to_numeric(data[timed], errors="coerce").notna()
+                    & pd.to_numeric(data[sweep], errors="coerce").notna()]
+        fits = {r: fit_response(both, r, factors, block) for r in (timed, sweep)}
+        sigma = {r: math.sqrt(float(f.result.scale)) for r, f in fits.items()}
+        out.append({"timed": timed, "sweep": sweep, "sigma_pass": sigma[timed], "sigma_sweep": sigma[sweep],
+                    "ratio": sigma[timed] / sigma[sweep] if sigma[sweep] > 0 else float("nan"),
+                    "df": int(fits[timed].result.df_resid), "runs": len(both),
+                    "rounds": _one(both, "timing/rounds")})
+    return out
+
+
+def _one(data, column: str) -> str:
+    values = sorted(set(data[column].dropna())) if column in data.columns else []
+    return "/".join(f"{v:g}" for v in values) or "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", help="the sweep (its MLflow experiment)")
+    ap.add_argument("--tracking-uri", default="sqlite:///mlflow.db", help="the sweep's MLflow store")
+    args = ap.parse_args(argv)
+    from analysis.anova import AnalysisError
+    from analysis.load import load_runs
+
+    try:
+        df = load_runs(args.name, args.tracking_uri)
+        rows = residual_sigmas(df, list(df.attrs.get("factors") or []))
+    except (AnalysisError, ValueError) as e:
+        print(f"timing_pass: error: {e}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"timing_pass: error: {args.name} holds no timed response both ways; run `trials time {args.name}` "
+              "first", file=sys.stderr)
+        return 2
+    for r in rows:
+        print(f"{args.name}: {r['timed']}, residual sigma of the factorial model on {r['runs']} runs "
+              f"(residual df {r['df']}):")
+        print(f"  timing pass ({r['rounds']} interleaved rounds, {r['timed']})  {r['sigma_pass']:.4g}")
+        print(f"  during the sweep ({r['sweep']})  {r['sigma_sweep']:.4g}")
+        print(f"  ratio pass / sweep  {r['ratio']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

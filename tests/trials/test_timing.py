@@ -1,0 +1,196 @@
+"""`trials time`: the round-robin schedule (no Ray), and the timing pass of tiny drafter- and
+backbone-stage sweeps on real Ray and a real MLflow SQLite store, with its refusals."""
+
+import json
+import re
+import runpy
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from trials import runner, spec as specmod
+from trials.timing import PASS_TAG, SUMMARY_TAG, TimingSettings, round_order, schedule, time_sweep, values
+from tests.trials.conftest import D1_D9, write_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+DRAFTER = {"target_steps": 8, "draft_steps": 6, "eval_interval": 3, "eval_batches": 1, "spec_prompts": 2,
+           "spec_new_tokens": 16, "spec_prompt_len": 16, "max_corpus_bytes": 300_000, "spec_interval_prompts": 0}
+BACKBONE = {"parallel_stage": "backbone", "head": "rnn", "block_size": 4, "aux_weight": 0.1, "anchors": "strided",
+            "stride": 16, "target_steps": 6, "eval_interval": 3, "eval_batches": 1, "spec_prompts": 0,
+            "seq_len": 64, "max_corpus_bytes": 300_000}
+
+
+def test_schedule_times_every_run_once_a_round_after_its_warmups_in_seeded_orders():
+    keys = [f"k{i}" for i in range(5)]
+    events = schedule(keys, rounds=4, warmup=2, seed=7)
+    assert len(events) == 4 * 5 * 3
+    for k in range(4):
+        mine = [(key, timed) for r, key, timed in events if r == k]
+        timed = [key for key, t in mine if t]
+        assert sorted(timed) == keys and timed == round_order(keys, 7, k)  # every run once, in the round's order
+        for i, (key, t) in enumerate(mine):  # each timed repetition right after W untimed ones of the same run
+            if t:
+                assert mine[i - 2:i] == [(key, False), (key, False)]
+        assert len(mine) == 15
+    assert [r for r, *_ in events] == sorted(r for r, *_ in events)  # round by round
+    assert schedule(keys, 4, 2, 7) == events  # reproducible from the seed
+    orders = [round_order(keys, 7, k) for k in range(4)]
+    assert len({tuple(o) for o in orders}) > 1  # a fresh order each round
+    assert [round_order(keys, 8, k) for k in range(4)] != orders  # another seed, other orders
+    assert schedule(keys, 2, 0, 7) == [(k, key, True) for k in range(2) for key in orders[k]]
+
+
+def test_settings_refuse_out_of_range_values_and_values_summarise_raw_times():
+    for bad, flag in ((dict(rounds=1), "--rounds"), (dict(warmup=-1), "--warmup"), (dict(prompts=0), "--prompts"),
+                      (dict(steps=0), "--steps"), (dict(rounds=True), "--rounds"), (dict(seed=1.5), "--seed")):
+        with pytest.raises(ValueError, match=flag):
+            TimingSettings(**bad)
+    rounds = [{"times": {"a": {"ar_s": [1.0, 2.0], "spec_s": [0.5, 0.5]}}},
+              {"times": {"a": {"ar_s": [3.0, 0.0], "spec_s": [1.0, 2.0]}}}]
+    assert values("drafter", rounds) == {"a": pytest.approx(6.0 / 4.0)}  # ratio of sums, not mean of ratios
+    steps = [{"times": {"a": {"step_s": [0.01, 0.03]}}}, {"times": {"a": {"step_s": [0.02]}}}]
+    assert values("backbone", steps) == {"a": pytest.approx(20.0)}
+
+
+def _kids(uri, name):
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(name)
+    runs = c.search_runs([exp.experiment_id], "", max_results=1000)
+    parent = next(r for r in runs if r.data.tags.get("sweep_parent") == "true")
+    return c, parent, [r for r in runs if "trial_key" in r.data.tags]
+
+
+def _pass_file(client, parent, tmp_path) -> dict:
+    return json.loads(Path(client.download_artifacts(parent.info.run_id, "timing/pass.json", str(tmp_path))).read_text())
+
+
+def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_local, tmp_path, corpus_dir, capsys):
+    uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
+    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "timed", D1_D9, base=DRAFTER,
+                                   responses={"spec/speedup": {"better": "higher", "margin": 0.05}}))
+    runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    said = []
+    rec = time_sweep("timed", storage, settings=TimingSettings(rounds=3, warmup=1, prompts=2, seed=0),
+                     say=said.append)
+    client, parent, runs = _kids(uri, "timed")
+    keys = sorted(r.data.tags["trial_key"] for r in runs)
+    assert len(keys) == 4 and sorted(rec["values"]) == keys
+    assert [m.group(0) for m in map(re.compile(r"round \d/\d timed").search, said) if m] == \
+        [f"round {k}/3 timed" for k in (1, 2, 3)]  # one progress line a round
+    for r in runs:
+        key, m = r.data.tags["trial_key"], r.data.metrics
+        assert m["spec/speedup"] == pytest.approx(rec["values"][key]) and m["spec/speedup"] > 0
+        assert m["timing/rounds"] == 3 and m["timing/prompts"] == 2 and r.data.tags[PASS_TAG] == rec["id"]
+        last = max(h.step for h in client.get_metric_history(r.info.run_id, "tf/tau"))
+        assert [h.step for h in client.get_metric_history(r.info.run_id, "spec/speedup")] == [last + 1]
+        assert "spec/speedup_sweep" in m  # the sweep's own figure stays beside it
+    tag = json.loads(parent.data.tags[SUMMARY_TAG])
+    assert tag["id"] == rec["id"] and tag["node"] == socket.gethostname() and tag["response"] == "spec/speedup"
+    assert (tag["rounds"], tag["warmup"], tag["prompts"], tag["seed"]) == (3, 1, 2, 0) and tag["seconds"] > 0
+    raw = _pass_file(client, parent, tmp_path)
+    assert raw["orders"] == [round_order(keys_in_spec(spec, keys), 0, k) for k in range(3)]
+    assert len({tuple(o) for o in raw["orders"]}) > 1  # the orders differ between rounds
+    for k, times in enumerate(raw["times"]):  # every run once a round, every prompt timed both ways
+        assert sorted(times) == keys and all(len(t["ar_s"]) == len(t["spec_s"]) == 2 for t in times.values())
+    for key in keys:
+        ar = sum(sum(t[key]["ar_s"]) for t in raw["times"])
+        assert rec["values"][key] == pytest.approx(ar / sum(sum(t[key]["spec_s"]) for t in raw["times"]))
+    _bench(uri, capsys)
+    again = time_sweep("timed", storage, settings=TimingSettings(rounds=2, warmup=0, prompts=1, seed=1),
+                       say=said.append)  # replaces: a new step, a new id
+    client, parent, runs = _kids(uri, "timed")
+    assert again["id"] != rec["id"] and json.loads(parent.data.tags[SUMMARY_TAG])["id"] == again["id"]
+    for r in runs:
+        hist = client.get_metric_history(r.info.run_id, "spec/speedup")
+        assert len(hist) == 2 and hist[0].step < hist[1].step and r.data.metrics["timing/rounds"] == 2
+        assert r.data.metrics["spec/speedup"] == pytest.approx(again["values"][r.data.tags["trial_key"]])
+    _refusals(tmp_path, uri, storage, client, runs)
+
+
+def _bench(uri, capsys):
+    """bench/timing_pass.py on the sweep: both residual sigmas of the factorial model. With
+    2 x 2 cells and one replicate the model is the main effects, its one residual df the
+    interaction, so sigma = |y_aa - y_ab - y_ba + y_bb| / 2 for either response."""
+    from analysis.load import load_runs
+
+    df = load_runs("timed", uri)
+    assert df["spec/speedup"].notna().all()  # the analysis reads the pass's values
+    bench = runpy.run_path(str(ROOT / "bench" / "timing_pass.py"))
+    capsys.readouterr()
+    assert bench["main"](["timed", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    (row,) = bench["residual_sigmas"](df, ["D1", "D9"])
+    cells = {r: df.groupby(["D1", "D9"], observed=True)[r].mean().to_numpy() for r in (row["timed"], row["sweep"])}
+    sigma = {r: abs(y[0] - y[1] - y[2] + y[3]) / 2 for r, y in cells.items()}
+    assert (row["timed"], row["sweep"], row["df"], row["runs"]) == ("spec/speedup", "spec/speedup_sweep", 1, 4)
+    assert row["sigma_pass"] == pytest.approx(sigma["spec/speedup"])
+    assert row["sigma_sweep"] == pytest.approx(sigma["spec/speedup_sweep"])
+    assert f"ratio pass / sweep  {row['ratio']:.3f}" in out and "residual df 1" in out
+
+
+def keys_in_spec(spec, keys):
+    """The finished trials' keys in the spec's order (the order the pass starts from)."""
+    return [t.key for t in spec.trials if t.key in keys]
+
+
+def _refusals(tmp_path, uri, storage, client, runs):
+    """Each refusal is one line before any work, and starts no Ray (checked in a fresh
+    process, since this one holds the tests' Ray)."""
+    no_ckpt, no_target = shutil.copytree(storage, tmp_path / "st2"), shutil.copytree(storage, tmp_path / "st3")
+    for d in (no_ckpt / "timed").glob("*/checkpoint_*"):
+        shutil.rmtree(d)
+    shutil.rmtree(no_target / "targets")
+    failed = tmp_path / "failed.db"
+    shutil.copy(tmp_path / "m.db", failed)
+    fc = MlflowClient(f"sqlite:///{failed}")
+    for r in runs:
+        fc.set_terminated(r.info.run_id, "FAILED")
+    cases = {"no sweep 'nosuch'": ["nosuch", "--storage", storage],
+             "--rounds": ["timed", "--storage", storage, "--rounds", "1"],
+             "--warmup": ["timed", "--storage", storage, "--warmup", "-1"],
+             "--prompts": ["timed", "--storage", storage, "--prompts", "0"],
+             "--steps": ["timed", "--storage", storage, "--steps", "0"],
+             "have no checkpoint": ["timed", "--storage", str(no_ckpt), "--tracking-uri", uri],
+             "shared target": ["timed", "--storage", str(no_target), "--tracking-uri", uri],
+             "no finished trial": ["timed", "--storage", storage, "--tracking-uri", f"sqlite:///{failed}"]}
+    code = ("import contextlib, io, json, sys\nfrom trials.cli import main\nout = {}\n"
+            "for what, argv in json.loads(sys.argv[1]).items():\n"
+            "    err = io.StringIO()\n"
+            "    with contextlib.redirect_stderr(err):\n"
+            "        out[what] = [main(['time', *argv]), err.getvalue()]\n"
+            "ray = sys.modules.get('ray')\n"
+            "print(json.dumps({'cases': out, 'ray': bool(ray and ray.is_initialized())}))\n")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["ray"] is False, proc.stderr
+    for what, (rc, err) in got["cases"].items():
+        assert rc == 2 and err.count("\n") == 1 and err.startswith("trials: error: ") and what in err, (what, err)
+    for r in runs:  # nothing written by a refused pass
+        assert client.get_run(r.info.run_id).data.metrics["timing/rounds"] == 2
+
+
+def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ray_local, tmp_path, corpus_dir):
+    uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
+    spec = specmod.load(write_spec(tmp_path / "b.yaml", corpus_dir, "steps", {"D9": D1_D9["D9"]}, base=BACKBONE,
+                                   controls={"pure_ce": {"aux_weight": 0.0}},
+                                   responses={"train/step_ms": {"better": "lower", "margin": 12}}))
+    runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    for d in (tmp_path / "st" / "steps").glob("*/checkpoint_*"):  # the step is the config's: no weights needed
+        shutil.rmtree(d)
+    rec = time_sweep("steps", storage, settings=TimingSettings(rounds=2, warmup=1, steps=3, seed=0), say=lambda s: None)
+    client, parent, runs = _kids(uri, "steps")
+    assert len(runs) == 3 and rec["response"] == "train/step_ms"
+    for r in runs:
+        m = r.data.metrics
+        assert m["train/step_ms"] == pytest.approx(rec["values"][r.data.tags["trial_key"]]) and m["train/step_ms"] > 0
+        assert m["timing/rounds"] == 2 and m["timing/steps"] == 3 and "train/step_ms_sweep" in m
+    raw = _pass_file(client, parent, tmp_path)
+    assert [sorted(o) for o in raw["orders"]] == [sorted(rec["values"])] * 2
+    assert all(len(t["step_s"]) == 3 for times in raw["times"] for t in times.values())
+    assert json.loads(parent.data.tags[SUMMARY_TAG])["steps"] == 3
