@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dspark import metrics
+
 from . import power
 from .anova import AnalysisError, check_design
 from .attribution import DEFAULT_RESPONSES_BY_STAGE, ResponseResult, control_contrast, degenerate_reason, \
@@ -48,8 +50,16 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
         reason = degenerate_reason(stage, r)
         if reason:
             raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
+        if r not in df.columns and metrics.is_timed(r):
+            raise AnalysisError(f"primary response {r} is measured by the interleaved timing pass: run "
+                                f"`trials time {SweepRecord.of(df).experiment or 'NAME'}` first")
         if r not in df.columns:
             raise AnalysisError(f"primary response {r} is not among the runs' metrics")
+        missing = int(pd.to_numeric(df[r], errors="coerce").isna().sum())
+        if missing and metrics.is_timed(r):
+            raise AnalysisError(f"primary response {r}: {missing} run(s) have no value from the timing pass (a block "
+                                f"added after it): run `trials time {SweepRecord.of(df).experiment or 'NAME'}` again, "
+                                "which times every run")
     if asked:
         asked = list(dict.fromkeys(primary + list(asked)))
     chosen, skipped = list(primary), []

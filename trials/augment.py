@@ -175,6 +175,22 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
             asked[flag] = int(counts.pop())
     if asked:
         reeval(spec.name, kwargs["storage"], tracking_uri=kwargs["tracking_uri"], address=kwargs["address"], **asked)
+    _time_like_the_rest(spec, client, exp.experiment_id, kwargs)
+
+
+def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict) -> None:
+    """A sweep whose timed responses came from a timing pass is timed again, whole, with the
+    same settings: one pass times every arm interleaved, so the new block's runs are never
+    compared with values from another pass."""
+    from .timing import SUMMARY_TAG, TimingSettings, time_sweep
+
+    parent = sweep_parent(client, experiment_id)
+    last = json.loads(parent.data.tags[SUMMARY_TAG]) if parent is not None and SUMMARY_TAG in parent.data.tags else None
+    if not last:
+        return
+    known = TimingSettings.__dataclass_fields__
+    settings = TimingSettings(**{k: last[k] for k in known if k in last})
+    time_sweep(spec.name, kwargs["storage"], kwargs["tracking_uri"], kwargs["address"], settings)
 
 
 def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool):
