@@ -10,7 +10,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test install
+.PHONY: demo test install results
 install: $(BIN)/.installed
 
 # Both questions at CPU scale: the seed's system (demo-seed, backbone stage) and the
@@ -30,3 +30,7 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q tests
+
+# The committed study reports, rebuilt from their committed runs with today's renderer.
+results: $(BIN)/.installed
+	$(BIN)/analysis results

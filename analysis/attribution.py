@@ -179,4 +179,5 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
     return {"diff": c.estimate, "ci_low": c.estimate - half, "ci_high": c.estimate + half,
             "p": float(2 * stats.t.sf(abs(c.estimate / c.se), c.df)),
             "rel": c.estimate / base if base else float("nan"), "control_mean": base,
-            "n_factorial": int((arm == "factorial").sum()), "n_control": int((df["cell"] == control).sum())}
+            "n_factorial": int((arm == "factorial").sum()), "n_control": int((df["cell"] == control).sum()),
+            "errors": c.errors}

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--out", default="reports", help="folder for <experiment>/<name>.ipynb, the executed notebook")
     nb.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
                     help="a primary response's margin (repeatable; supplies or overrides the spec's)")
+    rs = sub.add_parser("results", help="rebuild committed study reports (report.html, report.md, summary.txt) from "
+                                        "their runs.parquet", formatter_class=fmt)
+    rs.add_argument("folders", nargs="*", help="study folders (none: every results/*/ holding runs.parquet)")
     e = sub.add_parser("export", help="write the runs of an experiment to parquet",
                        formatter_class=fmt)
     e.add_argument("experiment", help=EXP_HELP)
@@ -75,6 +78,17 @@ def _export(args) -> int:
     df = load_runs(args.experiment, args.tracking_uri)
     to_parquet(df, args.path)
     print(f"{len(df)} runs written to {args.path}")
+    return 0
+
+
+def _results(args) -> int:
+    from .results import rebuild, study_folders
+
+    folders = [Path(f) for f in args.folders] or study_folders()
+    if not folders:
+        raise AnalysisError("results: no study folder (results/*/runs.parquet) here")
+    for folder in folders:
+        print(f"rebuilt {rebuild(folder).parent}")
     return 0
 
 
@@ -139,7 +153,7 @@ def _record(look, df, args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    command = {"export": _export, "notebook": _notebook}.get(args.command, _report_or_plan)
+    command = {"export": _export, "notebook": _notebook, "results": _results}.get(args.command, _report_or_plan)
     try:
         code = command(args)
         sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit

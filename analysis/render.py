@@ -222,14 +222,16 @@ def verdict_grid(decision: Decision, columns: list[str] | None = None) -> pd.Dat
 def _verdict_table_html(decision: Decision) -> str:
     esc = html.escape
     grid = verdict_grid(decision)
-    colours = {(v.term, v.response): VERDICT_COLOURS[verdict_colour(v)] for v in decision.verdicts}
+    kinds = {(v.term, v.response): verdict_colour(v) for v in decision.verdicts}
     head = "".join(f"<th>{esc(c)}<br><small>{esc(_col_note(decision.checks[c]))}</small></th>" for c in grid.columns)
     rows = []
     for term, row in grid.iterrows():
         cells = []
         for response, text in row.items():
-            colour = colours.get((term, response), "#fff")
-            cells.append(f"<td style='background:{colour}'>{esc(text)}</td>")
+            kind = kinds.get((term, response))
+            style = (f" class='v-{kind.replace(', ', '-').replace(' ', '-')}' style='background:{VERDICT_COLOURS[kind]}'"
+                     if kind else "")
+            cells.append(f"<td{style}>{esc(text)}</td>")
         rows.append(f"<tr><th>{esc(str(term))}</th>{''.join(cells)}</tr>")
     key = " ".join(f"<span style='background:{c};padding:0 6px'>{esc(k)}</span>" for k, c in (
         (f"{BEYOND}: better at the term's +1", VERDICT_COLOURS["better"]),
@@ -241,6 +243,16 @@ def _verdict_table_html(decision: Decision) -> str:
             "codes)</small>")
     return (f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>"
             f"<p class='key'><small>{key}</small></p>")
+
+
+def _look_html(rep: Report) -> str:
+    """Which look this report is (or that it is post hoc, or a what-if), on the first screen."""
+    label = rep.look.label() if rep.look is not None else ""
+    if not label:
+        return ""
+    loud = label.startswith(("POST HOC", "what-if"))
+    style = " style='background:#fdecea;padding:4px 8px;font-weight:bold'" if loud else ""
+    return f"<p class='look'{style}>{html.escape(label)}</p>"
 
 
 def _pct_text(level: float) -> str:
@@ -263,11 +275,13 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
     parts = [f"<h1>Attribution: {esc(SweepRecord.of(df).experiment)}</h1>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
+             _look_html(rep),
              _verdict_table_html(d),
              f"<p><small>{esc(d.method())}. Cells: the verdict, the estimate (high minus low) and the interval "
              f"the decision used: {_pct_text(1 - 2 * d.alpha_star)} (its bounds are the one-sided tests at alpha*) for "
              f"'beyond the margin' and 'negligible', {_pct_text(1 - d.alpha_star)} otherwise.</small></p>",
-             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]),
+             "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]
+                     if not (rep.look and line == rep.look.label())),
              "<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
              "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
              "residual plots (normal probability; against fitted; against run order) and its Pareto chart "
@@ -347,8 +361,8 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
         c = rep.control[r]
         parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
                      f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
-                     f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] (HC2 errors, "
-                     "Satterthwaite df), "
+                     f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] "
+                     f"({c['errors']} errors), "
                      f"p={c['p']:.2g}; {c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
     if r in rep.dunnett:
         parts.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "

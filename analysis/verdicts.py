@@ -29,8 +29,7 @@ all arms with the block.
 Errors match the design. In a balanced design (every cell in every block, equally often)
 the pooled OLS errors are unbiased for the factorial contrasts even where cell variances
 differ, since every cell enters each contrast with the same weight. Where the design is
-unbalanced (missing runs), and for the control contrast (its arms enter with unequal
-weights: the control against the pool of every factorial arm), the errors are HC2 with the
+unbalanced (missing runs, or a control arm of a different size), the errors are HC2 with the
 Satterthwaite degrees of freedom of Bell & McCaffrey (2002): the df of the scaled
 chi-square that matches the HC2 variance's first two moments under homoskedastic errors.
 
@@ -81,6 +80,7 @@ class Contrast:
     se: float
     df: float
     group: str = ""  # the spec's name for it: D1 (also for D1[a->b]), D1:D9, pure_ce
+    errors: str = ""  # the errors behind se and df where they are the contrast's own (a control's)
 
 
 @dataclass(frozen=True)
@@ -499,7 +499,10 @@ def simple_effects(fit: Fit, data: pd.DataFrame, factors: list[str], factor: str
 def control_contrast(df: pd.DataFrame, response: str, control: str, block: str | None) -> Contrast:
     """Every factorial arm pooled against the control arm: the mean of the factorial cells'
     means minus the control's, from the cell-means model of every arm with the replicate as
-    a block, with HC2 errors and Bell-McCaffrey df (the arms enter with unequal weights)."""
+    a block. Errors as for the factorial terms: pooled where every arm (the control too) has
+    the same runs in every block; HC2 with Bell-McCaffrey df where not (missing runs, or a
+    control arm of a different size), since the arms then enter with weights the pooled
+    variance does not average over."""
     from statsmodels.regression.linear_model import OLS
 
     if control not in set(df["cell"]):
@@ -524,14 +527,19 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
     fact = [i for i, c in enumerate(names) if c != control]
     L[fact] = 1.0 / len(fact)
     L[names.index(control)] = -1.0
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        cov = np.asarray(res.cov_HC2)
-    if not np.isfinite(cov).all():
-        raise AnalysisError("control contrast: HC2 is undefined (an arm seen once)")
+    counts = pd.crosstab(cells, blk) if blk is not None else cells.value_counts()
+    balanced = np.asarray(counts).min() == np.asarray(counts).max() > 0
+    errors, cov, df_ = "pooled", np.asarray(res.cov_params()), float(res.df_resid)
+    h = np.asarray(res.get_influence().hat_matrix_diag)
+    if not balanced and (h < 1 - 1e-8).all():
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            errors, cov, df_ = "HC2", np.asarray(res.cov_HC2), bm_df(X, L)
+    elif not balanced:
+        errors = POOLED_FALLBACK
     se = float(np.sqrt(max(L @ cov @ L, 0.0)))
-    return Contrast(f"vs {control}", "every factorial arm against the control", float(L @ res.params), se,
-                    bm_df(X, L), control.split("=", 1)[-1])
+    return Contrast(f"vs {control}", "every factorial arm against the control", float(L @ res.params), se, df_,
+                    control.split("=", 1)[-1], errors)
 
 
 def block_interaction(fit: Fit, term: tuple[str, ...]) -> BlockTest | None:
@@ -690,7 +698,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
         checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, alpha_star)
         for c in found[r]:
             in_family = r in primary and c.group in terms
-            errors = "HC2" if c.term.startswith("vs ") else fits[r].errors
+            errors = c.errors or fits[r].errors
             v = decide(c, r, alpha_star, margin, better, family, in_family, errors)
             if in_family and ":" not in c.group and not c.term.startswith("vs "):
                 v.block = block_interaction(fits[r], (c.group,))

@@ -88,7 +88,13 @@ def test_dunnett_against_the_control_arm(store):
     # the pooled contrast is a term of the verdicts, with the same estimate
     v = next(v for v in rep.decision.of("spec/tau") if v.term == "vs control=dflash")
     assert v.estimate == pytest.approx(c["diff"]) and v.verdict == "matters, size unsure"  # no margin declared
-    assert v.in_family and v.errors == "HC2"  # the control is a primary term by default; its arms weigh unequally
+    assert v.in_family and v.errors == "pooled"  # a primary term by default; one run per block, as every cell
+    # a control arm of another size: HC2 with Bell-McCaffrey df
+    from analysis.verdicts import control_contrast
+
+    more = pd.concat([df, df[df["cell"] == "control=dflash"]], ignore_index=True)
+    c2 = control_contrast(more, "spec/tau", "control=dflash", "replicate")
+    assert c2.errors == "HC2" and c2.df != v.df
     assert re.search(r"\n    vs control=dflash: matters, size unsure \(every factorial arm against the control: "
                      r"\+1\.[45]\d*", rep.summary), rep.summary
 
@@ -159,7 +165,8 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
     assert "<h3>ANOVA (Type 2; F tests, p unadjusted; the verdicts above decide)</h3>" in html
     # the verdict table comes right after the question
-    assert re.search(r"</h1><p>experiment synthetic: the question is[^<]*</p><table class='t verdicts'>", html)
+    assert re.search(r"</h1><p>experiment synthetic: the question is[^<]*</p><p class='look'>fixed-sample analysis "
+                     r"[^<]*</p><table class='t verdicts'>", html)
     # one self-contained file: every image embedded, none beside it
     for alt in ("r0_main", "r0_interactions", "r0_pareto", "r0_halfnormal", "r0_drift", "acceptance_curves"):
         assert f'alt="{alt}"' in html
