@@ -60,9 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--out", default="reports", help="folder for <experiment>/<name>.ipynb, the executed notebook")
     nb.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
                     help="a primary response's margin (repeatable; supplies or overrides the spec's)")
-    rs = sub.add_parser("results", help="rebuild committed study reports (report.html, report.md, summary.txt) from "
-                                        "their runs.parquet", formatter_class=fmt)
-    rs.add_argument("folders", nargs="*", help="study folders (none: every results/*/ holding runs.parquet)")
+    _add_results(sub, fmt)
     e = sub.add_parser("export", help="write the runs of an experiment to parquet",
                        formatter_class=fmt)
     e.add_argument("experiment", help=EXP_HELP)
@@ -79,6 +77,12 @@ def _export(args) -> int:
     to_parquet(df, args.path)
     print(f"{len(df)} runs written to {args.path}")
     return 0
+
+
+def _add_results(sub, fmt) -> None:
+    rs = sub.add_parser("results", help="rebuild committed study reports (report.html, report.md, summary.txt) from "
+                                        "their runs.parquet", formatter_class=fmt)
+    rs.add_argument("folders", nargs="*", help="study folders (none: every results/*/ holding runs.parquet)")
 
 
 def _results(args) -> int:

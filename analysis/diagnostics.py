@@ -47,19 +47,7 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     stage = stage_of(df)
     primary = list(primary or [])
     for r in primary:
-        reason = degenerate_reason(stage, r)
-        if reason:
-            raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
-        if r not in df.columns and metrics.is_timed(r):
-            raise AnalysisError(f"primary response {r} is measured by the interleaved timing pass: run "
-                                f"`trials time {SweepRecord.of(df).experiment or 'NAME'}` first")
-        if r not in df.columns:
-            raise AnalysisError(f"primary response {r} is not among the runs' metrics")
-        missing = int(pd.to_numeric(df[r], errors="coerce").isna().sum())
-        if missing and metrics.is_timed(r):
-            raise AnalysisError(f"primary response {r}: {missing} run(s) have no value from the timing pass (a block "
-                                f"added after it): run `trials time {SweepRecord.of(df).experiment or 'NAME'}` again, "
-                                "which times every run")
+        _check_primary(df, stage, r)
     if asked:
         asked = list(dict.fromkeys(primary + list(asked)))
     chosen, skipped = list(primary), []
@@ -92,6 +80,24 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     if not chosen:
         raise AnalysisError("no default response varies across runs; name one with --responses")
     return chosen, skipped
+
+
+def _check_primary(df: pd.DataFrame, stage: str | None, r: str) -> None:
+    """A primary response the runs can answer, or one line saying why not (a timed one
+    names the timing pass that measures it)."""
+    name = SweepRecord.of(df).experiment or "NAME"
+    reason = degenerate_reason(stage, r)
+    if reason:
+        raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
+    if r not in df.columns and metrics.is_timed(r):
+        raise AnalysisError(f"primary response {r} is measured by the interleaved timing pass: run "
+                            f"`trials time {name}` first")
+    if r not in df.columns:
+        raise AnalysisError(f"primary response {r} is not among the runs' metrics")
+    missing = int(pd.to_numeric(df[r], errors="coerce").isna().sum())
+    if missing and metrics.is_timed(r):
+        raise AnalysisError(f"primary response {r}: {missing} run(s) have no value from the timing pass (a block "
+                            f"added after it): run `trials time {name}` again, which times every run")
 
 
 def _n_levels(data: pd.DataFrame, f: str) -> int:
