@@ -54,7 +54,7 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     if asked:
         chosen = []
         for r in asked:
-            reason = degenerate_reason(stage, r)
+            reason = why_degenerate(df, stage, r)
             if reason:
                 skipped.append(f"{r} (not ranked: {reason})")
             else:
@@ -73,7 +73,9 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     for r in defaults:
         if r not in have or r in chosen:
             continue
-        if data[r].nunique() <= 1:
+        if why_degenerate(df, stage, r):
+            skipped.append(f"{r} (not ranked: {why_degenerate(df, stage, r)})")
+        elif data[r].nunique() <= 1:
             skipped.append(f"{r} (constant across runs)")
         else:
             chosen.append(r)
@@ -82,11 +84,30 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     return chosen, skipped
 
 
+def why_degenerate(df: pd.DataFrame, stage: str | None, r: str) -> str | None:
+    """Why a response cannot rank these runs: degenerate in their stage by construction
+    (the registry), or Algorithm 1's throughput on a capacity curve where Algorithm 1
+    verifies the same length for every request of every run (flat, or falling as 1/B from
+    B = 1): then it ranks tau, not the scheduler."""
+    reason = degenerate_reason(stage, r)
+    if reason or not r.startswith("sched/alg1_throughput@R"):
+        return reason
+    suffix = r.split("@", 1)[1]
+    fixed, length = f"sched/alg1_fixed@{suffix}", f"sched/alg1_len@{suffix}"
+    if fixed not in df.columns or length not in df.columns:
+        return None
+    flags, lengths = pd.to_numeric(df[fixed], errors="coerce"), pd.to_numeric(df[length], errors="coerce")
+    if (flags == 1).all() and lengths.nunique() == 1:
+        return (f"degenerate on this capacity curve: Algorithm 1 verifies {lengths.iloc[0]:g} token(s) for every "
+                f"request of every run at {suffix}, so it ranks tau, not the scheduler")
+    return None
+
+
 def _check_primary(df: pd.DataFrame, stage: str | None, r: str) -> None:
     """A primary response the runs can answer, or one line saying why not (a timed one
     names the timing pass that measures it)."""
     name = SweepRecord.of(df).experiment or "NAME"
-    reason = degenerate_reason(stage, r)
+    reason = why_degenerate(df, stage, r)
     if reason:
         raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
     if r not in df.columns and metrics.is_timed(r):

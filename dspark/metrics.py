@@ -161,7 +161,7 @@ _SUFFIX = re.compile(r"@[^/@]+$")
 DEFAULT_RESPONSES = {
     "backbone": ("val/bpb", "train/step_ms"),
     "drafter": ("spec/tau", "spec/tau_greedy", "spec/speedup", "conf/ece_mean", "conf/auroc_mean",
-                "conf/brier_mean", "tf/tau"),
+                "conf/brier_mean", "sched/accepted@budget2", "sched/alg1_throughput@R64", "tf/tau"),
 }
 HEADLINE = tuple(m.name for m in REGISTRY if m.headline)
 SPLIT_PREFIX = "split/"

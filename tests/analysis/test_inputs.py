@@ -135,3 +135,22 @@ def test_the_plan_uses_the_alpha_of_the_reports_look():
     assert rep.look.alpha == look.alpha and rep.look.look.data == look.look.data  # the same data: the same look
     what_if = plan_text(df, None, alpha=0.05)  # an explicit --alpha: a what-if at that alpha, not a look
     assert "alpha 0.05," in what_if and "what-if" in what_if
+
+
+def test_algorithm_1_on_a_curve_where_it_verifies_one_length_everywhere_is_not_ranked():
+    from analysis.diagnostics import why_degenerate
+
+    df = _sweep(fraction=False)
+    df["sched/alg1_throughput@R16"] = 1000 + 50 * (df["A"] == "hi") + np.random.default_rng(2).normal(0, 5, len(df))
+    df["sched/alg1_fixed@R16"] = 1.0
+    df["sched/alg1_len@R16"] = 7.0  # the flat part of the curve: every request verifies all K
+    assert "verifies 7 token(s) for every request of every run at R16" in why_degenerate(df, "drafter",
+                                                                                            "sched/alg1_throughput@R16")
+    rep = build_report(df, None, responses=["spec/tau", "sched/alg1_throughput@R16"])
+    assert "sched/alg1_throughput@R16" not in rep.results and "not ranked: degenerate on this capacity curve" in \
+        rep.summary
+    df.attrs["responses"] = {"sched/alg1_throughput@R16": {"better": "higher", "margin": 10}}
+    with pytest.raises(AnalysisError, match="primary response sched/alg1_throughput@R16 cannot be ranked"):
+        build_report(df, None)
+    df.loc[0, "sched/alg1_len@R16"] = 6.5  # one run's scheduler chose otherwise: it ranks
+    assert why_degenerate(df, "drafter", "sched/alg1_throughput@R16") is None
