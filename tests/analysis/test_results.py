@@ -44,3 +44,35 @@ def test_a_committed_report_is_what_the_renderer_makes_of_its_runs(folder, tmp_p
     assert committed == verdict_cells((fresh / "report.html").read_text()), \
         f"{folder} is stale: run `make results`"
     assert verdict_block((folder / "summary.txt").read_text()) == verdict_block((fresh / "summary.txt").read_text())
+
+
+LINE = re.compile(r"^    (?P<term>\S+): (?P<state>matters, beyond the margin|matters, size unsure|negligible|undecided) "
+                  r"\((?:[^:\[]*: )?(?P<est>[-+][\d.e+-]+) \[(?P<lo>[-+][\d.e+-]+), (?P<hi>[-+][\d.e+-]+)\]")
+HEAD = re.compile(r"^(?:primary: |secondary: )?(?P<response>\S+) \(.*?(?:margin \+-(?P<margin>[\d.e+-]+)|no margin)")
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_no_sentence_of_a_committed_summary_contradicts_its_interval(folder):
+    """Every verdict sentence of the committed summaries, read as text: its state agrees with
+    the interval printed in it and the response's margin."""
+    margin, seen = None, 0
+    for line in (folder / "summary.txt").read_text().splitlines():
+        head = HEAD.match(line)
+        if head and not line.startswith("    "):
+            margin = float(head["margin"]) if head["margin"] else None
+            continue
+        m = LINE.match(line)
+        if not m:
+            continue
+        seen += 1
+        lo, hi, state = float(m["lo"]), float(m["hi"]), m["state"]
+        assert lo <= float(m["est"]) <= hi, line
+        if state == "matters, beyond the margin":
+            assert margin is not None and (lo > margin or hi < -margin), line
+        elif state == "matters, size unsure":
+            assert (lo > 0 or hi < 0) and (margin is None or not (lo > margin or hi < -margin)), line
+        elif state == "negligible":
+            assert margin is not None and -margin < lo and hi < margin, line
+        else:
+            assert lo <= 0 <= hi, line
+    assert seen >= 20, seen
