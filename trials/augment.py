@@ -98,6 +98,8 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     # refused before any work
     plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha, post_hoc)
     out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
+    if _unevenly_measured(spec, kwargs["tracking_uri"]):  # that block was interrupted before its evaluation
+        _evaluate_like_the_rest(spec, kwargs)
     parent = out["parent_run_id"]
     client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
     while True:
@@ -154,6 +156,26 @@ def _add_block(spec, kwargs: dict):
     out = runner.run(spec, **kwargs)
     _evaluate_like_the_rest(spec, kwargs)
     return spec, out, time.monotonic() - t0
+
+
+def _unevenly_measured(spec, uri: str) -> bool:
+    """Whether the sweep's finished runs differ in their re-evaluation counts or lack the
+    last timing pass: what an augment interrupted between a block's trials and its
+    evaluation leaves."""
+    from dspark.record import sweep_trials, tracking_client
+
+    from .reeval import BATCHES_TAG, REEVAL_TAG
+    from .timing import PASS_TAG, SUMMARY_TAG
+
+    client = tracking_client(uri)
+    exp = client.get_experiment_by_name(spec.name)
+    parent = sweep_parent(client, exp.experiment_id) if exp else None
+    runs = [r for r in sweep_trials(client, exp.experiment_id) if r.info.status == "FINISHED"] if exp else []
+    if not runs:
+        return False
+    uneven = any(len({r.data.tags.get(tag) for r in runs}) > 1 for tag in (REEVAL_TAG, BATCHES_TAG))
+    last = json.loads(parent.data.tags[SUMMARY_TAG])["id"] if parent and SUMMARY_TAG in parent.data.tags else None
+    return uneven or (last is not None and any(r.data.tags.get(PASS_TAG) != last for r in runs))
 
 
 def _evaluate_like_the_rest(spec, kwargs: dict) -> None:

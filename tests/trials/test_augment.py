@@ -202,3 +202,37 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
         shutil.rmtree(d)
     with pytest.raises(ValueError, match="have no checkpoint"):
         reeval("again", storage, 8)
+
+
+def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_the_next_run(tmp_path):
+    """What `_until_decided` checks after finishing an interrupted block: runs that differ in
+    their re-evaluation counts, or that lack the sweep's last timing pass."""
+    from trials.augment import _unevenly_measured
+    from trials.reeval import BATCHES_TAG
+    from trials.timing import PASS_TAG, SUMMARY_TAG
+    from trials.tracking import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = specmod.parse({"name": "uneven", "base": {"preset": "tiny", "parallel_stage": "backbone"},
+                          "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}},
+                          "replicates": 2})
+    ledger = Ledger(uri, spec)
+    ids = []
+    for t in spec.trials:
+        run_id, _ = ledger.open_child(t, {})
+        ledger.finish(run_id, "FINISHED")
+        ids.append(run_id)
+    client = MlflowClient(uri)
+    assert not _unevenly_measured(spec, uri)
+    for run_id in ids[:2]:  # the first block was re-evaluated, the second not yet
+        client.set_tag(run_id, BATCHES_TAG, "32")
+    assert _unevenly_measured(spec, uri)
+    for run_id in ids[2:]:
+        client.set_tag(run_id, BATCHES_TAG, "32")
+    assert not _unevenly_measured(spec, uri)
+    client.set_tag(ledger.parent_id, SUMMARY_TAG, json.dumps({"id": "p2"}))
+    for run_id in ids[:3]:
+        client.set_tag(run_id, PASS_TAG, "p2")
+    assert _unevenly_measured(spec, uri)  # one run was not in the last timing pass
+    client.set_tag(ids[3], PASS_TAG, "p2")
+    assert not _unevenly_measured(spec, uri)
