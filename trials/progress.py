@@ -17,6 +17,7 @@ import time
 
 from ray.tune import Callback
 
+from dspark import metrics
 from dspark.record import store_key
 
 from .spec import SweepSpec, columns
@@ -103,10 +104,14 @@ def arms_table(spec: SweepSpec, runs: dict) -> str:
         return ""
     width = max(len(a) for a in by_arm)
     lines = ["arm".ljust(width) + "  n  " + "  ".join(c.rjust(12) for c in cols)]
-    for arm, rows in by_arm.items():
+    for arm, rows in sorted(by_arm.items()):
         means = []
         for c in cols:
             vals = [m[store_key(c)] for m in rows if store_key(c) in m]
             means.append(f"{sum(vals) / len(vals):12.4g}" if vals else " " * 12)
         lines.append(arm.ljust(width) + f"  {len(rows)}  " + "  ".join(means))
+    untimed = [c for c in cols if metrics.is_timed(c) and not any(store_key(c) in m for r in by_arm.values()
+                                                                  for m in r)]
+    if untimed:
+        lines.append(f"({', '.join(untimed)}: measured by the interleaved timing pass, `trials time {spec.name}`)")
     return "\n".join(lines)
