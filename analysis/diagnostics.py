@@ -57,11 +57,23 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
             reason = why_degenerate(df, stage, r)
             if reason:
                 skipped.append(f"{r} (not ranked: {reason})")
-            else:
-                chosen.append(r)
+                continue
+            problem = value_problem(df, r)
+            if problem:
+                raise AnalysisError(f"response {r}: {problem}")
+            chosen.append(r)
         if not chosen:
             raise AnalysisError(f"every response asked is degenerate in the {stage} stage: {'; '.join(skipped)}")
         return chosen, skipped
+    _defaults(df, stage, factors, chosen, skipped)
+    if not chosen:
+        raise AnalysisError("no default response varies across runs; name one with --responses")
+    return chosen, skipped
+
+
+def _defaults(df: pd.DataFrame, stage: str | None, factors: list[str], chosen: list[str], skipped: list[str]) -> None:
+    """The stage's usual responses that exist, hold finite values and vary, appended to
+    `chosen`; the others (with their reasons) to `skipped`."""
     have = set(metric_columns(df))
     data = factorial_rows(df, factors)
     degenerate = sorted(c for c in have if degenerate_reason(stage, c))
@@ -71,17 +83,35 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     defaults = DEFAULT_RESPONSES_BY_STAGE.get(stage or "") or tuple(
         dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
     for r in defaults:
-        if r not in have or r in chosen:
+        if r in chosen:
             continue
-        if why_degenerate(df, stage, r):
+        if r not in have:  # absent, or a column no run holds a finite value of (said, not analysed)
+            problem = value_problem(df, r) if r in df.columns else None
+            if problem:
+                skipped.append(f"{r} ({problem})")
+        elif why_degenerate(df, stage, r):
             skipped.append(f"{r} (not ranked: {why_degenerate(df, stage, r)})")
         elif data[r].nunique() <= 1:
             skipped.append(f"{r} (constant across runs)")
         else:
             chosen.append(r)
-    if not chosen:
-        raise AnalysisError("no default response varies across runs; name one with --responses")
-    return chosen, skipped
+
+
+def value_problem(df: pd.DataFrame, r: str) -> str | None:
+    """Why a response's column cannot be analysed (None when it can): no run holds a value
+    of it, or a run holds an infinite one (a store never does; a parquet export may)."""
+    if r not in df.columns:
+        return None
+    values = pd.to_numeric(df[r], errors="coerce").astype(float)
+    if values.isna().all():
+        return f"column {r!r}: no run holds a value"
+    infinite = np.isinf(values.to_numpy())
+    if infinite.any():
+        i = int(infinite.nonzero()[0][0])
+        run = df["run_name"].iloc[i] if "run_name" in df.columns else f"row {i}"
+        return (f"column {r!r} holds {int(infinite.sum())} infinite value(s), e.g. {values.iloc[i]:g} in run {run} "
+                "(the analysis needs finite numbers)")
+    return None
 
 
 def why_degenerate(df: pd.DataFrame, stage: str | None, r: str) -> str | None:
@@ -119,6 +149,9 @@ def _check_primary(df: pd.DataFrame, stage: str | None, r: str) -> None:
     if missing and metrics.is_timed(r):
         raise AnalysisError(f"primary response {r}: {missing} run(s) have no value from the timing pass (a block "
                             f"added after it): run `trials time {name}` again, which times every run")
+    problem = value_problem(df, r)
+    if problem:
+        raise AnalysisError(f"primary response {r}: {problem}")
 
 
 def _n_levels(data: pd.DataFrame, f: str) -> int:

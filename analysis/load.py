@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from dspark import metrics
 from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM, PRIMARY_TERMS_TAG,
                            RESPONSES_TAG, SEQUENTIAL_TAG, check_store, metric_name, sweep_parent)
 
@@ -108,11 +109,17 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     df = finished_frame(df, order)
     if parent is None:
         return SweepRecord(experiment=experiment, experiment_id=exp.experiment_id).attach(df)
-    return SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
-                       experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
-                       design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
-                       sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
-                       primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]"))).attach(df)
+    record = SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
+                         experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
+                         design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
+                         sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
+                         primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")))
+    try:  # the parent's tags are input too: checked as a parquet export's metadata is
+        check_record({"factors": df.attrs.get("factors", []), **asdict(record)}, df.columns)
+    except ValueError as e:
+        raise ValueError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}, parent run "
+                         f"{parent.info.run_id}: {e}") from None
+    return record.attach(df)
 
 
 def _json_list(text: str) -> list:
@@ -231,6 +238,10 @@ def check_writable(path: str | Path) -> Path:
 
 
 def read_parquet(path: str | Path) -> pd.DataFrame:
+    """A parquet export (`to_parquet`, `trials run --local`) back as the analysis frame. The
+    export's metadata is input like a spec: each field is checked (`check_record`) and its
+    numbers (`_numeric_columns`), so that a crafted or damaged file is refused in one line
+    naming the file and what is wrong, before any analysis."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -240,32 +251,94 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"parquet: {path} is not a parquet export ({type(e).__name__})") from None
-    df = _numeric_columns(table.to_pandas(), path)
     try:
         attrs = json.loads((table.schema.metadata or {}).get(b"dspark.attrs", b"{}"))
     except ValueError:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not JSON") from None
-    if not isinstance(attrs, dict) or not isinstance(attrs.get("factors", []), list):
-        raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not an analysis export's")
-    missing = [f for f in attrs.get("factors", []) if f not in df.columns]
-    if missing:
-        raise ValueError(f"parquet: {path}: factor column(s) {', '.join(map(str, missing))} missing")
+    except RecursionError:
+        raise ValueError(f"parquet: {path}: its dspark.attrs metadata nests too deep to be an export's") from None
+    if not isinstance(attrs, dict):
+        raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not an analysis export's (not an object)")
+    df = _numeric_columns(table.to_pandas(), path)
+    try:
+        check_record(attrs, df.columns)
+    except ValueError as e:
+        raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
     df.attrs["factors"] = attrs.get("factors", [])
     SweepRecord.of(attrs).attach(df)
     if attrs.get("local_rows"):  # what `trials run --local` resumes from
         df.attrs["local_rows"] = attrs["local_rows"]
-    df.attrs[INCOMPLETE_KEY] = attrs.get("incomplete", [])
+    df.attrs[INCOMPLETE_KEY] = attrs.get(INCOMPLETE_KEY, [])
     return df
 
 
+TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential")
+
+
+def _short(value) -> str:
+    return repr(value)[:60]
+
+
+def check_record(given: dict, columns) -> None:
+    """A recorded sweep's fields (a parquet export's metadata, a parent run's tags) checked as
+    a spec's are: ValueError naming the first field that is wrong. The primary responses go
+    through `dspark.metrics.primary_response`, the spec's own check."""
+    factors = given.get("factors", [])
+    if not isinstance(factors, list) or not all(isinstance(f, str) for f in factors):
+        raise ValueError(f"factors: a list of column names, got {_short(factors)}")
+    missing = [f for f in factors if f not in columns]
+    if missing:
+        raise ValueError(f"factor column(s) {', '.join(missing)} missing")
+    for key in TEXT_FIELDS:
+        if not isinstance(given.get(key) or "", str):
+            raise ValueError(f"{key}: text, got {_short(given[key])}")
+    terms = given.get("primary_terms") or []
+    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+        raise ValueError(f"primary_terms: a list of term names, got {_short(terms)}")
+    responses = given.get("responses") or {}
+    if not isinstance(responses, dict):
+        raise ValueError(f"responses: must map metric names to {metrics.PRIMARY_FORM}, got {_short(responses)}")
+    for name, decl in responses.items():
+        problem = metrics.primary_response(name, decl, f"responses.{name}")[1]
+        if problem:
+            raise ValueError(problem)
+    _check_records(given.get(INCOMPLETE_KEY) or [], INCOMPLETE_KEY, set(META_COLUMNS), ())
+    _check_records(given.get("local_rows") or [], "local_rows", None, ("tags", "params", "metrics"))
+    if given.get("sequential"):
+        from .sequential import plan_of
+
+        plan_of(given["sequential"])  # ValueError naming the sequential record
+
+
+def _check_records(records, key: str, allowed: set | None, mappings: tuple[str, ...]) -> None:
+    """A list of run records: objects (with only `allowed` keys, if given) whose values are
+    plain numbers or text, or (for the `mappings` keys) objects."""
+    if not isinstance(records, list):
+        raise ValueError(f"{key}: a list of run records, got {_short(records)}")
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            raise ValueError(f"{key}[{i}]: a run record (an object), got {_short(rec)}")
+        unknown = sorted(set(rec) - allowed) if allowed is not None else []
+        if unknown:
+            raise ValueError(f"{key}[{i}]: unknown field(s) {', '.join(map(str, unknown))[:80]} "
+                             f"(allowed: {', '.join(sorted(allowed))})")
+        for k, v in rec.items():
+            ok = isinstance(v, dict) if k in mappings else (v is None or isinstance(v, (str, int, float)))
+            if not ok:
+                raise ValueError(f"{key}[{i}].{k}: {'an object' if k in mappings else 'a number or text'}, "
+                                 f"got {_short(v)}")
+
+
 NUMERIC_COLUMNS = ("replicate", "run_order", "seed", "run_s")
+INTEGER_COLUMNS = ("replicate", "run_order", "seed")  # a run's block, launch position and seed: whole numbers
 
 
 def _numeric_columns(df: pd.DataFrame, path) -> pd.DataFrame:
     """Metric columns (`a/b`) and the run numbers as numbers: a column of numeric strings (a
-    parquet written by another tool) is converted; any other value is refused, named."""
+    parquet written by another tool) is converted; any other value is refused, named, as is
+    a run number that is missing or not whole (the design's blocks are built from them)."""
     for c in df.columns:
-        if not (("/" in c) or c in NUMERIC_COLUMNS) or pd.api.types.is_numeric_dtype(df[c]):
+        if not isinstance(c, str) or not (("/" in c) or c in NUMERIC_COLUMNS) or pd.api.types.is_numeric_dtype(df[c]):
             continue
         values = df[c].replace("", None)
         converted = pd.to_numeric(values, errors="coerce")
@@ -274,6 +347,15 @@ def _numeric_columns(df: pd.DataFrame, path) -> pd.DataFrame:
             raise ValueError(f"parquet: {path}: column {c!r} holds {len(bad)} non-numeric value(s), "
                              f"e.g. {str(bad.iloc[0])[:40]!r}")
         df[c] = converted.astype(float)
+    for c in [c for c in INTEGER_COLUMNS if c in df.columns]:
+        values = pd.to_numeric(df[c], errors="coerce").astype(float)
+        bad = ~(values.map(math.isfinite) & (values == values.round()))
+        if bad.any():
+            i = bad.to_numpy().nonzero()[0][0]
+            run = f" (run {df['run_name'].iloc[i]})" if "run_name" in df.columns else ""
+            raise ValueError(f"parquet: {path}: column {c!r} holds {int(bad.sum())} value(s) that are not whole "
+                             f"numbers, e.g. {float(values.iloc[i])!r} in row {i}{run}")
+        df[c] = values.astype(int)
     return df
 
 

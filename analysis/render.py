@@ -127,6 +127,17 @@ def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str
     return "".join("\n" + line for line in lines)
 
 
+DESCRIPTION_SHOWN = 2000  # characters of a sweep's description a report's header shows
+
+
+def shown_description(text: str) -> str:
+    """A sweep's description as a report's header shows it: cut after DESCRIPTION_SHOWN
+    characters, saying so (a crafted export's megabyte description would bury the verdicts)."""
+    if len(text) <= DESCRIPTION_SHOWN:
+        return text
+    return f"{text[:DESCRIPTION_SHOWN]} [... cut: {len(text) - DESCRIPTION_SHOWN} more characters not shown]"
+
+
 def header_text(df: pd.DataFrame, stage: str | None, factors: list[str], look: str = "") -> str:
     data = factorial_rows(df, factors)
     q = QUESTIONS.get(stage or "")
@@ -134,7 +145,7 @@ def header_text(df: pd.DataFrame, stage: str | None, factors: list[str], look: s
     lines = [f"experiment {record.experiment}: "
              + (f"the question is {q[0]} ({q[1]})" if q else "parallel stage mixed or unknown")]
     if record.description:
-        lines.append(f"sweep: {record.description}")
+        lines.append(f"sweep: {shown_description(record.description)}")
     reps = data["replicate"].nunique() if len(data) else 0
     n_control = len(df) - len(data)
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")

@@ -137,11 +137,20 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
+        """A recorded plan; one line naming the record where it is not one (a crafted parquet
+        export, a damaged tag)."""
+        try:
+            return cls._parse(text)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError, OverflowError) as e:
+            raise ValueError(f"the sequential record is malformed ({type(e).__name__}: {str(e)[:100]})") from None
+
+    @classmethod
+    def _parse(cls, text: str) -> "Plan":
         """A recorded plan. One recorded before plans were declared (no `declared` key: the
         looks of `trials augment`, keyed on blocks alone) is read as post hoc."""
         d = json.loads(text)
         if not isinstance(d, dict):
-            raise ValueError("the sequential record is not a JSON object")
+            raise ValueError("not a JSON object")
         legacy = "declared" not in d
         reps = d.get("max_replicates")
         plan = cls(int(reps) if reps is not None else None, float(d.get("alpha", 0.05)),
@@ -156,6 +165,10 @@ class Plan:
             else:
                 plan.looks.append(Look(str(look.get("data", "")), int(look["blocks"]), dict(look.get("evaluation", {})),
                                        float(look.get("t", 1.0)), float(look["alpha"]), bool(look.get("post_hoc"))))
+            last = plan.looks[-1]
+            if not (last.blocks >= 1 and 0 <= last.t <= 1 and 0 <= last.alpha <= 1):
+                raise ValueError(f"look {i + 1}: blocks >= 1, t and alpha in [0, 1], got {last.blocks}, {last.t}, "
+                                 f"{last.alpha}")
         return plan
 
 

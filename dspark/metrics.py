@@ -11,6 +11,7 @@ base metric's row. Plain data only: importing it loads neither torch nor MLflow.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -236,3 +237,39 @@ def unmeasured_reason(stage: str | None, name: str) -> str | None:
 def headline(stage: str | None = None) -> tuple[str, ...]:
     """The headline columns, those a stage measures and can rank first when given."""
     return tuple(n for n in HEADLINE if stage is None or unmeasured_reason(stage, n) is None)
+
+
+# ---------------------------------------------------------------- primary responses, as declared
+
+PRIMARY_FORM = "{better: higher|lower, margin: NUMBER}"
+
+
+def margin_problem(margin) -> str | None:
+    """Why a margin is unusable (None when it is a finite number > 0)."""
+    if margin is None:
+        return "required: the smallest effect that would change a decision"
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
+        return f"must be a finite number > 0, got {margin!r}"
+    return None
+
+
+def primary_response(name: str, decl, where: str) -> tuple[dict | None, str | None]:
+    """One primary response as a spec declares it (`name: {better, margin}`), checked: a
+    metric the registry knows, a finite margin > 0, and a better direction that is the
+    registry's (stated or left out). Returns (the clean declaration, None) or (None, one
+    line starting with `where`). The spec (`trials.spec`) and the analysis's readers of a
+    recorded sweep (`analysis.load`: a parquet export, a parent run) check alike here."""
+    known = lookup(name)
+    if known is None:
+        return None, f"{where}: not a metric the trainer reports (see README \"Responses\")"
+    if not isinstance(decl, dict) or set(decl) - {"better", "margin"}:
+        return None, f"{where}: must be {PRIMARY_FORM}"
+    problem = margin_problem(decl.get("margin"))
+    if problem:
+        return None, f"{where}.margin: {problem}"
+    direction = decl.get("better", known.better)
+    if direction not in ("higher", "lower"):
+        return None, f"{where}.better: 'higher' or 'lower', got {direction!r}"
+    if known.better and direction != known.better:
+        return None, f"{where}.better: {known.better} is better for {name}, not {direction}"
+    return {"better": direction, "margin": float(decl["margin"])}, None

@@ -16,7 +16,13 @@ entities with the same fields (`run.info.status`, `run.data.metrics`, `experimen
 - anything else: MLflow's own client. That is PostgreSQL or MySQL; MLflow workspaces; a
   setting only MLflow's client or `requests` speaks (TLS options, auth plugins, a netrc,
   credentials in the URI, ALL_PROXY, a CIDR range in NO_PROXY); a SQLite URI with escapes
-  or options; a SQLite schema without the columns read here.
+  or options.
+
+A SQLite store whose MLflow tables lack a column read here (dropped or renamed by hand, or
+by a tool) is refused in one line naming the table and the column: MLflow's own client maps
+the same columns and failed there after logging a page of SQL tracebacks. A value in it
+that MLflow's schema does not allow (text in `latest_metrics.value`) is refused naming the
+run and the metric.
 
 Every write goes through MLflow's client. `tests/dspark/test_reader.py` checks that both
 readers give what MLflow's client gives on the same store, and every failure is one line.
@@ -257,10 +263,11 @@ class SqliteReader:
 
     @staticmethod
     def readable(path: Path) -> bool:
-        """Whether this reader reads the store as MLflow would: every table and column read
-        here, and no experiment outside MLflow's default workspace (MLflow scopes reads to a
-        workspace). False sends the read to MLflow's client; a file that is not an MLflow
-        store, or one locked past the wait, is refused (MLflow would create its tables in it)."""
+        """Whether this reader reads the store as MLflow would: no experiment outside MLflow's
+        default workspace (MLflow scopes reads to a workspace). False sends the read to
+        MLflow's client; a file that is not an MLflow store (MLflow would create its tables
+        in it), one whose MLflow tables lack a column read here, or one locked past the wait
+        is refused."""
         try:
             with closing(_connect(path)) as db:
                 tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -268,8 +275,13 @@ class SqliteReader:
                     raise StoreReadError(f"{path}: no MLflow tables in this SQLite file (not an MLflow store)")
                 for table, cols in SCHEMA.items():
                     have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    if not have:
+                        raise StoreReadError(f"{path}: MLflow's table {table} is missing (not MLflow's schema: "
+                                             "altered by hand or by another tool?)")
                     if not cols <= have:
-                        return False
+                        raise StoreReadError(f"{path}: MLflow's table {table} has no column(s) "
+                                             f"{', '.join(sorted(cols - have))} (renamed or dropped by hand or by a "
+                                             "tool: MLflow's client cannot read it either)")
                 if "workspace" in {row[1] for row in db.execute("PRAGMA table_info(experiments)")}:
                     return not db.execute("SELECT 1 FROM experiments WHERE workspace != 'default' LIMIT 1").fetchall()
         except sqlite3.OperationalError as e:
@@ -341,8 +353,16 @@ class SqliteReader:
                 out[rid].params[k] = v
             for rid, k, v, nan in self._rows(f"SELECT run_uuid, key, value, is_nan FROM latest_metrics "
                                              f"WHERE run_uuid IN ({marks})", chunk):
-                out[rid].metrics[k] = float("nan") if nan else float(v)
+                out[rid].metrics[k] = float("nan") if nan else self._number(v, rid, k)
         return out
+
+    def _number(self, value, run_id: str, key: str) -> float:
+        """A metric's stored value as MLflow's schema holds it (a number); one line naming
+        the store, the run and the metric otherwise (SQLite keeps text in a REAL column)."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise StoreReadError(f"{self.path}: run {run_id}: metric {key!r} holds {str(value)[:40]!r}, not a number "
+                             "(not a value MLflow writes)")
 
 
 def _connect(path: Path) -> sqlite3.Connection:

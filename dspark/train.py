@@ -113,23 +113,27 @@ def checkpoint_problem(ckpt_dir: str | os.PathLike) -> str | None:
         return f"{d} is not a checkpoint directory"
     if not (d / "state.pt").is_file():
         return f"{d} holds no state.pt"
-    if (d / CHECKSUM_FILE).is_file():
-        if _sha256(d / "state.pt") != (d / CHECKSUM_FILE).read_text().strip():
-            return f"{d / 'state.pt'} does not match its checksum (truncated or altered)"
-    elif not zipfile.is_zipfile(d / "state.pt"):  # torch's format is a zip: a cut one lacks its directory
-        return f"{d / 'state.pt'} is not a dspark checkpoint (cut short, or not a torch file)"
+    try:
+        if (d / CHECKSUM_FILE).is_file():
+            if _sha256(d / "state.pt") != (d / CHECKSUM_FILE).read_text().strip():
+                return f"{d / 'state.pt'} does not match its checksum (truncated or altered)"
+        elif not zipfile.is_zipfile(d / "state.pt"):  # torch's format is a zip: a cut one lacks its directory
+            return f"{d / 'state.pt'} is not a dspark checkpoint (cut short, or not a torch file)"
+    except (OSError, UnicodeDecodeError) as e:  # unreadable: permissions, an I/O error
+        return f"{d} cannot be read ({getattr(e, 'strerror', None) or type(e).__name__})"
     return None
 
 
-def read_checkpoint(ckpt_dir: str | os.PathLike, cfg: Config, device="cpu") -> dict:
+def read_checkpoint(ckpt_dir: str | os.PathLike, cfg: Config, device="cpu", mmap: bool = False) -> dict:
     """A checkpoint's state (weights_only), refused with one line when it is not an intact
-    dspark checkpoint or when `cfg` would train something other than it did."""
+    dspark checkpoint or when `cfg` would train something other than it did. `mmap`: the
+    tensors are mapped, not read (a check that it loads, at little cost)."""
     path = Path(ckpt_dir) / "state.pt"
     problem = checkpoint_problem(ckpt_dir)
     if problem:
         raise ValueError(f"resume: {problem}")
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        state = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
         saved = json.loads(state["config"])
         for key in ("data_sha256", "stage", "step", "head", "rng", "history"):
             state[key]

@@ -65,8 +65,9 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
                          "(responses: in its spec), so nothing can be decided")
     if max_replicates is not None and max_replicates < spec.replicates:
         raise ValueError(f"--max-replicates: {max_replicates} is fewer than the sweep's {spec.replicates} blocks")
+    how = f"--replicates {replicates}" if replicates is not None else "--until-decided"
     kwargs = {"tracking_uri": uri, "storage": storage, "address": address,
-              "max_concurrent": meta.get("max_concurrent"), "extend": True}
+              "max_concurrent": meta.get("max_concurrent"), "extend": True, "command": f"trials augment {name} {how}"}
     planned = spec.sequential.get("max_replicates")
     if replicates is not None and planned and spec.replicates + replicates > planned:
         raise ValueError(f"--replicates: {spec.replicates} + {replicates} blocks pass the sweep's sequential plan "

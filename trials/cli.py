@@ -167,7 +167,7 @@ def cmd_recover(args) -> int:
     uri = absolute_uri(args.tracking_uri or meta["tracking_uri"])
     probe_store(uri, args.store_timeout, writable=True)
     exp_dir = runner.storage_root(args.storage) / spec.name
-    with Lease(exp_dir, spec.name, "trials recover"):
+    with Lease(exp_dir, spec.name, f"trials recover {spec.name}"):
         out = recover(spec, exp_dir, uri)
     print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged); "
           f"{out['done']} of {out['trials']} trials finished"
@@ -254,9 +254,10 @@ def cmd_list(args) -> int:
         name = spec_file.parent.name
         try:
             spec, meta = saved.load_saved(name, args.storage, "list")
-        except (specmod.SpecError, ValueError, OSError) as e:
-            rows.append({"sweep": name, "trials": "", "state": f"unreadable ({str(e).splitlines()[0][:60]})",
-                         "tracking_uri": ""})
+        except (specmod.SpecError, ValueError, OSError) as e:  # said in its row; the other sweeps still listed
+            why = str(e).splitlines()[0].removeprefix("list: ").replace(f"{root}/", "")
+            rows.append({"sweep": name, "trials": "", "state": f"unreadable: {why[:120]}", "tracking_uri": "",
+                         "MLflow": ""})
             continue
         uri = meta.get("tracking_uri", "")
         link = ""

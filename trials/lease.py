@@ -1,13 +1,17 @@
 """One driver per sweep: a lease file in the sweep's storage folder, and the checks that
-storage can hold the sweep, both before Ray starts.
+storage can hold the sweep, both before Ray starts; and how files are written to storage
+(`write_atomic`: a temporary file, then `os.replace`, so a reader never sees half a file).
 
 `<storage>/<sweep>/driver.lease` holds the driver's host, pid, process start time and
-command. It is created with O_EXCL (atomic on a local disk and on NFS v3+), so of two
-drivers that start together one wins; the other is refused with one line naming the
-holder. The holder touches the file every `HEARTBEAT_S` seconds. A lease whose holder is
-dead (same host: its pid is gone or belongs to a newer process; another host: no
-heartbeat for `STALE_S` seconds) is taken over, under a takeover lock so that two
-drivers cannot both take it.
+command. It is written whole to a temporary file and hard-linked to its name (`os.link`
+fails where the name exists: atomic on a local disk and on NFS v3+), so of two drivers that
+start together one wins, and nobody ever reads a lease half-written; the other is refused
+with one line naming the holder and its command. The holder touches the file every
+`HEARTBEAT_S` seconds. A lease whose holder is dead (same host: its pid is gone or belongs to
+a newer process; another host: no heartbeat for `STALE_S` seconds) is taken over, under a
+takeover lock so that two drivers cannot both take it. A lease that is no driver's record
+(garbage, a pid that is not a number) was never written by a driver: it is taken over at
+once, with a warning naming it; a folder in its place is refused in one line.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -27,8 +32,45 @@ STALE_S = 90.0  # a lease from another host with no heartbeat for this long is d
 LEASE_FILE = "driver.lease"
 
 
+GRACE_S = 2.0  # a lease that is no record yet, younger than this, may be a pre-atomic writer's mid-write
+
+
 class LeaseHeld(ValueError):
     """Another live driver holds the sweep."""
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write a file to storage whole or not at all: a temporary file beside it, flushed to
+    disk, then `os.replace` (a crash or a full disk leaves the older file, never half of one)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def holder_problem(holder) -> str | None:
+    """Why a lease's content is no driver's record (None when it is one): a JSON object with
+    the driver's host and a positive integer pid (and, where given, a finite start time and
+    a command)."""
+    if not isinstance(holder, dict):
+        return "not a JSON object"
+    if not isinstance(holder.get("host"), str) or not holder["host"]:
+        return f"host: a host name, got {str(holder.get('host'))[:40]!r}"
+    pid = holder.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return f"pid: a positive integer, got {str(pid)[:40]!r}"
+    started = holder.get("started", 0.0)
+    if isinstance(started, bool) or not isinstance(started, (int, float)) or not abs(started) < float("inf"):
+        return f"started: a process start time, got {str(started)[:40]!r}"
+    if not isinstance(holder.get("command", ""), str):
+        return "command: text"
+    return None
 
 
 def _me(command: str) -> dict:
@@ -49,7 +91,7 @@ def holder_alive(holder: dict, mtime: float) -> bool:
     try:
         proc = psutil.Process(int(holder["pid"]))
         return proc.is_running() and abs(proc.create_time() - float(holder.get("started", 0))) < 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, ValueError, TypeError):
+    except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, ValueError, TypeError, OverflowError):
         return False
 
 
@@ -62,25 +104,50 @@ class Lease:
         self._beat: threading.Thread | None = None
         self._nested = False
 
-    def _read(self) -> tuple[dict, float] | None:
+    def _read(self) -> tuple[object, float] | None:
+        """(the lease's content, parsed where it is JSON, else its text; its mtime), or None
+        where there is none. A folder in its place is refused in one line."""
         try:
-            text = self.path.read_text()
+            text = self.path.read_text(errors="replace")
             mtime = self.path.stat().st_mtime
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise LeaseHeld(f"sweep {self.name!r}: its lease {self.path} is a folder, not a lease file; "
+                            "remove it (no driver makes one)") from None
+        except OSError as e:
+            raise LeaseHeld(f"sweep {self.name!r}: cannot read its lease {self.path} ({e.strerror})") from None
         try:
-            holder = json.loads(text)
-        except ValueError:  # being written this instant, or cut short by a crash
-            holder = {}
-        return (holder if isinstance(holder, dict) else {}), mtime
+            return json.loads(text), mtime
+        except (ValueError, RecursionError):
+            return text[:40], mtime
 
     def _create(self) -> bool:
+        """Make the lease, whole, where there is none: False where one exists."""
+        data = json.dumps(self.me).encode()
+        tmp = self.path.with_name(f".{self.path.name}.new-{os.getpid()}-{threading.get_ident()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, self.path)  # exclusive, and the lease appears whole
+            except FileExistsError:
+                return False
+            except OSError:  # a file system without hard links: exclusive creation, then the write
+                return self._create_in_place(data)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _create_in_place(self, data: bytes) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.me, f)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         return True
@@ -95,16 +162,21 @@ class Lease:
             if found is None:
                 continue  # released between the two calls: try again
             holder, mtime = found
-            if holder.get("pid") == self.me["pid"] and holder.get("host") == self.me["host"] and \
+            problem = holder_problem(holder)
+            if problem and time.time() - mtime < GRACE_S:
+                time.sleep(max(0.0, mtime + GRACE_S - time.time()) + 0.05)  # a writer without hard links: mid-write?
+                continue
+            if problem:  # no driver wrote this whole: it holds nothing
+                print(f"trials: warning: sweep {self.name!r}: its lease {self.path} is no driver's record "
+                      f"({problem}); taken over as stale", file=sys.stderr)
+            elif holder["pid"] == self.me["pid"] and holder["host"] == self.me["host"] and \
                     holder.get("started") == self.me["started"]:
                 self._nested = True  # this process holds it already (augment's looks run sweeps)
                 return self
-            if not holder and time.time() - mtime < STALE_S:
-                holder = {"host": "?", "pid": "?", "since": "just now"}
-            if holder and holder_alive(holder, mtime):
-                raise LeaseHeld(f"sweep {self.name!r} is driven by pid {holder.get('pid')} on "
-                                f"{holder.get('host')} (`{holder.get('command', '?')}`, since "
-                                f"{holder.get('since', '?')}); wait for it to end, or stop it first")
+            elif holder_alive(holder, mtime):
+                raise LeaseHeld(f"sweep {self.name!r} is driven by pid {holder['pid']} on {holder['host']} "
+                                f"(`{holder.get('command') or '?'}`, since {holder.get('since', '?')}); wait for "
+                                "it to end, or stop it first")
             self._take_over(mtime)
         raise LeaseHeld(f"sweep {self.name!r}: could not take its lease {self.path} (another driver keeps "
                         "taking it)")
@@ -140,8 +212,12 @@ class Lease:
         if self._nested:
             return
         self._stop.set()
-        found = self._read()
-        if found and found[0].get("pid") == self.me["pid"] and found[0].get("host") == self.me["host"]:
+        try:
+            found = self._read()
+        except LeaseHeld:
+            return
+        if found and isinstance(found[0], dict) and found[0].get("pid") == self.me["pid"] and \
+                found[0].get("host") == self.me["host"]:
             self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> "Lease":

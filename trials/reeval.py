@@ -19,9 +19,11 @@ the old one stays in the metric history at its own step. The per-prompt statisti
 beside it as the artifact `eval/per_prompt_<N>.json`, and its recorded rounds (confidences,
 accepted lengths, prompts) as `eval/rounds_<N>.npz`.
 
-Refused before any work, with one line: neither flag, a count that is not an integer >= 2,
-`--spec-prompts` on a backbone sweep, a sweep with a trial that finished without a
-checkpoint in storage, or whose shared target is gone. Resumable: a run already tagged with
+Refused before any work (nothing printed, Ray not started), with one line: neither flag, a
+count that is not an integer >= 2, `--spec-prompts` on a backbone sweep, a sweep with a
+trial that finished without a checkpoint in storage, or one that does not load
+(`check_checkpoints`), or whose shared target is gone, or that another driver holds (the
+line names its command). Resumable: a run already tagged with
 the same count is not evaluated again for it, so an interrupted reeval continues where it
 stopped.
 """
@@ -96,9 +98,10 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
     asks = {t.key: _asked(runs[t.key].data.tags, spec_prompts, eval_batches) for t in finished}
     todo = [t for t in finished if any(asks[t.key])]
     bound = bind_existing_targets(spec, root)
-    say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
-        f"({len(finished) - len(todo)} already done)")
-    with Lease(root / name, name, "trials reeval"):
+    with Lease(root / name, name, f"trials reeval {name}"):
+        check_checkpoints({t.key: checkpoints[t.key] for t in todo}, bound)  # before Ray starts
+        say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
+            f"({len(finished) - len(todo)} already done)")
         started = runner.init_ray(address)
         try:
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
@@ -117,6 +120,22 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
             if started:
                 ray.shutdown()
     return {"done": done, "skipped": len(finished) - len(todo)}
+
+
+def check_checkpoints(checkpoints: dict[str, str], configs: dict, command: str = "reeval") -> None:
+    """Every checkpoint a pass will load, loaded here first (weights_only, its tensors
+    memory-mapped, not read): one line naming the first that cannot be loaded, or is not a
+    finished trial's, before Ray starts (a Ray task's failure comes back as its traceback)."""
+    from dspark.train import read_checkpoint
+
+    for key, ckpt in checkpoints.items():
+        try:
+            state = read_checkpoint(ckpt, configs[key], mmap=True)
+        except ValueError as e:
+            raise ValueError(f"{command}: trial {key}: {str(e).removeprefix('resume: ')}") from None
+        if state["stage"] != "done":
+            raise ValueError(f"{command}: trial {key}: {ckpt} is not a finished trial's checkpoint "
+                             f"(stage {state['stage']})")
 
 
 def _asked(tags: dict, spec_prompts: int | None, eval_batches: int | None) -> tuple[int, int]:

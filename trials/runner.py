@@ -34,10 +34,10 @@ from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S,
                            retrying)
 
 from . import spec as specmod
-from .lease import Lease, check_storage, checkpoint_bytes, reap_dead_driver
+from .lease import Lease, check_storage, checkpoint_bytes, reap_dead_driver, write_atomic
 from .progress import ProgressLines
 from .recover import replay
-from .saved import DEFAULT_STORAGE, load_saved, status, storage_root  # noqa: F401  (the CLI reads them here)
+from .saved import DEFAULT_STORAGE, load_saved, saved_spec, status, storage_root  # noqa: F401  (the CLI reads them here)
 from .spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full
@@ -298,12 +298,14 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
         verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
         store_timeout_s: float = STORE_TIMEOUT_S, store_retry_s: float = STORE_RETRY_S,
-        callbacks: Sequence[Callback] = ()) -> dict:
+        callbacks: Sequence[Callback] = (), command: str | None = None) -> dict:
     """Run (or resume) a validated sweep, as its one driver (`trials.lease`). Returns a
     summary of trial states. With `extend` the spec may add replicate blocks to the sweep in
     storage (`trials augment`). Store writes are retried for `store_retry_s` seconds; past
     that the sweep stops (StoreUnavailable) with nothing left RUNNING that can be closed.
-    `callbacks`: more Tune callbacks, after the tracker (a benchmark's stopwatch)."""
+    `callbacks`: more Tune callbacks, after the tracker (a benchmark's stopwatch). `command`:
+    what the lease records as this driver's command (none: `trials run` or `trials resume`),
+    which a driver refused meanwhile names."""
     root = storage_root(storage)
     exp_dir = root / spec.name
     # before Ray starts, each refusal in one line: the storage, the store, this machine
@@ -314,7 +316,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     probe_store(tracking_uri, store_timeout_s, writable=True)
     check_storage(root, max(checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
-    with Lease(exp_dir, spec.name, "trials " + ("resume" if resume else "run")):
+    with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
         if resume:
             _refuse_missing_records(spec, exp_dir, tracking_uri)
         _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)  # `status` and `resume` find it at once
@@ -453,7 +455,7 @@ def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path, extend: bool =
     the same name is refused."""
     if not (exp_dir / "spec.yaml").is_file():
         return False
-    saved = specmod.load(exp_dir / "spec.yaml")
+    saved = saved_spec(exp_dir / "spec.yaml", "resume")
     if extend and specmod.extends(saved, spec):
         return True
     if not specmod.same_design(saved, spec):
@@ -535,6 +537,6 @@ def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_con
         raw["sequential"] = spec.sequential
     if spec.generators:
         raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
-    (exp_dir / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    (exp_dir / "sweep.json").write_text(json.dumps({"tracking_uri": tracking_uri,
-                                                    "max_concurrent": max_concurrent}))
+    # each whole or not at all: a reader (status, list, resume) never meets half a file
+    write_atomic(exp_dir / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
+    write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent}))

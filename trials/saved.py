@@ -22,14 +22,55 @@ def storage_root(storage: str | None) -> Path:
 
 
 def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple[SweepSpec, dict]:
+    """The spec and settings `trials run` saved with a sweep (`spec.yaml`, `sweep.json`),
+    checked as input: a file that is unreadable, not what a run writes, or a spec that no
+    longer validates is refused in one line naming it."""
     if not specmod.NAME_RE.match(name):
         raise specmod.SpecError([f"{command}: {name!r} is not a sweep name (letters, digits, '_', '-' and '.')"])
     exp_dir = storage_root(storage) / name
     if not (exp_dir / "spec.yaml").is_file():
         raise specmod.SpecError([f"{command}: no sweep {name!r} under {storage_root(storage)}"])
-    spec = specmod.load(exp_dir / "spec.yaml")
-    meta = json.loads((exp_dir / "sweep.json").read_text())
-    return spec, meta
+    return saved_spec(exp_dir / "spec.yaml", command), saved_settings(exp_dir / "sweep.json", command)
+
+
+def saved_spec(path: Path, command: str) -> SweepSpec:
+    """A sweep's saved spec, or one line naming the file and its first problem."""
+    try:
+        return specmod.load(path)
+    except specmod.SpecError as e:
+        first = e.problems[0]
+        more = f" (and {len(e.problems) - 1} more problem(s))" if len(e.problems) > 1 else ""
+        if first.startswith(f"spec: {path}"):  # the file itself: not UTF-8, not YAML, too large
+            raise ValueError(f"{command}: {first.removeprefix('spec: ')}{more}") from None
+        raise ValueError(f"{command}: {path}: not a usable saved spec: {first}{more}") from None
+    except OSError as e:
+        raise ValueError(f"{command}: {path}: cannot be read ({e.strerror or type(e).__name__})") from None
+
+
+def saved_settings(path: Path, command: str) -> dict:
+    """A sweep's saved settings (`sweep.json`: its store and concurrency), or one line naming
+    the file and what is wrong with it."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ValueError(f"{command}: {path} is missing (`trials run` writes it beside spec.yaml)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{command}: {path} cannot be read ({getattr(e, 'strerror', None) or type(e).__name__})"
+                         ) from None
+    try:
+        meta = json.loads(text)
+    except (ValueError, RecursionError):
+        what = "empty" if not text.strip() else "not JSON"
+        raise ValueError(f"{command}: {path} is {what} (a sweep's settings: {{\"tracking_uri\": ...}})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{command}: {path} is not a sweep's settings (a JSON object), got {text.strip()[:40]!r}")
+    if not isinstance(meta.get("tracking_uri"), str) or not meta["tracking_uri"]:
+        raise ValueError(f"{command}: {path}: tracking_uri: the sweep's MLflow store, got "
+                         f"{str(meta.get('tracking_uri'))[:40]!r}")
+    concurrent = meta.get("max_concurrent")
+    if concurrent is not None and (isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 0):
+        raise ValueError(f"{command}: {path}: max_concurrent: an integer >= 0 or null, got {str(concurrent)[:40]!r}")
+    return meta
 
 
 def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:

@@ -321,34 +321,20 @@ def local_problems(spec: SweepSpec) -> list[str]:
 
 def _parse_responses(raw: dict, problems: list[str]) -> dict[str, dict[str, Any]]:
     """The primary responses: a known metric each, its better direction (the registry's,
-    which a spec may state but not contradict) and a finite margin > 0."""
+    which a spec may state but not contradict) and a finite margin > 0
+    (`dspark.metrics.primary_response`, which the analysis checks a recorded sweep with)."""
     given = raw.get("responses", {}) or {}
     if not isinstance(given, dict):
-        problems.append("responses: must map metric names to {better: higher|lower, margin: NUMBER}")
+        problems.append(f"responses: must map metric names to {metrics.PRIMARY_FORM}")
         return {}
     clean = {}
     for name, decl in given.items():
         name = str(name)
-        where = f"responses.{name}"
-        known = metrics.lookup(name)
-        if known is None:
-            problems.append(f"{where}: not a metric the trainer reports (see README \"Responses\")")
-            continue
-        if not isinstance(decl, dict) or set(decl) - {"better", "margin"}:
-            problems.append(f"{where}: must be {{better: higher|lower, margin: NUMBER}}")
-            continue
-        problem = margin_problem(decl.get("margin"))
+        ok, problem = metrics.primary_response(name, decl, f"responses.{name}")
         if problem:
-            problems.append(f"{where}.margin: {problem}")
-            continue
-        better = decl.get("better", known.better)
-        if better not in ("higher", "lower"):
-            problems.append(f"{where}.better: 'higher' or 'lower', got {better!r}")
-            continue
-        if known.better and better != known.better:
-            problems.append(f"{where}.better: {known.better} is better for {name}, not {better}")
-            continue
-        clean[name] = {"better": better, "margin": float(decl["margin"])}
+            problems.append(problem)
+        else:
+            clean[name] = ok
     return clean
 
 
@@ -419,15 +405,6 @@ def sequential_problems(spec: "SweepSpec") -> list[str]:
         if key in spec.sequential and spec.sequential[key] < now:
             out.append(f"sequential.{key}: {spec.sequential[key]} is fewer than the trials' {field_name} ({now})")
     return out
-
-
-def margin_problem(margin: Any) -> str | None:
-    """Why a margin is unusable (None when it is a finite number > 0)."""
-    if margin is None:
-        return "required: the smallest effect that would change a decision"
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
-        return f"must be a finite number > 0, got {margin!r}"
-    return None
 
 
 def unmeasured_responses(responses: dict, configs: list[Config]) -> list[str]:

@@ -216,7 +216,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     from dspark.record import tracking_client
 
     from .lease import Lease
-    from .reeval import bind_existing_targets, finished_trials
+    from .reeval import bind_existing_targets, check_checkpoints, finished_trials
     from .saved import load_saved, storage_root
 
     if not isinstance(settings, TimingSettings):
@@ -231,10 +231,12 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
         raise ValueError(f"time: sweep {name!r} has no finished trial to time (in {uri})")
     bound = bind_existing_targets(spec, root, "time")
     size = getattr(settings, SIZE[stage])
-    say(f"{name}: timing {len(finished)} run(s) ({RESPONSE[stage]}): {settings.rounds} rounds, "
-        f"{settings.warmup} warm-up(s) each, {size} {SIZE[stage]} a repetition")
-    with Lease(root / name, name, "trials time"):
+    with Lease(root / name, name, f"trials time {name}"):
         from . import runner
+
+        check_checkpoints(checkpoints, bound, "time")  # before Ray starts, and before anything is said
+        say(f"{name}: timing {len(finished)} run(s) ({RESPONSE[stage]}): {settings.rounds} rounds, "
+            f"{settings.warmup} warm-up(s) each, {size} {SIZE[stage]} a repetition")
 
         started = runner.init_ray(address)
         try:

@@ -154,3 +154,106 @@ def test_algorithm_1_on_a_curve_where_it_verifies_one_length_everywhere_is_not_r
         build_report(df, None)
     df.loc[0, "sched/alg1_len@R16"] = 6.5  # one run's scheduler chose otherwise: it ranks
     assert why_degenerate(df, "drafter", "sched/alg1_throughput@R16") is None
+
+
+# ---------------------------------------------------------------- a crafted export is input like a spec (issue 29)
+
+def _crafted(tmp_path, meta=None, frame=None, raw=None) -> str:
+    """A real export of `_sweep`, its frame changed by `frame`, its dspark.attrs metadata by
+    `meta` (a function of the parsed metadata) or replaced by the bytes `raw`."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    df = _sweep(fraction=False)
+    to_parquet(df, tmp_path / "good.parquet")
+    table = pq.read_table(tmp_path / "good.parquet")
+    attrs = json.loads(table.schema.metadata[b"dspark.attrs"])
+    if frame is not None:
+        changed = table.to_pandas()
+        frame(changed)
+        table = pa.Table.from_pandas(changed, preserve_index=False)
+    if meta is not None:
+        meta(attrs)
+    path = tmp_path / "crafted.parquet"
+    pq.write_table(table.replace_schema_metadata({b"dspark.attrs": raw or json.dumps(attrs).encode()}), path)
+    return str(path)
+
+
+def _one_line_refusal(capsys, tmp_path, path, *words):
+    """`analysis report` and `analysis plan` on the export: exit 2, one line naming the file
+    and what is wrong, no report folder."""
+    from analysis.cli import main
+
+    for argv in (["report", "x", "--parquet", path, "--out", str(tmp_path / "rep")], ["plan", "x", "--parquet", path]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert all(w in err for w in words), err
+    assert not (tmp_path / "rep").exists()
+
+
+def _set(**fields):
+    return lambda attrs: attrs.update(fields)
+
+
+@pytest.mark.parametrize("meta,words", [
+    (_set(responses={"spec/tau": {"better": "sideways", "margin": 1}}), ["responses.spec/tau.better", "sideways"]),
+    (_set(responses={"spec/tau": {"better": "higher", "margin": -1}}), ["responses.spec/tau.margin", "-1"]),
+    (_set(responses={"spec/tau": {"better": "higher", "margin": float("nan")}}), ["responses.spec/tau.margin", "nan"]),
+    (_set(responses={"spec/tau": {"better": "lower", "margin": 0.1}}), ["higher is better for spec/tau"]),
+    (_set(responses={"spec/tau": 5}), ["responses.spec/tau: must be {better"]),
+    (_set(responses=["spec/tau"]), ["responses: must map metric names"]),
+    (_set(responses={"spec/taus": {"margin": 1}}), ["responses.spec/taus: not a metric"]),
+    (_set(factors=[["D1"], "D9"]), ["factors: a list of column names"]),
+    (_set(factors=["A", "Z"]), ["factor column(s) Z missing"]),
+    (_set(incomplete=[5, "x"]), ["incomplete[0]: a run record"]),
+    (_set(incomplete=[{"status": "FAILED", "cell": {"a": 1}}]), ["incomplete[0].cell: a number or text"]),
+    (_set(incomplete={"a": 1}), ["incomplete: a list of run records"]),
+    (_set(primary_terms="A"), ["primary_terms: a list of term names"]),
+    (_set(description=["x"]), ["description: text"]),
+    (_set(sequential='{"max_replicates": 6, "looks": [{"blocks": {"x": 1}}]}'), ["the sequential record is malformed"]),
+    (_set(sequential='{"max_replicates": "lots"}'), ["the sequential record is malformed"]),
+    (_set(sequential='{"max_replicates": 6, "declared": true, "looks": [{"blocks": 2, "alpha": NaN}]}'),
+     ["the sequential record is malformed", "look 1"]),
+    (_set(sequential="[1]"), ["the sequential record is malformed", "not a JSON object"]),
+])
+def test_a_crafted_exports_metadata_is_refused_in_one_line(tmp_path, capsys, meta, words):
+    """Each of these once produced verdicts silently (a sideways direction, a negative or
+    NaN margin) or a traceback (TypeError, AttributeError)."""
+    path = _crafted(tmp_path, meta=meta)
+    _one_line_refusal(capsys, tmp_path, path, f"parquet: {path}: its dspark.attrs metadata: ", *words)
+
+
+def test_deep_metadata_a_nan_replicate_and_non_finite_responses_are_named(tmp_path, capsys):
+    deep = _crafted(tmp_path, raw=b'{"factors": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    _one_line_refusal(capsys, tmp_path, deep, deep, "nests too deep")  # was a RecursionError
+
+    def nan_replicate(df):
+        df["replicate"] = df["replicate"].astype(float)
+        df.loc[3, "replicate"] = np.nan
+
+    path = _crafted(tmp_path, frame=nan_replicate)  # was a TypeError deep in the design
+    _one_line_refusal(capsys, tmp_path, path, path, "column 'replicate'", "not whole numbers", "nan", "row 3")
+    path = _crafted(tmp_path, frame=lambda df: df.__setitem__("spec/tau", np.nan))
+    _one_line_refusal(capsys, tmp_path, path, "primary response spec/tau", "column 'spec/tau': no run holds a value")
+    path = _crafted(tmp_path, frame=lambda df: df.loc.__setitem__((2, "spec/tau"), np.inf))
+    _one_line_refusal(capsys, tmp_path, path, "column 'spec/tau' holds 1 infinite value(s)", "inf in run")
+    # a secondary response with an infinite value: the report names it and analyses the others
+    df = read_parquet(_crafted(tmp_path, frame=lambda df: df.loc.__setitem__((2, "val/bpb"), -np.inf)))
+    rep = build_report(df, None, responses=["spec/tau"])
+    assert "spec/tau" in rep.results
+    with pytest.raises(AnalysisError, match=r"response val/bpb: column 'val/bpb' holds 1 infinite value\(s\), "
+                                            r"e.g. -inf"):
+        build_report(df, None, responses=["val/bpb"])
+
+
+def test_a_long_description_is_cut_in_the_reports(tmp_path):
+    from analysis.render import DESCRIPTION_SHOWN
+
+    df = read_parquet(_crafted(tmp_path, meta=_set(description="d" * 50_000)))
+    rep = build_report(df, tmp_path / "rep")
+    cut = f"{'d' * DESCRIPTION_SHOWN} [... cut: {50_000 - DESCRIPTION_SHOWN} more characters not shown]"
+    for text in (rep.summary, rep.html_path.read_text(), rep.markdown_path.read_text()):
+        assert cut in text and "d" * (DESCRIPTION_SHOWN + 1) not in text

@@ -257,3 +257,59 @@ def test_a_sqlite_uri_names_its_file_as_sqlalchemy_reads_it(tmp_path):
     check_store(f"sqlite:///{tmp_path}/a b.db?timeout=60")
     with pytest.raises(ValueError, match="does not exist"):
         check_store(f"sqlite:///{tmp_path}/a%20c.db")
+
+
+DRIFT = [("ALTER TABLE runs RENAME COLUMN status TO state", "MLflow's table runs has no column(s) status"),
+         ("ALTER TABLE runs DROP COLUMN end_time", "MLflow's table runs has no column(s) end_time"),
+         ("ALTER TABLE tags RENAME COLUMN value TO val", "MLflow's table tags has no column(s) value"),
+         ("DROP TABLE latest_metrics", "MLflow's table latest_metrics is missing")]
+
+
+def _altered(uri: str, tmp_path: Path, name: str, *sql: tuple) -> tuple[str, str]:
+    """A copy of the store with `sql` run on it (a store altered by hand): (its URI, its path)."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / name
+    shutil.copyfile(uri[len("sqlite:///"):], path)
+    with sqlite3.connect(path) as db:
+        db.execute(*sql)
+    return f"sqlite:///{path}", str(path)
+
+
+def test_a_store_whose_schema_drifted_is_named_in_one_line(store, tmp_path, capsys):
+    """A column of MLflow's tables renamed or dropped sent the read to MLflow's client, which
+    failed too, after 62 lines of logged tracebacks, in `MlflowException: LIMIT ? OFFSET ?]`:
+    `trials status`, `list` and `analysis report` alike (each reads through reading_client)."""
+    from analysis.cli import main as analysis
+    from trials.cli import main as trials
+
+    for i, (sql, words) in enumerate(DRIFT):
+        uri, path = _altered(store[0], tmp_path, f"drift{i}.db", sql)
+        with pytest.raises(StoreReadError) as e:
+            reading_client(uri)
+        assert str(e.value).startswith(f"{path}: {words}") and "\n" not in str(e.value)
+        assert trials(["list", "--tracking-uri", uri]) == 3
+        assert analysis(["report", "alpha", "--tracking-uri", uri, "--no-log", "--out", str(tmp_path / "rep")]) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 2 and all(f"{uri}: {path}: {words}" in line for line in err), err
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_metric_stored_as_text_names_the_store_the_run_and_the_metric(store, tmp_path, capsys):
+    from analysis.cli import main as analysis
+
+    reader = reading_client(store[0])
+    run = next(r for r in sweep_trials(reader, reader.get_experiment_by_name("alpha").experiment_id)
+               if r.data.tags[TRIAL_KEY_TAG] == "cell0")
+    uri, path = _altered(store[0], tmp_path, "text.db", "UPDATE latest_metrics SET value = 'abc' WHERE run_uuid = ? "
+                         "AND key = 'spec/tau'", (run.info.run_id,))
+    reader = reading_client(uri)
+    with pytest.raises(StoreReadError) as e:
+        sweep_trials(reader, reader.get_experiment_by_name("alpha").experiment_id)
+    said = f"{path}: run {run.info.run_id}: metric 'spec/tau' holds 'abc', not a number"
+    assert str(e.value).startswith(said)  # was "could not convert string to float: 'abc'", naming no store
+    assert sweep_trials(reader, reader.get_experiment_by_name("beta").experiment_id)  # the other sweep reads
+    assert analysis(["report", "alpha", "--tracking-uri", uri, "--no-log", "--out", str(tmp_path / "rep")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err

@@ -40,6 +40,86 @@ def test_counts_are_refused_in_one_line_before_anything_loads(capsys):
     assert "--eval-batches: invalid int value: 'four'" in capsys.readouterr().err
 
 
+def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
+    """A backbone sweep as storage and the store hold it once finished, made without Ray: its
+    files saved as `trials run` saves them, its runs FINISHED through the trials' Ledger, and
+    in each trial's folder a checkpoint whose bytes match their checksum but are no torch file
+    (what a copy from another tool, or an altered file with its checksum redone, looks like)."""
+    import hashlib
+
+    from dspark.train import CHECKSUM_FILE
+    from trials.runner import _save_sweep_files
+    from trials.tracking import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
+        "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE))
+    exp_dir = tmp_path / "st" / name
+    exp_dir.mkdir(parents=True)
+    _save_sweep_files(exp_dir, spec, uri, None)
+    ledger = Ledger(uri, spec)
+    for t in spec.trials:
+        run_id, _ = ledger.open_child(t, {})
+        ledger.log_metrics(run_id, {"val/bpb": 2.0, "tf/tau": 1.5}, step=4)
+        ledger.finish(run_id, "FINISHED")
+        ckpt = exp_dir / f"trial_{hashlib.sha256(t.key.encode()).hexdigest()[:10]}" / "checkpoint_000000"
+        ckpt.mkdir(parents=True)
+        (ckpt / "state.pt").write_bytes(b"not a torch file")
+        (ckpt / CHECKSUM_FILE).write_text(hashlib.sha256(b"not a torch file").hexdigest())
+    ledger.finish(ledger.parent_id, "FINISHED")
+    return spec, str(tmp_path / "st"), exp_dir
+
+
+def test_an_unreadable_checkpoint_is_named_before_ray_starts_and_nothing_is_said(tmp_path, corpus_dir, capsys):
+    """It was found by the Ray task, after Ray had started and "re-evaluating 2 trial(s)" was
+    printed, as the task's remote traceback with ANSI codes prefixed "resume:"."""
+    import ray
+
+    spec, storage, exp_dir = _finished_without_ray(tmp_path, corpus_dir)
+    said = []
+    with pytest.raises(ValueError) as e:
+        reeval("fin", storage, eval_batches=4, say=said.append)
+    first = next(t for t in spec.trials if t.key in str(e.value))
+    assert str(e.value).startswith(f"reeval: trial {first.key}: {exp_dir}/trial_") and \
+        "/checkpoint_000000/state.pt is not a dspark checkpoint (" in str(e.value)
+    assert said == [] and not ray.is_initialized() and not (exp_dir / "driver.lease").exists()
+    capsys.readouterr()  # MLflow's lines from making the store
+    assert main(["reeval", "fin", "--eval-batches", "4", "--storage", storage]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.strip().splitlines() == [f"trials: error: {e.value}"]
+
+
+def test_a_refused_reeval_names_the_command_that_holds_the_sweep_and_says_nothing_first(tmp_path, corpus_dir,
+                                                                                      capsys):
+    """A `trials augment` driving the sweep (its Tune run stood in for by a wait) holds the
+    lease with its own command: reeval named `trials resume` instead, after printing
+    "re-evaluating N trial(s)"."""
+    import os
+    import subprocess
+    import sys
+
+    _, storage, exp_dir = _finished_without_ray(tmp_path, corpus_dir)
+    code = ("import sys, time\nfrom trials import runner\n"
+            "runner._run_leased = lambda *a, **k: (print('holding', flush=True), time.sleep(120))\n"
+            "from trials.cli import main\nsys.exit(main(sys.argv[1:]))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    holder = subprocess.Popen([sys.executable, "-c", code, "augment", "fin", "--replicates", "1", "--storage", storage],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": root})
+    try:
+        assert holder.stdout.readline().strip() == "holding", holder.stderr.read()[-2000:]
+        capsys.readouterr()  # MLflow's lines from making the store
+        assert main(["reeval", "fin", "--eval-batches", "4", "--storage", storage]) == 2
+        out = capsys.readouterr()
+        assert out.out == "", out.out
+        err = out.err.strip().splitlines()
+        assert len(err) == 1 and f"sweep 'fin' is driven by pid {holder.pid}" in err[0], err
+        assert "(`trials augment fin --replicates 1`, since " in err[0] and "trials resume" not in err[0], err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path, corpus_dir, capsys):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")

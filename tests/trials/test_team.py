@@ -387,3 +387,96 @@ def test_drivers_that_open_a_new_sqlite_store_together_all_succeed(tmp_path):
 
     names = {e.name for e in reading_client(uri).search_experiments()}
     assert {"sweep0", "sweep1", "sweep2"} <= names
+
+
+# ---------------------------------------------------------------- storage files are input too (issue 29)
+
+def test_bad_saved_sweep_files_are_named_in_one_line_and_list_shows_the_others(tmp_path, capsys):
+    """`[1, 2]` as sweep.json once crashed `trials list` for every sweep and `trials status`
+    (AttributeError); an empty one said "Expecting value: line 1 column 1" naming no file."""
+    from dspark.record import tracking_client
+    from trials.cli import main
+
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    tracking_client(store).search_experiments()  # an MLflow store with no sweep in it yet
+    root = tmp_path / "st"
+    for name in ("good", "pair", "empty", "folder", "nouri", "badspec"):
+        _saved_sweep(root, name, store)
+    (root / "pair" / "sweep.json").write_text("[1, 2]")
+    (root / "empty" / "sweep.json").write_text("")
+    (root / "folder" / "sweep.json").unlink()
+    (root / "folder" / "sweep.json").mkdir()
+    (root / "nouri" / "sweep.json").write_text('{"max_concurrent": 2}')
+    (root / "badspec" / "spec.yaml").write_text("name: [\n")
+    assert main(["list", "--storage", str(root)]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "2 pending" in rows["good"] and len(rows) == 6
+    said = {"pair": "pair/sweep.json is not a sweep's settings (a JSON object), got '[1, 2]'",
+            "empty": "empty/sweep.json is empty",
+            "folder": "folder/sweep.json cannot be read (Is a directory)",
+            "nouri": "nouri/sweep.json: tracking_uri: the sweep's MLflow store, got 'None'",
+            "badspec": "badspec/spec.yaml is not valid YAML"}
+    for name, words in said.items():
+        assert f"unreadable: {words}" in rows[name], rows[name]
+        assert main(["status", name, "--storage", str(root)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"trials: error: status: {root}/{words}"), err
+
+
+def test_a_damaged_lease_is_taken_over_at_once_and_a_folder_is_refused(tmp_path, capsys):
+    """`{"pid": Infinity}` once raised OverflowError, and garbage held the sweep for 90 s as
+    "driven by pid ? on ?": no driver writes either (leases are written whole)."""
+    from trials.cli import main
+
+    path = tmp_path / "driver.lease"
+    for content in ('{"pid": Infinity, "host": "h"}', "garbage", "", '{"host": "h", "pid": "?"}', "[1]"):
+        path.write_text(content)
+        old = time.time() - 5
+        os.utime(path, (old, old))
+        t0 = time.time()
+        lease = Lease(tmp_path, "s", "trials run s").acquire()
+        assert time.time() - t0 < 2 and json.loads(path.read_text())["pid"] == os.getpid()
+        lease.release()
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"its lease {path} is no driver's record" in err[0] and "taken over as stale" in err[0]
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    _saved_sweep(tmp_path / "st", "s", store)
+    (tmp_path / "st" / "s" / "driver.lease").mkdir()  # once an IsADirectoryError traceback
+    assert main(["recover", "s", "--storage", str(tmp_path / "st")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trials: error: sweep 's': its lease {tmp_path / 'st' / 's' / 'driver.lease'} is a folder, not a lease "
+        "file; remove it (no driver makes one)"]
+
+
+def test_storage_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """spec.yaml and sweep.json go through a temporary file and os.replace: a failure between
+    the write and the replace leaves the older files whole and no temporary behind. A lease
+    gets its name only once its content is whole (os.link of a written file)."""
+    from trials.runner import _save_sweep_files
+    from trials.spec import load
+
+    _saved_sweep(tmp_path / "st", "s", "sqlite:///old.db")
+    exp_dir = tmp_path / "st" / "s"
+    before = {p.name: p.read_bytes() for p in exp_dir.iterdir()}
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        _save_sweep_files(exp_dir, load(tmp_path / "st" / "s.yaml"), "sqlite:///new.db", 3)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in exp_dir.iterdir()} == before
+    named = []
+    real_link = os.link
+
+    def link(src, dst):  # what the lease holds at the instant it gets its name
+        named.append(json.loads(Path(src).read_text()))
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    lease = Lease(exp_dir, "s", "trials run s").acquire()
+    assert named[0]["pid"] == os.getpid() and named[0]["command"] == "trials run s"
+    assert json.loads((exp_dir / "driver.lease").read_text()) == named[0]
+    lease.release()
+    assert {p.name: p.read_bytes() for p in exp_dir.iterdir()} == before
