@@ -130,13 +130,20 @@ def _report_or_plan(args) -> int:
 
     from .report import build_report
 
-    rep = build_report(df, Path(args.out) / args.experiment, args.responses, args.adjust, alpha=args.alpha,
-                       margins=margins, ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri),
-                       unrecorded=unrecorded)
+    # a report whose margins, responses, alpha or adjustment differ from the spec's is a what-if:
+    # its own folder, nothing logged, no look recorded
+    what_if = bool(margins or args.responses or args.alpha is not None or args.adjust != "bonferroni")
+    out = Path(args.out) / args.experiment / ("what-if" if what_if else "")
+    rep = build_report(df, out, args.responses, args.adjust, alpha=args.alpha, margins=margins,
+                       ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri),
+                       unrecorded=unrecorded, what_if=what_if)
     print(rep.summary)
     _record(rep.look, df, args)
     print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
-    if not args.no_log and not args.parquet:
+    if what_if and not args.parquet:
+        print("what-if (margins, responses, alpha or adjustment given): nothing logged on the parent run; the "
+              "sweep's own report is `analysis report " + args.experiment + "`")
+    elif not args.no_log and not args.parquet:
         from .load import SweepRecord, log_to_parent
 
         n = log_to_parent(rep, df, args.tracking_uri)

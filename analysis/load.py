@@ -409,6 +409,11 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
     for stale in set(client.get_run(parent).data.tags) - {t.key for t in tags}:
         if stale.startswith(VERDICT_PREFIX):
             client.delete_tag(parent, stale)
+    # what the verdicts rest on: the margins, the alpha and the family
+    used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
+    tags.append(RunTag("attribution.margins", json.dumps(used)[:5000]))
+    tags.append(RunTag("attribution.alpha", json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
+                                                         "family": d.family, "terms": d.primary_terms})))
     ts = int(time.time() * 1000)
     counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
     for i in range(0, max(len(tags), 1), 90):

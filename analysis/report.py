@@ -49,7 +49,8 @@ class Report:
 
 def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] | None = None,
                  adjust: str = "bonferroni", typ: int | None = None, alpha: float | None = None,
-                 margins: dict[str, float] | None = None, ui: str = UI_URL, unrecorded: str = "") -> Report:
+                 margins: dict[str, float] | None = None, ui: str = UI_URL, unrecorded: str = "",
+                 what_if: bool = False) -> Report:
     """The whole attribution of a sweep (`ui`: the MLflow UI the HTML's run links open). `margins` (`--margin`) supply or override the
     spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep
     analysed look after look (`trials augment --until-decided`), the alpha its spending
@@ -69,7 +70,7 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
     noise = {r: sp for r in chosen if (sp := split(df, r, factors)) is not None}
     shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
-    look = look_for(df, shares, alpha, what_if=bool(margins))
+    look = look_for(df, shares, alpha, what_if=what_if or bool(margins))
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, look.alpha, adjust, controls[0] if controls else None,

@@ -234,8 +234,8 @@ class LookResult:
     def label(self) -> str:
         """One line for the report's first screen and the terminal summary."""
         if self.what_if:
-            return (f"what-if: alpha or margins given on the command line; verdicts at alpha {self.alpha:.3g} are "
-                    "not a look of the sweep and are not recorded")
+            return (f"what-if: margins, responses, alpha or adjustment given; verdicts at alpha {self.alpha:.3g} "
+                    "are not a look of the sweep and are not recorded")
         p, look = self.plan, self.look
         if p is None or look is None:
             return ""

@@ -155,11 +155,11 @@ def test_holm_adjustment_is_not_smaller_than_raw(store):
 def test_report_cli_writes_html_and_summary(store, tmp_path):
     synthetic_sweep(store, failed=0)
     r = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
-                        "--out", str(tmp_path / "rep"), "--responses", "spec/tau"],
+                        "--out", str(tmp_path / "rep")],
                        capture_output=True, text=True, cwd=tmp_path)  # artifacts go to ./mlruns
     assert r.returncode == 0, r.stderr
     assert re.search(r"spec/tau \(higher is better.*\n    D1: matters, size unsure \(shifted -> aligned: \+0\.9\d+ "
-                     r"\[\+0\.9\d*, \+1\.0\d*\] at 98\.333%; no margin declared, better\)", r.stdout), r.stdout
+                     r"\[\+0\.9\d*, \+1\.0\d*\] at 99\.167%; no margin declared, better\)", r.stdout), r.stdout
     assert "fixed-sample analysis (no sequential plan declared) of 3 block(s) at alpha 0.05" in r.stdout
     assert "the question is the paper's architecture" in r.stdout
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
@@ -193,14 +193,27 @@ def test_report_cli_writes_html_and_summary(store, tmp_path):
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "attribution")}
     assert arts == {"attribution/report.html", "attribution/report.md", "attribution/verdicts.csv"}
     table = pd.read_csv(client.download_artifacts(parent.info.run_id, "attribution/verdicts.csv", str(tmp_path)))
-    assert len(table) == 7 and set(table["verdict"]) <= {"matters, beyond the margin", "matters, size unsure",
-                                                         "negligible", "undecided"}
+    assert len(table) == 14 and set(table["verdict"]) <= {"matters, beyond the margin", "matters, size unsure",
+                                                          "negligible", "undecided"}  # spec/tau and tf/tau
+    assert json.loads(parent.data.tags["attribution.alpha"])["family"] == 6  # what the verdicts rest on
     again = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
-                            "--out", str(tmp_path / "rep"), "--responses", "spec/tau", "--no-log"],
+                            "--out", str(tmp_path / "rep"), "--no-log"],
                            capture_output=True, text=True, cwd=tmp_path)
     assert again.returncode == 0 and "fixed-sample analysis (no sequential plan declared)" in again.stdout
     plan = json.loads(client.get_run(df.attrs["parent_run_id"]).data.tags["sequential"])
     assert len(plan["looks"]) == 1
+    # a what-if (a margin of one's own) goes to its own folder and leaves the logged results as they were
+    before = client.get_run(df.attrs["parent_run_id"]).data
+    html_before = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
+    what = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
+                           "--out", str(tmp_path / "rep"), "--margin", "spec/tau=0.05"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert what.returncode == 0 and "what-if (margins, responses, alpha or adjustment given): nothing logged" in \
+        what.stdout
+    after = client.get_run(df.attrs["parent_run_id"]).data
+    assert after.tags == before.tags and after.metrics == before.metrics
+    assert (tmp_path / "rep" / "synthetic" / "report.html").read_text() == html_before
+    assert "margin ±0.05" in (tmp_path / "rep" / "synthetic" / "what-if" / "report.html").read_text()
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                           "--out", str(tmp_path / "rep"), "--responses", "val/bpb"],
                          capture_output=True, text=True, cwd=ROOT)

@@ -26,7 +26,7 @@ def test_notebook_executes(name, store, tmp_path):
     if name == "attribution.ipynb":
         assert "spec/tau: D1: matters, beyond the margin (shifted -> aligned: +" in text
         assert "spec/tau: D2: negligible within +-0.2 (const4 -> block: " in text
-        assert "what-if: alpha or margins given on the command line" in text  # MARGINS given: not a look
+        assert "what-if: margins, responses, alpha or adjustment given" in text  # MARGINS given: not a look
         assert "not detected" not in text
         assert not (tmp_path / "reports").exists()  # the notebook never overwrites the CLI's report
     else:
