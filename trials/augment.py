@@ -40,8 +40,10 @@ class Look:
     label: str = ""  # the look as the report names it
 
     def text(self) -> str:
-        c = self.counts
-        told = ", ".join(f"{n} {k}" for k, n in c.items())
+        c = [self.counts.get(k, 0) for k in ("matters, beyond the margin", "matters, size unsure", "negligible",
+                                             "undecided")]
+        told = (f"{c[0]} matter beyond the margin, {c[1]} matter (size unsure), {c[2]} negligible, "
+                f"{c[3]} undecided")
         return f"look at {self.replicates} replicate blocks (alpha {self.alpha:.3g}): {told} -> {self.action}"
 
 
