@@ -365,7 +365,7 @@ def responses(df: pd.DataFrame) -> list[str]:
     for c in df.columns:
         if "/" in c and pd.api.types.is_numeric_dtype(df[c]):
             vals = df[c].dropna()
-            if len(vals) and all(math.isfinite(v) for v in vals):
+            if len(vals) and bool((vals.astype(float).abs() < math.inf).all()):  # vectorised: 3,200 runs x 100 metrics
                 out.append(c)
     return out
 
