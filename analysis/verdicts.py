@@ -543,26 +543,27 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
 
 
 def block_interaction(fit: Fit, term: tuple[str, ...]) -> BlockTest | None:
-    """The block-by-term F test: the term's columns times the block's added to the model.
-    None where there is no block or no residual df left."""
+    """The block-by-term F test: the model with the term's columns times the block's added,
+    against the model itself (statsmodels' `compare_f_test`). None where there is no block
+    or no residual df left."""
+    from statsmodels.regression.linear_model import OLS
+
     if fit.block_cols is None or term not in fit.slices:
         return None
     M = fit.X[:, fit.slices[term]]
     inter = np.column_stack([M[:, i] * fit.block_cols[:, j] for i in range(M.shape[1])
                              for j in range(fit.block_cols.shape[1])])
     X1 = np.column_stack([fit.X, inter])
-    q = np.linalg.matrix_rank(X1) - np.linalg.matrix_rank(fit.X)
-    df1 = fit.X.shape[0] - np.linalg.matrix_rank(X1)
-    if q < 1 or df1 < 1:
-        return None
     y = np.asarray(fit.result.model.endog, float)
-    rss0 = float(fit.result.ssr)
-    beta, *_ = np.linalg.lstsq(X1, y, rcond=None)
-    rss1 = float(((y - X1 @ beta) ** 2).sum())
-    if rss1 <= 0:
+    bigger = OLS(y, X1).fit()
+    if bigger.df_resid < 1 or bigger.ssr <= 0 or bigger.df_model <= fit.result.df_model:
         return None
-    F = ((rss0 - rss1) / q) / (rss1 / df1)
-    return BlockTest(float(F), int(q), float(df1), float(stats.f.sf(F, q, df1)))
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        F, p, q = bigger.compare_f_test(fit.result)
+    if not np.isfinite(F):
+        return None
+    return BlockTest(float(F), int(round(q)), float(bigger.df_resid), float(p))
 
 
 # ---------------------------------------------------------------- deciding
