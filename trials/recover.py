@@ -135,11 +135,14 @@ def _close_run(ledger, run_id: str, trial: Trial, results: list[dict], dirs: lis
 def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]:
     """Rebuild the sweep's records in `tracking_uri`; the parent ends FINISHED when every
     trial did, else KILLED (resume it)."""
+    from .identity import check_same_sweep, identity_tags
     from .runner import target_addresses
     from .tracking import Ledger, git_commit
 
+    check_same_sweep(spec, tracking_uri, exp_dir.parent, "recover")
     if not with_results(spec, exp_dir):
         raise ValueError(f"recover: no trial of sweep {spec.name!r} has results in {exp_dir}")
+    identity = identity_tags(spec, exp_dir.parent)
     import dataclasses
 
     from dspark import targets
@@ -152,7 +155,7 @@ def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]
             t = dataclasses.replace(t, config=t.config.replace(target_path=str(shared)))
         trials.append(t)
     spec = dataclasses.replace(spec, trials=trials)
-    ledger = Ledger(tracking_uri, spec)
+    ledger = Ledger(tracking_uri, spec, identity)
     commit = git_commit()
     tags = {k: {"target_hash": h, "data_sha256": sha, "git_commit": commit} for k, (h, sha) in addresses.items()}
     counts = replay(ledger, tags, spec, exp_dir, close=True)

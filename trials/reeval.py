@@ -84,6 +84,7 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
     from dspark.record import tracking_client
 
     from . import runner
+    from .identity import check_same_sweep
     from .lease import Lease
 
     check_counts(spec_prompts, eval_batches)
@@ -93,6 +94,7 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
         raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing "
                          "(--spec-prompts); --eval-batches re-measures them")
     root = runner.storage_root(storage)
+    check_same_sweep(spec, uri, root, "reeval")
     client = tracking_client(uri)
     runs, finished, checkpoints = finished_trials(client, spec, root, uri)
     asks = {t.key: _asked(runs[t.key].data.tags, spec_prompts, eval_batches) for t in finished}

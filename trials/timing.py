@@ -215,6 +215,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     record (what `timing/pass.json` holds)."""
     from dspark.record import tracking_client
 
+    from .identity import check_same_sweep
     from .lease import Lease
     from .reeval import bind_existing_targets, check_checkpoints, finished_trials
     from .saved import load_saved, storage_root
@@ -225,6 +226,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     uri = tracking_uri or meta["tracking_uri"]
     stage = sweep_stage(spec)
     root = storage_root(storage)
+    check_same_sweep(spec, uri, root, "time")
     client = tracking_client(uri)
     runs, finished, checkpoints = finished_trials(client, spec, root, uri, "time", checkpoints=stage == "drafter")
     if not finished:

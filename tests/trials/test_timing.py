@@ -133,6 +133,19 @@ def _bench(uri, capsys):
     assert f"ratio pass / sweep  {row['ratio']:.3f}" in out and "residual df 1" in out
 
 
+def _store_for(tmp_path, storage_copy) -> str:
+    """A copy of the store whose sweep records `storage_copy` as its storage: one sweep per
+    name per store, and the original store's sweep lives in the original storage."""
+    from dspark.record import STORAGE_TAG, sweep_parent
+
+    db = tmp_path / f"{Path(storage_copy).name}.db"
+    shutil.copy(tmp_path / "m.db", db)
+    client = MlflowClient(f"sqlite:///{db}")
+    parent = sweep_parent(client, client.get_experiment_by_name("timed").experiment_id)
+    client.set_tag(parent.info.run_id, STORAGE_TAG, str(Path(storage_copy).resolve()))
+    return f"sqlite:///{db}"
+
+
 def keys_in_spec(spec, keys):
     """The finished trials' keys in the spec's order (the order the pass starts from)."""
     return [t.key for t in spec.trials if t.key in keys]
@@ -155,8 +168,10 @@ def _refusals(tmp_path, uri, storage, client, runs):
              "--warmup": ["timed", "--storage", storage, "--warmup", "-1"],
              "--prompts": ["timed", "--storage", storage, "--prompts", "0"],
              "--steps": ["timed", "--storage", storage, "--steps", "0"],
-             "have no checkpoint": ["timed", "--storage", str(no_ckpt), "--tracking-uri", uri],
-             "shared target": ["timed", "--storage", str(no_target), "--tracking-uri", uri],
+             "have no checkpoint": ["timed", "--storage", str(no_ckpt), "--tracking-uri",
+                                    _store_for(tmp_path, no_ckpt)],
+             "shared target": ["timed", "--storage", str(no_target), "--tracking-uri",
+                               _store_for(tmp_path, no_target)],
              "no finished trial": ["timed", "--storage", storage, "--tracking-uri", f"sqlite:///{failed}"]}
     code = ("import contextlib, io, json, sys\nfrom trials.cli import main\nout = {}\n"
             "for what, argv in json.loads(sys.argv[1]).items():\n"
