@@ -166,6 +166,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     if pending is not None and out["failed"] == 0:
         (runner.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
     parent = out["parent_run_id"]
+    _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
     while True:
         df = load_runs(spec.name, uri)
@@ -202,9 +203,22 @@ def _look(rep, df, spec, plan, uri: str, client, parent: str, budget_minutes: fl
     looks.append(look)
     if rep.look.new:
         record_look(df, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
+    _keep_on_parent(client, parent, spec.name, "look", {}, {"augment/undecided": rep.decision.undecided()},
+                    rep.look.index)
     client.log_metric(parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
     say(f"{spec.name}: {look.text()}")
     return stop
+
+
+def _keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metrics: dict | None = None,
+                    step: int = 0) -> None:
+    """What is about to be written to the parent, kept in the sweep's storage first
+    (`dspark.kept`), so that `trials recover` rebuilds it."""
+    from dspark.kept import keep_parent_record, sweep_storage
+
+    exp_dir = sweep_storage(client.get_run(parent).data.tags, name)
+    if exp_dir is not None:
+        keep_parent_record(exp_dir, kind, tags, metrics, step)
 
 
 def _failed(out: dict, looks: list, spec) -> dict:

@@ -169,7 +169,8 @@ def cmd_recover(args) -> int:
     exp_dir = runner.storage_root(args.storage) / spec.name
     with Lease(exp_dir, spec.name, f"trials recover {spec.name}"):
         out = recover(spec, exp_dir, uri)
-    print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged); "
+    print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged, "
+          f"{out['kept']} later record(s) replayed: re-evaluations, timing passes, looks); "
           f"{out['done']} of {out['trials']} trials finished"
           + ("" if out["done"] == out["trials"] else f"; resume the rest with: trials resume {spec.name}"))
     return 0
