@@ -59,6 +59,37 @@ def test_settings_refuse_out_of_range_values_and_values_summarise_raw_times():
     assert values("backbone", steps) == {"a": pytest.approx(20.0)}
 
 
+def test_kept_records_round_trip_and_a_crafted_one_is_refused_naming_its_file(tmp_path):
+    """What `trials recover` replays from storage is input: each bad record is one line
+    naming its file, before anything is written to the store."""
+    from dspark.kept import key_dir, keep_parent_record, keep_run_record, read_records
+
+    keep_run_record(tmp_path, "D1=a|r0", "reeval", 7, {"spec/tau": 2.5, "x/nan": float("nan")}, {"reeval.n": "4"},
+                    {"eval/per_prompt_4.json": b"[1]"})
+    keep_parent_record(tmp_path, "timing", {"timing": "{}"}, artifacts={"timing/pass.json": b"{}"})
+    keep_parent_record(tmp_path, "look", {"look.1": "x"}, {"augment/undecided": 2}, step=1)
+    runs, parents = read_records(tmp_path, ["D1=a|r0", "D1=b|r0"])
+    assert [(r["trial_key"], r["step"], r["metrics"], r["tags"]) for r in runs] == [
+        ("D1=a|r0", 7, {"spec/tau": 2.5}, {"reeval.n": "4"})]  # NaN is not measured: not kept
+    assert runs[0]["files"]["eval/per_prompt_4.json"].read_bytes() == b"[1]"
+    assert [p["kind"] for p in parents] == ["timing", "look"]  # in the order written
+    record = next(key_dir(tmp_path, "D1=a|r0").glob("*.json"))
+    good = record.read_text()
+    for bad, says in (("{", "unreadable, or not JSON"), (good.replace('"step": 7', '"step": -1'), "step:"),
+                      (good.replace('"eval/per_prompt_4.json"]', '"../../x"]'), "artifacts:"),
+                      (good.replace('"spec/tau": 2.5', '"spec/tau": "2.5"'), "metrics:"),
+                      (good.replace("D1=a|r0", "D1=b|r0"), "trial_key:")):
+        record.write_text(bad)
+        with pytest.raises(ValueError, match=f"^recover: {re.escape(str(record))}: not a kept record \\({says}"):
+            read_records(tmp_path, ["D1=a|r0", "D1=b|r0"])
+    record.write_text(good)
+    (key_dir(tmp_path, "D1=a|r0") / record.stem / "eval" / "per_prompt_4.json").unlink()
+    with pytest.raises(ValueError, match="its artifact file .*per_prompt_4.json is missing"):
+        read_records(tmp_path, ["D1=a|r0"])
+    with pytest.raises(ValueError, match=f"^recover: {re.escape(str(key_dir(tmp_path, 'D1=a|r0')))}: not a trial "):
+        read_records(tmp_path, ["D1=b|r0"])
+
+
 def _kids(uri, name):
     c = MlflowClient(uri)
     exp = c.get_experiment_by_name(name)
