@@ -372,15 +372,22 @@ def responses(df: pd.DataFrame) -> list[str]:
 
 def record_look(df: pd.DataFrame, tracking_uri: str | None, plan_json: str, look_text: str, index: int) -> None:
     """A look on the sweep's parent run: the sequential record with every look so far (the
-    tag `analysis.sequential` reads back) and the look's own line (`look.<k>`)."""
+    tag `analysis.sequential` reads back) and the look's own line (`look.<k>`). Kept in the
+    sweep's storage first where this machine sees it (`dspark.kept`), so that `trials
+    recover` rebuilds the looks, and the alpha they spent, with the sweep."""
+    from dspark.kept import keep_parent_record, sweep_storage
     from dspark.record import LOOK_PREFIX, tracking_client
 
-    parent = SweepRecord.of(df).parent_run_id
-    if not parent:
+    record = SweepRecord.of(df)
+    if not record.parent_run_id:
         return
     client = tracking_client(tracking_uri)
-    client.set_tag(parent, SEQUENTIAL_TAG, plan_json)
-    client.set_tag(parent, f"{LOOK_PREFIX}{index}", look_text[:5000])
+    tags = {SEQUENTIAL_TAG: plan_json, f"{LOOK_PREFIX}{index}": look_text[:5000]}
+    exp_dir = sweep_storage(client.get_run(record.parent_run_id).data.tags, record.experiment)
+    if exp_dir is not None:
+        keep_parent_record(exp_dir, "look", tags)
+    for k, v in tags.items():
+        client.set_tag(record.parent_run_id, k, v)
 
 
 def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> int:

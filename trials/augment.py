@@ -15,9 +15,23 @@ The plan is the spec's (`sequential:`, recorded at `trials run`). A sweep withou
 a plan here only before its first look; after a look, adding one is post hoc and is
 refused unless `--post-hoc` is given, and then every report says so.
 
-Resume-safe: the extended spec is saved before its block runs, so an interrupted augment
-continues where it stopped, by `trials augment` again (or `trials resume`); a look at the
-same data is the same look and spends no alpha twice.
+Resume-safe, and a rerun never grows the sweep twice for one request:
+
+- `--replicates N` records its target (`<storage>/<sweep>/augment.json`: the block count it
+  is to reach and its command, written whole under the sweep's lease) before it adds
+  anything, and removes the record once every trial of the target has finished and been
+  evaluated like the rest. While the record is there, `trials augment NAME --replicates ...`
+  continues to that target and adds nothing beyond it ("continuing to 3 blocks, as the
+  interrupted augment asked"); once it is gone, the same command is a new request and adds N
+  more. So a kill -9 after the new block's first trial, then the same command, ends at 3
+  blocks, not 4. `trials resume` finishes the block's trials but leaves the record: the next
+  augment then evaluates the block like the rest and clears it. A run whose trials failed
+  keeps the record, so that rerunning the command reruns them rather than adding a block.
+- `--until-decided` adds one block at a time, each saved with the spec before it trains:
+  a rerun first finishes the saved block (`trials run` of the saved spec runs only what is
+  unfinished), then looks; a look at the same data is the same look and spends no alpha
+  twice, so an interrupted block is looked at once and never followed by a second one that
+  the look did not ask for. It also completes a target an interrupted `--replicates` left.
 """
 
 from __future__ import annotations
@@ -62,6 +76,8 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
         raise ValueError(f"--budget-minutes: a number > 0, got {budget_minutes!r}")
     spec, meta = runner.load_saved(name, storage, "augment")
     uri = tracking_uri or meta["tracking_uri"]
+    exp_dir = runner.storage_root(storage) / name
+    pending = pending_target(exp_dir, spec.replicates)  # an interrupted augment's, checked as input
     if until_decided and not spec.responses:
         raise ValueError(f"augment: sweep {name!r} declares no primary responses with margins "
                          "(responses: in its spec), so nothing can be decided")
@@ -70,21 +86,63 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
     how = f"--replicates {replicates}" if replicates is not None else "--until-decided"
     kwargs = {"tracking_uri": uri, "storage": storage, "address": address,
               "max_concurrent": meta.get("max_concurrent"), "extend": True, "command": f"trials augment {name} {how}"}
-    planned = spec.sequential.get("max_replicates")
-    if replicates is not None and planned and spec.replicates + replicates > planned:
-        raise ValueError(f"--replicates: {spec.replicates} + {replicates} blocks pass the sweep's sequential plan "
-                         f"of at most {planned}")
     if replicates is not None:
-        spec = specmod.with_replicates(spec, spec.replicates + replicates)
-        out = runner.run(spec, **kwargs)
-        _evaluate_like_the_rest(spec, kwargs)
-        return {"looks": [], "stopped": f"added {replicates} block(s)", "replicates": spec.replicates, "run": out,
-                "ok": out["failed"] == 0}
-    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say, post_hoc)
+        return _add_blocks(spec, replicates, pending, exp_dir, kwargs, say)
+    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say, post_hoc, pending)
+
+
+TARGET_FILE = "augment.json"  # in the sweep's storage folder while an `augment --replicates` is under way
+
+
+def pending_target(exp_dir, replicates: int) -> dict | None:
+    """The record an unfinished `augment --replicates` left ({"replicates": its target block
+    count, "command": ...}), or None (none, or one the saved spec has already passed).
+    A file that is not such a record is refused in one line naming it."""
+    path = exp_dir / TARGET_FILE
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        record = None
+    target = record.get("replicates") if isinstance(record, dict) else None
+    if isinstance(target, bool) or not isinstance(target, int) or target < 1 \
+            or not isinstance(record.get("command"), str):
+        raise ValueError(f"augment: {path} is not an augment's record ({{\"replicates\": N, \"command\": ...}}); "
+                         "delete it if no augment of this sweep is under way")
+    return None if target < replicates else record  # one the saved spec has passed is stale: replaced when next written
+
+
+def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: dict, say) -> dict:
+    """`--replicates N`: to the target an interrupted augment recorded, else to N more
+    blocks, recorded (under the lease, before anything is added) and cleared once reached."""
+    from . import runner
+    from .lease import write_atomic
+
+    if pending is not None:
+        target = pending["replicates"]
+        say(f"{spec.name}: continuing to {target} replicate blocks, as the interrupted augment asked "
+            f"(`{pending['command']}`); this adds none beyond them (run the command again for more)")
+        done = f"continued to {target} blocks, as the interrupted augment asked"
+        record = None
+    else:
+        target, done = spec.replicates + replicates, f"added {replicates} block(s)"
+        planned = spec.sequential.get("max_replicates")
+        if planned and target > planned:
+            raise ValueError(f"--replicates: {spec.replicates} + {replicates} blocks pass the sweep's sequential "
+                             f"plan of at most {planned}")
+        record = json.dumps({"replicates": target, "command": kwargs["command"]})
+    spec = specmod.with_replicates(spec, target)
+    out = runner.run(spec, **kwargs, leased=None if record is None else
+                     (lambda d: write_atomic(d / TARGET_FILE, record)))
+    _evaluate_like_the_rest(spec, kwargs)
+    if out["failed"] == 0:
+        (exp_dir / TARGET_FILE).unlink(missing_ok=True)  # reached: the same command again is a new request
+    return {"looks": [], "stopped": done, "replicates": spec.replicates, "run": out, "ok": out["failed"] == 0}
 
 
 def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
-                   alpha: float, say, post_hoc: bool) -> dict:
+                   alpha: float, say, post_hoc: bool, pending: dict | None = None) -> dict:
     from dspark.record import tracking_client
 
     from analysis.anova import AnalysisError
@@ -100,10 +158,17 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     found = [p for p in [sweep_parent(client, exp.experiment_id)] if p is not None] if exp else []
     # refused before any work
     plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha, post_hoc)
+    if pending is not None:  # an interrupted `--replicates` asked for these blocks: they come first
+        say(f"{spec.name}: continuing to {pending['replicates']} replicate blocks, as the interrupted augment asked "
+            f"(`{pending['command']}`)")
+        spec = specmod.with_replicates(spec, pending["replicates"])
     out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
-    if _unevenly_measured(spec, kwargs["tracking_uri"]):  # that block was interrupted before its evaluation
+    if pending is not None or _unevenly_measured(spec, kwargs["tracking_uri"]):  # interrupted before its evaluation
         _evaluate_like_the_rest(spec, kwargs)
+    if pending is not None and out["failed"] == 0:
+        (runner.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
     parent = out["parent_run_id"]
+    _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
     while True:
         df = load_runs(spec.name, uri)
@@ -140,9 +205,22 @@ def _look(rep, df, spec, plan, uri: str, client, parent: str, budget_minutes: fl
     looks.append(look)
     if rep.look.new:
         record_look(df, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
+    _keep_on_parent(client, parent, spec.name, "look", {}, {"augment/undecided": rep.decision.undecided()},
+                    rep.look.index)
     client.log_metric(parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
     say(f"{spec.name}: {look.text()}")
     return stop
+
+
+def _keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metrics: dict | None = None,
+                    step: int = 0) -> None:
+    """What is about to be written to the parent, kept in the sweep's storage first
+    (`dspark.kept`), so that `trials recover` rebuilds it."""
+    from dspark.kept import keep_parent_record, sweep_storage
+
+    exp_dir = sweep_storage(client.get_run(parent).data.tags, name)
+    if exp_dir is not None:
+        keep_parent_record(exp_dir, kind, tags, metrics, step)
 
 
 def _failed(out: dict, looks: list, spec) -> dict:

@@ -169,7 +169,8 @@ def cmd_recover(args) -> int:
     exp_dir = runner.storage_root(args.storage) / spec.name
     with Lease(exp_dir, spec.name, f"trials recover {spec.name}"):
         out = recover(spec, exp_dir, uri)
-    print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged); "
+    print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged, "
+          f"{out['kept']} later record(s) replayed: re-evaluations, timing passes, looks); "
           f"{out['done']} of {out['trials']} trials finished"
           + ("" if out["done"] == out["trials"] else f"; resume the rest with: trials resume {spec.name}"))
     return 0
@@ -184,8 +185,9 @@ def cmd_augment(args) -> int:
         out = augment(args.name, args.storage, args.tracking_uri, args.address, args.replicates, args.until_decided,
                       args.max_replicates, args.budget_minutes, args.alpha, post_hoc=args.post_hoc)
     except runner.Interrupted as e:
+        # the same command continues to the blocks it asked for (trials.augment), adding none beyond them
         again = (f"trials augment {args.name} --until-decided" if args.until_decided
-                 else f"trials resume {args.name}")
+                 else f"trials augment {args.name} --replicates {args.replicates}")
         print(f"trials: augment of {args.name} interrupted ({e}); no run is left RUNNING. Continue it with:\n"
               f"  {again} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
         return 128 + e.signum

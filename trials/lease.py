@@ -1,6 +1,7 @@
 """One driver per sweep: a lease file in the sweep's storage folder, and the checks that
 storage can hold the sweep, both before Ray starts; and how files are written to storage
-(`write_atomic`: a temporary file, then `os.replace`, so a reader never sees half a file).
+(`write_atomic`, in `dspark.kept` since `analysis` writes there too: a temporary file, then
+`os.replace`, so a reader never sees half a file).
 
 `<storage>/<sweep>/driver.lease` holds the driver's host, pid, process start time and
 command. It is written whole to a temporary file and hard-linked to its name (`os.link`
@@ -25,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from dspark.kept import write_atomic  # noqa: F401  (storage's writers import it from here)
 from dspark.record import SWEEP_PARENT_TAG, sweep_trials
 
 HEARTBEAT_S = 15.0
@@ -37,21 +39,6 @@ GRACE_S = 2.0  # a lease that is no record yet, younger than this, may be a pre-
 
 class LeaseHeld(ValueError):
     """Another live driver holds the sweep."""
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write a file to storage whole or not at all: a temporary file beside it, flushed to
-    disk, then `os.replace` (a crash or a full disk leaves the older file, never half of one)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def holder_problem(holder) -> str | None:

@@ -8,7 +8,13 @@ duplicated), every metric point at its step, and the run's end. A trial whose re
 with `trial/done` ends FINISHED with its config, final metrics and plots; any other ends
 KILLED, so that `trials resume` continues it from its newest checkpoint.
 
-`trials resume` replays the same files first (points the store missed while it could not
+Then what came after the trials, which Tune's files do not hold, is replayed from the
+records `dspark.kept` keeps in storage as it is written: each re-evaluation (`trials
+reeval`) and timing pass (`trials time`) at its step, with its tags and artifacts, and the
+parent's timing pass and sequential record (the plan and every look), in the order written.
+A point the run already holds at that step or later is not logged again.
+
+`trials resume` replays the same result files first (points the store missed while it could not
 be written), and refuses a store that holds no record of trials the storage has results
 for: resuming there would rerun finished trials into empty runs.
 """
@@ -133,13 +139,21 @@ def _close_run(ledger, run_id: str, trial: Trial, results: list[dict], dirs: lis
 
 
 def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]:
-    """Rebuild the sweep's records in `tracking_uri`; the parent ends FINISHED when every
-    trial did, else KILLED (resume it)."""
+    """Rebuild the sweep's records in `tracking_uri`, then replay what storage kept of the
+    store's later records (`dspark.kept`); the parent ends FINISHED when every trial did,
+    else KILLED (resume it). Everything is checked before the store is written: a store that
+    holds another sweep under this name, and every kept record."""
+    from dspark.kept import read_records
+
+    from .identity import check_same_sweep, identity_tags
     from .runner import target_addresses
     from .tracking import Ledger, git_commit
 
+    check_same_sweep(spec, tracking_uri, exp_dir.parent, "recover")
     if not with_results(spec, exp_dir):
         raise ValueError(f"recover: no trial of sweep {spec.name!r} has results in {exp_dir}")
+    kept = read_records(exp_dir, [t.key for t in spec.trials])
+    identity = identity_tags(spec, exp_dir.parent)
     import dataclasses
 
     from dspark import targets
@@ -152,12 +166,46 @@ def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]
             t = dataclasses.replace(t, config=t.config.replace(target_path=str(shared)))
         trials.append(t)
     spec = dataclasses.replace(spec, trials=trials)
-    ledger = Ledger(tracking_uri, spec)
+    ledger = Ledger(tracking_uri, spec, identity)
     commit = git_commit()
     tags = {k: {"target_hash": h, "data_sha256": sha, "git_commit": commit} for k, (h, sha) in addresses.items()}
     counts = replay(ledger, tags, spec, exp_dir, close=True)
+    counts["kept"] = replay_kept(ledger, *kept)
     runs = ledger.child_runs()
     done = sum(1 for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED")
     ledger.client.set_tag(ledger.parent_id, "recovered_from", str(exp_dir))
     ledger.finish(ledger.parent_id, "FINISHED" if done == len(spec.trials) else "KILLED")
     return {**counts, "trials": len(spec.trials), "done": done}
+
+
+def replay_kept(ledger, runs: list[dict], parents: list[dict]) -> int:
+    """The kept records (`dspark.kept.read_records`) logged to the store: each trial's at its
+    step (a metric the run holds at that step or later is skipped), its tags and artifacts;
+    then the parent's, in the order written. Returns how many records were replayed."""
+    by_key = {k: r.info.run_id for k, r in ledger.child_runs().items()}
+    last: dict[str, dict[str, int]] = {}
+    n = 0
+    for rec in runs:
+        run_id = by_key.get(rec["trial_key"])
+        if run_id is None:  # storage kept a record of a trial whose results it lacks
+            continue
+        steps = last.setdefault(run_id, ledger.last_steps(run_id))
+        _replay_one(ledger, run_id, rec, steps)
+        n += 1
+    steps = ledger.last_steps(ledger.parent_id)
+    for rec in parents:
+        _replay_one(ledger, ledger.parent_id, rec, steps)
+        n += 1
+    return n
+
+
+def _replay_one(ledger, run_id: str, rec: dict, steps: dict[str, int]) -> None:
+    metrics = {k: v for k, v in rec["metrics"].items() if rec["step"] > steps.get(k, -1)}
+    if metrics:
+        ledger.log_metrics(run_id, metrics, rec["step"])
+        steps.update({k: rec["step"] for k in metrics})
+    for path, local in rec["files"].items():
+        folder = path.rpartition("/")[0]
+        ledger.client.log_artifact(run_id, str(local), artifact_path=folder or None)
+    for k, v in rec["tags"].items():
+        ledger.client.set_tag(run_id, k, v)

@@ -17,7 +17,8 @@ at the step after the run's last one, with `split/prompts` = N and the tag
 = M, so the analysis (which reads each metric's latest value) uses the new evaluation while
 the old one stays in the metric history at its own step. The per-prompt statistics go
 beside it as the artifact `eval/per_prompt_<N>.json`, and its recorded rounds (confidences,
-accepted lengths, prompts) as `eval/rounds_<N>.npz`.
+accepted lengths, prompts) as `eval/rounds_<N>.npz`. Each evaluation is kept in storage
+first (`dspark.kept`), so that `trials recover` rebuilds it with the sweep.
 
 Refused before any work (nothing printed, Ray not started), with one line: neither flag, a
 count that is not an integer >= 2, `--spec-prompts` on a backbone sweep, a sweep with a
@@ -84,6 +85,7 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
     from dspark.record import tracking_client
 
     from . import runner
+    from .identity import check_same_sweep
     from .lease import Lease
 
     check_counts(spec_prompts, eval_batches)
@@ -93,6 +95,7 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
         raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing "
                          "(--spec-prompts); --eval-batches re-measures them")
     root = runner.storage_root(storage)
+    check_same_sweep(spec, uri, root, "reeval")
     client = tracking_client(uri)
     runs, finished, checkpoints = finished_trials(client, spec, root, uri)
     asks = {t.key: _asked(runs[t.key].data.tags, spec_prompts, eval_batches) for t in finished}
@@ -112,7 +115,7 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 t = pending.pop(ready[0])
                 metrics, per_prompt, rounds = ray.get(ready[0])
-                _log_evaluation(client, runs[t.key], metrics, per_prompt, rounds, *asks[t.key])
+                _log_evaluation(client, runs[t.key], root / name, metrics, per_prompt, rounds, *asks[t.key])
                 done += 1
                 say(f"{name}: {done}/{len(todo)} {t.run_name}: " + ", ".join(
                     f"{k} {metrics[k]:.4f}" for k in ("val/bpb", "tf/tau", "spec/tau") if k in metrics))
@@ -182,26 +185,35 @@ def next_step(client, run) -> int:
                     for m in client.get_metric_history(run.info.run_id, key)), default=0)
 
 
-def _log_evaluation(client, run, metrics: dict, per_prompt: dict | None, rounds: bytes | None, spec_prompts: int,
-                    eval_batches: int) -> None:
+def _log_evaluation(client, run, exp_dir: Path, metrics: dict, per_prompt: dict | None, rounds: bytes | None,
+                    spec_prompts: int, eval_batches: int) -> None:
     """The new evaluation as the run's next step, its per-prompt and rounds files, and last
     the tags that mark the trial done (so an interrupted reeval redoes exactly the trials
-    without them)."""
+    without them). Kept in storage first (`dspark.kept`): a record the store lacks is
+    replayed by `trials recover`, while one the store alone held was lost with it."""
+    from dspark.kept import keep_run_record
+    from dspark.record import TRIAL_KEY_TAG
     from dspark.track import log_metrics
 
-    log_metrics(client, run.info.run_id, metrics, next_step(client, run))
+    step = next_step(client, run)
+    files: dict[str, bytes] = {}
+    tags: dict[str, str] = {}
     if spec_prompts:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"per_prompt_{spec_prompts}.json"
-            path.write_text(json.dumps(per_prompt))
-            client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
-            if rounds is not None:
-                path = Path(tmp) / f"rounds_{spec_prompts}.npz"
-                path.write_bytes(rounds)
-                client.log_artifact(run.info.run_id, str(path), artifact_path="eval")
-        client.set_tag(run.info.run_id, REEVAL_TAG, str(spec_prompts))
+        files[f"eval/per_prompt_{spec_prompts}.json"] = json.dumps(per_prompt).encode()
+        if rounds is not None:
+            files[f"eval/rounds_{spec_prompts}.npz"] = rounds
+        tags[REEVAL_TAG] = str(spec_prompts)
     if eval_batches:
-        client.set_tag(run.info.run_id, BATCHES_TAG, str(eval_batches))
+        tags[BATCHES_TAG] = str(eval_batches)
+    keep_run_record(exp_dir, run.data.tags[TRIAL_KEY_TAG], "reeval", step, metrics, tags, files)
+    log_metrics(client, run.info.run_id, metrics, step)
+    with tempfile.TemporaryDirectory() as tmp:
+        for path, data in files.items():
+            local = Path(tmp) / path.rpartition("/")[2]
+            local.write_bytes(data)
+            client.log_artifact(run.info.run_id, str(local), artifact_path="eval")
+    for k, v in tags.items():
+        client.set_tag(run.info.run_id, k, v)
 
 
 def bind_existing_targets(spec, root: Path, command: str = "reeval") -> dict:

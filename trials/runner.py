@@ -17,7 +17,7 @@ import signal
 import logging
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S,
                            retrying)
 
 from . import spec as specmod
+from .identity import check_same_sweep, identity_tags
 from .lease import Lease, check_storage, checkpoint_bytes, reap_dead_driver, write_atomic
 from .progress import ProgressLines
 from .recover import replay
@@ -298,14 +299,16 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
         verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
         store_timeout_s: float = STORE_TIMEOUT_S, store_retry_s: float = STORE_RETRY_S,
-        callbacks: Sequence[Callback] = (), command: str | None = None) -> dict:
+        callbacks: Sequence[Callback] = (), command: str | None = None,
+        leased: Callable[[Path], None] | None = None) -> dict:
     """Run (or resume) a validated sweep, as its one driver (`trials.lease`). Returns a
     summary of trial states. With `extend` the spec may add replicate blocks to the sweep in
     storage (`trials augment`). Store writes are retried for `store_retry_s` seconds; past
     that the sweep stops (StoreUnavailable) with nothing left RUNNING that can be closed.
     `callbacks`: more Tune callbacks, after the tracker (a benchmark's stopwatch). `command`:
     what the lease records as this driver's command (none: `trials run` or `trials resume`),
-    which a driver refused meanwhile names."""
+    which a driver refused meanwhile names. `leased(exp_dir)`: called once the lease is
+    held, before the sweep's files are saved (augment records its target there)."""
     root = storage_root(storage)
     exp_dir = root / spec.name
     # before Ray starts, each refusal in one line: the storage, the store, this machine
@@ -314,12 +317,16 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     elif address and not ray.is_initialized():
         check_gcs_reachable(address)
     probe_store(tracking_uri, store_timeout_s, writable=True)
+    # one sweep per name per store: another storage or other trials under this name are refused
+    check_same_sweep(spec, tracking_uri, root, command.split()[1] if command else "resume" if resume else "run")
     check_storage(root, max(checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
     with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
         if resume:
             _refuse_missing_records(spec, exp_dir, tracking_uri)
-        _save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)  # `status` and `resume` find it at once
+        if leased is not None:
+            leased(exp_dir)
+        save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)  # `status` and `resume` find it at once
         return _run_leased(spec, tracking_uri, root, exp_dir, address, max_concurrent, resume, verbose,
                            resource_wait_s, store_retry_s, callbacks)
 
@@ -346,6 +353,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweep-setup")
     addressing = background.submit(target_addresses, spec)
     warming = background.submit(_warm_store, tracking_uri)
+    identity = identity_tags(spec, root)  # of the spec as saved: bound targets lie in this storage
     started_ray = init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
     try:
         with signals:
@@ -353,7 +361,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
             cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
             spec, tags, shared = bind_targets(spec, root, cpus, addressing.result())
             warming.result()
-            ledger = opened["ledger"] = Ledger(tracking_uri, spec)
+            ledger = opened["ledger"] = Ledger(tracking_uri, spec, identity)
             tracker = _open_records(ledger, spec, tags, shared, exp_dir, resume, store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             results = _fit(spec, todo, resume_dirs, root, [tracker, *callbacks], signals, max_concurrent,
@@ -527,7 +535,8 @@ def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, in
     return states
 
 
-def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
+def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
+    """`spec.yaml` and `sweep.json` beside Tune's experiment folder, each written whole."""
     raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
            "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
            "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
@@ -540,3 +549,6 @@ def _save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_con
     # each whole or not at all: a reader (status, list, resume) never meets half a file
     write_atomic(exp_dir / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
     write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent}))
+
+
+_save_sweep_files = save_sweep_files  # the name tests and benchmarks made sweeps with

@@ -25,7 +25,8 @@ step after its last one (as `trials reeval` logs), with `timing/rounds` and
 `timing/prompts` or `timing/steps`, and the tag `timing.pass` = the pass id (a timestamp);
 the sweep's parent run gets the tag `timing` (JSON: id, settings, node, started, seconds,
 response) and the artifact `timing/pass.json` (every raw time of every round and run, and
-the orders). Another pass replaces the values: a new step, a new id.
+the orders). Another pass replaces the values: a new step, a new id. Each pass is kept in
+storage first (`dspark.kept`), so that `trials recover` rebuilds it with the sweep.
 
 Refused before Ray starts, with one line: an unknown sweep, a sweep with no finished trial
 or with trials of both stages, a finished drafter-stage trial without a checkpoint, a gone
@@ -215,6 +216,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     record (what `timing/pass.json` holds)."""
     from dspark.record import tracking_client
 
+    from .identity import check_same_sweep
     from .lease import Lease
     from .reeval import bind_existing_targets, check_checkpoints, finished_trials
     from .saved import load_saved, storage_root
@@ -225,6 +227,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     uri = tracking_uri or meta["tracking_uri"]
     stage = sweep_stage(spec)
     root = storage_root(storage)
+    check_same_sweep(spec, uri, root, "time")
     client = tracking_client(uri)
     runs, finished, checkpoints = finished_trials(client, spec, root, uri, "time", checkpoints=stage == "drafter")
     if not finished:
@@ -247,7 +250,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
 
                 ray.shutdown()
         record["runs"] = {t.key: t.run_name for t in finished}
-        log_pass(client, {t.key: runs[t.key] for t in finished}, record)
+        log_pass(client, {t.key: runs[t.key] for t in finished}, record, root / name)
     return record
 
 
@@ -286,25 +289,33 @@ def _pass_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
 
 
-def log_pass(client, runs: dict, record: dict) -> None:
+def log_pass(client, runs: dict, record: dict, exp_dir: Path | None = None) -> None:
     """The pass's values to each run (a new step after its last one, then the tag), and
-    last the pass itself to the sweep's parent run (tag and artifact)."""
+    last the pass itself to the sweep's parent run (tag and artifact). Kept in storage
+    first (`dspark.kept`, in `exp_dir`), so that `trials recover` rebuilds it."""
+    from dspark.kept import keep_parent_record, keep_run_record
     from dspark.record import sweep_parent
     from dspark.track import log_metrics
 
     from .reeval import next_step
 
     size = SIZE[record["stage"]]
+    steps = {key: next_step(client, run) for key, run in runs.items()}
+    per_run = {key: {record["response"]: record["values"][key], "timing/rounds": record["rounds"],
+                     f"timing/{size}": record[size]} for key in runs}
+    summary = json.dumps({k: record[k] for k in ("id", "rounds", "warmup", size, "seed", "node", "started", "seconds",
+                                                 "response")})
+    raw = json.dumps(record, indent=1).encode()
+    if exp_dir is not None:
+        for key in runs:
+            keep_run_record(exp_dir, key, "timing", steps[key], per_run[key], {PASS_TAG: record["id"]})
+        keep_parent_record(exp_dir, "timing", {SUMMARY_TAG: summary}, artifacts={f"{ARTIFACT_DIR}/{PASS_FILE}": raw})
     for key, run in runs.items():
-        metrics = {record["response"]: record["values"][key], "timing/rounds": record["rounds"],
-                   f"timing/{size}": record[size]}
-        log_metrics(client, run.info.run_id, metrics, next_step(client, run))
+        log_metrics(client, run.info.run_id, per_run[key], steps[key])
         client.set_tag(run.info.run_id, PASS_TAG, record["id"])
     parent = sweep_parent(client, next(iter(runs.values())).info.experiment_id)
-    summary = {k: record[k] for k in ("id", "rounds", "warmup", size, "seed", "node", "started", "seconds",
-                                      "response")}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / PASS_FILE
-        path.write_text(json.dumps(record, indent=1))
+        path.write_bytes(raw)
         client.log_artifact(parent.info.run_id, str(path), artifact_path=ARTIFACT_DIR)
-    client.set_tag(parent.info.run_id, SUMMARY_TAG, json.dumps(summary))
+    client.set_tag(parent.info.run_id, SUMMARY_TAG, summary)

@@ -38,9 +38,10 @@ def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, s
 class Ledger:
     """Experiment, parent run and child runs of one sweep in one MLflow store."""
 
-    def __init__(self, tracking_uri: str, spec: SweepSpec):
+    def __init__(self, tracking_uri: str, spec: SweepSpec, identity: dict[str, str] | None = None):
         self.uri = tracking_uri
         self.spec = spec
+        self.identity = dict(identity or {})  # the parent's record of the sweep (`trials.identity`)
         self.client = tracking_client(tracking_uri)
         exp = self.client.get_experiment_by_name(spec.name)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(spec.name)
@@ -64,12 +65,15 @@ class Ledger:
             self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
             if self.spec.sequential and SEQUENTIAL_TAG not in parent.data.tags:
                 self.client.set_tag(parent.info.run_id, SEQUENTIAL_TAG, self.declared_plan())
+            for k, v in self.identity.items():  # checked before any work: a parent made before them, or moved storage
+                if parent.data.tags.get(k) != v:
+                    self.client.set_tag(parent.info.run_id, k, v)
             return parent.info.run_id
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
                                      tags={SWEEP_PARENT_TAG: "true", "sweep": self.spec.name,
                                            DESIGN_PARAM: self.spec.design, "git_commit": git_commit(),
                                            **source_tags("trials run"),
-                                           FACTORS_PARAM: ",".join(self.spec.factors),
+                                           FACTORS_PARAM: ",".join(self.spec.factors), **self.identity,
                                            # the primary responses and margins (a tag: a resume may restate them)
                                            RESPONSES_TAG: json.dumps(self.spec.responses),
                                            PRIMARY_TERMS_TAG: json.dumps(self.spec.primary_terms),

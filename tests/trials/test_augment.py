@@ -236,3 +236,57 @@ def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_t
     assert _unevenly_measured(spec, uri)  # one run was not in the last timing pass
     client.set_tag(ids[3], PASS_TAG, "p2")
     assert not _unevenly_measured(spec, uri)
+
+
+BACKBONE = {"parallel_stage": "backbone", "target_steps": 4, "eval_interval": 2, "eval_batches": 1,
+            "spec_prompts": 0, "seq_len": 64, "max_corpus_bytes": 300_000}
+
+
+def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_not_beyond(ray_local, tmp_path,
+                                                                                            corpus_dir):
+    """Once: kill -9 of `augment --replicates 1` after the new block's first trial, then the
+    same command: 4 blocks (16 trials of a 2 x 2 sweep instead of 12) and "added 1 block".
+    Storage and store are made as the killed command left them, without Ray: the spec saved
+    with 3 blocks, its target recorded, blocks 0 and 1 and the new block's first trial
+    FINISHED. The rerun trains the one trial left (real Ray) and stops at 3 blocks."""
+    from trials.augment import TARGET_FILE
+    from trials.identity import identity_tags
+    from trials.tracking import Ledger
+
+    uri, root = f"sqlite:///{tmp_path / 'm.db'}", (tmp_path / "st").resolve()
+    path = write_spec(tmp_path / "s.yaml", corpus_dir, "grow", {"D1": D1_D9["D1"]}, base=BACKBONE, replicates=2,
+                      responses={"val/bpb": {"better": "lower", "margin": 0.01}}, sequential={"max_replicates": 3})
+    spec = specmod.with_replicates(specmod.load(path), 3)
+    exp_dir = root / "grow"
+    exp_dir.mkdir(parents=True)
+    runner.save_sweep_files(exp_dir, spec, uri, None)
+    (exp_dir / TARGET_FILE).write_text(json.dumps({"replicates": 3, "command": "trials augment grow --replicates 1"}))
+    ledger = Ledger(uri, spec, identity_tags(spec, root))
+    first_new = min((t for t in spec.trials if t.replicate == 2), key=lambda t: t.run_order)
+    for t in [t for t in spec.trials if t.replicate < 2] + [first_new]:
+        run_id, _ = ledger.open_child(t, {})
+        ledger.log_metrics(run_id, {"val/bpb": 2.0}, step=4)
+        ledger.finish(run_id, "FINISHED")
+    ledger.finish(ledger.parent_id, "KILLED")
+    _, before = kids(uri, "grow")
+    ended = {r.data.tags["trial_key"]: r.info.end_time for r in before}
+    said = []
+    out = augment("grow", str(root), replicates=1, say=said.append)
+    assert said[0] == ("grow: continuing to 3 replicate blocks, as the interrupted augment asked (`trials augment "
+                       "grow --replicates 1`); this adds none beyond them (run the command again for more)")
+    assert out["ok"] and out["replicates"] == 3
+    assert out["stopped"] == "continued to 3 blocks, as the interrupted augment asked"
+    _, runs = kids(uri, "grow")
+    assert len(runs) == 6 and len({r.data.tags["trial_key"] for r in runs}) == 6
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert {k: e for k, e in ((r.data.tags["trial_key"], r.info.end_time) for r in runs) if k in ended} == ended
+    assert runner.load_saved("grow", str(root))[0].replicates == 3 and not (exp_dir / TARGET_FILE).exists()
+    # the target reached, the same command is a new request: 3 + 1 blocks, past this sweep's plan, refused before
+    # any work (without a plan it would add a fourth block)
+    with pytest.raises(ValueError, match=r"^--replicates: 3 \+ 1 blocks pass the sweep's sequential plan of at most "
+                                         r"3$"):
+        augment("grow", str(root), replicates=1)
+    assert not (exp_dir / TARGET_FILE).exists()
+    (exp_dir / TARGET_FILE).write_text("[3]")  # storage files are input: one line naming it
+    with pytest.raises(ValueError, match=f"^augment: {exp_dir / TARGET_FILE} is not an augment's record"):
+        augment("grow", str(root), replicates=1)

@@ -1,5 +1,6 @@
 """`trials time`: the round-robin schedule (no Ray), and the timing pass of tiny drafter- and
-backbone-stage sweeps on real Ray and a real MLflow SQLite store, with its refusals."""
+backbone-stage sweeps on real Ray and a real MLflow SQLite store, with its refusals; and, on
+the drafter sweep, `trials recover` rebuilding the passes, a re-evaluation and a look."""
 
 import json
 import re
@@ -14,6 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from trials import runner, spec as specmod
+from trials.reeval import REEVAL_TAG, reeval
 from trials.timing import PASS_TAG, SUMMARY_TAG, TimingSettings, round_order, schedule, time_sweep, values
 from tests.trials.conftest import D1_D9, write_spec
 
@@ -55,6 +57,37 @@ def test_settings_refuse_out_of_range_values_and_values_summarise_raw_times():
     assert values("drafter", rounds) == {"a": pytest.approx(6.0 / 4.0)}  # ratio of sums, not mean of ratios
     steps = [{"times": {"a": {"step_s": [0.01, 0.03]}}}, {"times": {"a": {"step_s": [0.02]}}}]
     assert values("backbone", steps) == {"a": pytest.approx(20.0)}
+
+
+def test_kept_records_round_trip_and_a_crafted_one_is_refused_naming_its_file(tmp_path):
+    """What `trials recover` replays from storage is input: each bad record is one line
+    naming its file, before anything is written to the store."""
+    from dspark.kept import key_dir, keep_parent_record, keep_run_record, read_records
+
+    keep_run_record(tmp_path, "D1=a|r0", "reeval", 7, {"spec/tau": 2.5, "x/nan": float("nan")}, {"reeval.n": "4"},
+                    {"eval/per_prompt_4.json": b"[1]"})
+    keep_parent_record(tmp_path, "timing", {"timing": "{}"}, artifacts={"timing/pass.json": b"{}"})
+    keep_parent_record(tmp_path, "look", {"look.1": "x"}, {"augment/undecided": 2}, step=1)
+    runs, parents = read_records(tmp_path, ["D1=a|r0", "D1=b|r0"])
+    assert [(r["trial_key"], r["step"], r["metrics"], r["tags"]) for r in runs] == [
+        ("D1=a|r0", 7, {"spec/tau": 2.5}, {"reeval.n": "4"})]  # NaN is not measured: not kept
+    assert runs[0]["files"]["eval/per_prompt_4.json"].read_bytes() == b"[1]"
+    assert [p["kind"] for p in parents] == ["timing", "look"]  # in the order written
+    record = next(key_dir(tmp_path, "D1=a|r0").glob("*.json"))
+    good = record.read_text()
+    for bad, says in (("{", "unreadable, or not JSON"), (good.replace('"step": 7', '"step": -1'), "step:"),
+                      (good.replace('"eval/per_prompt_4.json"]', '"../../x"]'), "artifacts:"),
+                      (good.replace('"spec/tau": 2.5', '"spec/tau": "2.5"'), "metrics:"),
+                      (good.replace("D1=a|r0", "D1=b|r0"), "trial_key:")):
+        record.write_text(bad)
+        with pytest.raises(ValueError, match=f"^recover: {re.escape(str(record))}: not a kept record \\({says}"):
+            read_records(tmp_path, ["D1=a|r0", "D1=b|r0"])
+    record.write_text(good)
+    (key_dir(tmp_path, "D1=a|r0") / record.stem / "eval" / "per_prompt_4.json").unlink()
+    with pytest.raises(ValueError, match="its artifact file .*per_prompt_4.json is missing"):
+        read_records(tmp_path, ["D1=a|r0"])
+    with pytest.raises(ValueError, match=f"^recover: {re.escape(str(key_dir(tmp_path, 'D1=a|r0')))}: not a trial "):
+        read_records(tmp_path, ["D1=b|r0"])
 
 
 def _kids(uri, name):
@@ -110,6 +143,67 @@ def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_lo
         assert len(hist) == 2 and hist[0].step < hist[1].step and r.data.metrics["timing/rounds"] == 2
         assert r.data.metrics["spec/speedup"] == pytest.approx(again["values"][r.data.tags["trial_key"]])
     _refusals(tmp_path, uri, storage, client, runs)
+    _recover_rebuilds_what_the_store_held(tmp_path, uri, storage)
+
+
+def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
+    """On the same sweep, `trials reeval` and a look; then the store deleted and `trials
+    recover`: every metric point, tag and artifact that the re-evaluation, the two passes
+    and the look wrote is back as the store held it. Recover once said "4 of 4 trials
+    finished" with all of them gone, and the analysis fell back to the sweep's own figures."""
+    from analysis.load import load_runs, record_look
+    from analysis.sequential import Plan
+    from trials.cli import main
+
+    assert reeval("timed", storage, 4, say=lambda s: None) == {"done": 4, "skipped": 0}
+    record_look(load_runs("timed", uri), uri, Plan(3, 0.05).to_json(), "look 1 (the test's)", 1)
+    before = _held(uri, tmp_path / "before")
+    assert before["parent"]["tags"]["look.1"] == "look 1 (the test's)" and before["parent"]["pass.json"]
+    # the store lost: rebuilt into a new one (this process's MLflow keeps the old file's connection open)
+    rebuilt = f"sqlite:///{tmp_path / 'rebuilt.db'}"
+    assert main(["recover", "timed", "--storage", storage, "--tracking-uri", rebuilt]) == 0
+    after = _held(rebuilt, tmp_path / "after")
+    assert after == before
+    for key, held in after.items():
+        if key != "parent":  # the re-evaluation and the second pass are each run's latest
+            assert held["tags"][REEVAL_TAG] == "4" and set(held["eval"]) == {"eval/per_prompt_4.json",
+                                                                         "eval/rounds_4.npz"}
+            assert len(held["points"]["spec/speedup"]) == 2 and held["points"]["split/prompts"][-1][1] == 4.0
+    assert set(load_runs("timed", rebuilt)["split/prompts"]) == {4.0}
+
+
+def _held(uri, dest) -> dict:
+    """What the store holds of the sweep's later records: each run's every metric point,
+    its re-evaluation and pass tags and its eval/ artifacts; the parent's timing and
+    sequential tags and timing/pass.json."""
+    client, parent, runs = _kids(uri, "timed")
+
+    def content(run_id, path):
+        return Path(client.download_artifacts(run_id, path, str(dest))).read_bytes()
+
+    out = {"parent": {"tags": {k: parent.data.tags.get(k) for k in (SUMMARY_TAG, "sequential", "look.1")},
+                      "pass.json": content(parent.info.run_id, "timing/pass.json")}}
+    for r in runs:
+        run_id = r.info.run_id
+        out[r.data.tags["trial_key"]] = {
+            "tags": {k: r.data.tags.get(k) for k in (REEVAL_TAG, PASS_TAG)},
+            "points": {m: sorted((h.step, h.value) for h in client.get_metric_history(run_id, m))
+                       for m in r.data.metrics},
+            "eval": {a.path: content(run_id, a.path) for a in client.list_artifacts(run_id, "eval")}}
+    return out
+
+
+def _store_for(tmp_path, storage_copy) -> str:
+    """A copy of the store whose sweep records `storage_copy` as its storage: one sweep per
+    name per store, and the original store's sweep lives in the original storage."""
+    from dspark.record import STORAGE_TAG, sweep_parent
+
+    db = tmp_path / f"{Path(storage_copy).name}.db"
+    shutil.copy(tmp_path / "m.db", db)
+    client = MlflowClient(f"sqlite:///{db}")
+    parent = sweep_parent(client, client.get_experiment_by_name("timed").experiment_id)
+    client.set_tag(parent.info.run_id, STORAGE_TAG, str(Path(storage_copy).resolve()))
+    return f"sqlite:///{db}"
 
 
 def _bench(uri, capsys):
@@ -155,8 +249,10 @@ def _refusals(tmp_path, uri, storage, client, runs):
              "--warmup": ["timed", "--storage", storage, "--warmup", "-1"],
              "--prompts": ["timed", "--storage", storage, "--prompts", "0"],
              "--steps": ["timed", "--storage", storage, "--steps", "0"],
-             "have no checkpoint": ["timed", "--storage", str(no_ckpt), "--tracking-uri", uri],
-             "shared target": ["timed", "--storage", str(no_target), "--tracking-uri", uri],
+             "have no checkpoint": ["timed", "--storage", str(no_ckpt), "--tracking-uri",
+                                    _store_for(tmp_path, no_ckpt)],
+             "shared target": ["timed", "--storage", str(no_target), "--tracking-uri",
+                               _store_for(tmp_path, no_target)],
              "no finished trial": ["timed", "--storage", storage, "--tracking-uri", f"sqlite:///{failed}"]}
     code = ("import contextlib, io, json, sys\nfrom trials.cli import main\nout = {}\n"
             "for what, argv in json.loads(sys.argv[1]).items():\n"

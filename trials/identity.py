@@ -1,0 +1,84 @@
+"""One sweep per name per store. A sweep's parent run records, when it is made, where the
+sweep's storage is (`sweep.storage`: the storage root) and what it runs
+(`sweep.trials_sha256`: a SHA-256 of its first replicate block's resolved trials, each
+trial's key and config, as `trials.spec.same_design` compares them; later blocks follow
+from the same name, base and factors, so `trials augment` keeps the fingerprint).
+
+`check_same_sweep` runs before any work (before Ray starts, before anything trains or is
+written) in `trials run`, `resume`, `augment`, `reeval`, `time` and `recover`: a command whose
+sweep has the name of one the store holds, but another storage root or other trials, is
+refused in one line naming the existing sweep's storage and the ways on (another name, or
+`trials resume NAME --storage THAT`). Without it a second sweep under the same name kept
+the first one's runs as its own and printed their means, or merged both sweeps' runs in one
+experiment. The same spec into the same storage passes: that is a rerun, which resumes.
+
+Storage that moved (the recorded root no longer holds the sweep, and this root holds its
+saved spec) is the same sweep when its trials are: its parent's record is updated. A
+parent made before these tags existed is adopted by the next command that opens it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+from dspark.record import SQLITE, STORAGE_TAG, TRIALS_TAG, sqlite_path, sweep_parent
+
+
+def fingerprint(spec) -> str:
+    """SHA-256 of the first replicate block's trials: each one's key and resolved config."""
+    rows = sorted((t.key, repr(sorted(t.config.to_dict().items()))) for t in spec.trials if t.replicate == 0)
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def identity_tags(spec, root: Path) -> dict[str, str]:
+    """What the parent records of the sweep (`spec` as saved, before its targets are bound)."""
+    return {STORAGE_TAG: str(root), TRIALS_TAG: fingerprint(spec)}
+
+
+def check_same_sweep(spec, tracking_uri: str, root: Path, command: str) -> None:
+    """Refuse, in one line, a sweep that the store holds under this name with another
+    storage root or other trials (see the module docstring)."""
+    tags = stored_parent_tags(tracking_uri, spec.name)
+    if tags is None:
+        return
+    held, sha, name = tags.get(STORAGE_TAG), tags.get(TRIALS_TAG), spec.name
+    theirs = held or str(root)
+    gone = held is not None and not (Path(held) / name / "spec.yaml").is_file()
+    way = ("give this sweep another name" if gone and Path(held) != root else
+           f"give this sweep another name, or continue that one with: trials resume {name} --storage {theirs}")
+    if held and Path(held) != root and not (gone and (root / name / "spec.yaml").is_file()):
+        raise ValueError(f"{command}: sweep {name!r} already exists in the store {tracking_uri} with its storage at "
+                         f"{held}{' (which no longer holds it)' if gone else ''}, not {root}; {way}")
+    if sha and sha != fingerprint(spec):
+        raise ValueError(f"{command}: sweep {name!r} already exists in the store {tracking_uri} with other trials "
+                         f"(another base config or design; its storage: {theirs}); {way}")
+
+
+def stored_parent_tags(tracking_uri: str, name: str) -> dict[str, str] | None:
+    """The tags of the parent run of sweep `name` in the store, or None when the store holds
+    no such sweep (a SQLite store that does not exist yet, or has no tables yet, holds none).
+    Read without MLflow where `dspark.reader` can: this runs before every sweep."""
+    from dspark.reader import reading_client
+
+    if tracking_uri.startswith(SQLITE):
+        path = sqlite_path(tracking_uri)
+        if not path.is_file() or not _has_experiments(path):
+            return None
+    client = reading_client(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    parent = sweep_parent(client, exp.experiment_id) if exp is not None else None
+    return None if parent is None else dict(parent.data.tags)
+
+
+def _has_experiments(path: Path) -> bool:
+    """Whether a SQLite file has MLflow's experiments table (MLflow creates it on first use)."""
+    try:
+        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)) as db:
+            return bool(db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'experiments'")
+                        .fetchall())
+    except sqlite3.Error:
+        return False
