@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the repo's packa
 
 from trials import spec as specmod  # noqa: E402
 from trials.local import bind_targets, run_local  # noqa: E402
+from trials.timing import TimingSettings  # noqa: E402
 
 
 class Log:
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     per_step, fixed = probe(log, args.cpu, args.probe_steps or (6 if args.cpu else 100), storage, overrides)
     spec = study_spec(args.cpu, args.replicates, 1, overrides)
     n = len(spec.trials)
-    budget = 0.85 * (log.left(total) - 15.0)  # a margin for noise, the last write and the exit
+    budget = 0.75 * (log.left(total) - 15.0)  # a margin for noise, the timing pass, the last write and the exit
     steps = int((budget / n - fixed) / per_step)
     if args.max_draft_steps:
         steps = min(steps, args.max_draft_steps)
@@ -123,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         log("sizing: no time left for the study; stopping")
         return 1
     spec = study_spec(args.cpu, args.replicates, steps, overrides)
-    df = run_local(spec, out / "runs.parquet", storage, deadline_s=log.left(total) - 10.0, say=log)
+    # the timing pass after the trials (spec/speedup, a primary response): a short one on CPU
+    timing = TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8)
+    df = run_local(spec, out / "runs.parquet", storage, deadline_s=log.left(total) - 10.0, say=log, timing=timing)
     log(f"gpu_study: done, {len(df)} of {n} trials in {out / 'runs.parquet'}")
     return 0 if len(df) == n else 1
 

@@ -94,14 +94,14 @@ def test_the_report_renders_with_its_images(tmp_path):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     synthetic_sweep(uri, name="render", replicates=2, failed=0)
-    assert analysis_main(["report", "render", "--tracking-uri", uri, "--out", str(tmp_path / "rep"),
-                          "--responses", "spec/tau", "--no-log"]) == 0
+    assert analysis_main(["report", "render", "--tracking-uri", uri, "--out", str(tmp_path / "rep"), "--no-log"]) == 0
     html = tmp_path / "rep" / "render" / "report.html"
     dom = browser("--dump-dom", html.as_uri())
     assert dom.count('src="data:image/png;base64,') >= 4  # the plots travel inside the one file
     assert "p_adj" in dom and "D1" in dom
     # the answer first: the question, then the verdict table, before anything else
-    assert re.search(r"</h1>\s*<p>experiment render: the question is[^<]*</p>\s*<table class=\"t verdicts\"", dom), \
+    assert re.search(r"</h1>\s*<p>experiment render: the question is[^<]*</p>\s*<p class=\"look\">fixed-sample "
+                     r"analysis[^<]*</p>\s*<table class=\"t verdicts\"", dom), \
         dom[dom.find("</h1>"):dom.find("</h1>") + 400]
     # one drift computation: the summary's slope and p are the plot's
     summary = re.search(r"drift check: residual slope ([+-][0-9.e+-]+) per run within blocks, p=([0-9.e+-]+)", dom)

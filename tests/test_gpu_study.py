@@ -35,5 +35,7 @@ def test_gpu_study_runs_on_cpu_within_its_minutes(tmp_path):
     steps = int(re.search(r"-> (-?\d+) drafter steps each", log).group(1))
     assert 1 <= steps <= 20  # sized to the time left, capped
     assert df.attrs["responses"]["spec/tau"]["margin"] == 0.1
+    # the timed primary response comes from the interleaved pass after the trials, in-process
+    assert df["spec/speedup"].notna().all() and set(df["timing/rounds"]) == {2.0}
     rep = build_report(df, None)
     assert "spec/tau (+-0.1)" in rep.summary

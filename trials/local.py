@@ -8,7 +8,11 @@ at once (atomically), in the format `analysis report --parquet` reads (what `ana
 export` writes from MLflow: factors, replicate, run order, every final metric, the spec's
 margins), so a run stopped part way still counts, and a rerun with the same `--out` skips
 the trials already in it. `deadline_s` stops before a trial that would not finish in the
-time left (estimated from the trials so far). Imports neither Ray nor MLflow.
+time left (estimated from the trials so far). Once every trial is in, the sweep's timed
+response (`spec/speedup` or `train/step_ms`) comes from the same interleaved timing pass
+`trials time` runs (`trials.timing.pass_rounds`, here in this process), over each trial's
+final checkpoint, kept under `<storage>/<sweep>/local/`; a rerun with every trial timed does
+not time them again. Imports neither Ray nor MLflow.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from dspark import targets
 from dspark.track import config_params
 
 from .spec import SweepSpec
+from .timing import TimingSettings
+
+DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)
 
 
 def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_results", deadline_s: float | None = None,
-              say=print) -> pd.DataFrame:
+              say=print, timing=DEFAULT_TIMING) -> pd.DataFrame:
     """Run the spec's trials in run order, writing `out` after each; returns the frame."""
     from analysis.load import read_parquet
 
@@ -47,11 +54,39 @@ def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_resul
                 say(f"{spec.name}: stopping before {t.run_name}: {left:.0f} s left, a trial took up to {max(took):.0f} s")
                 break
         t0 = time.perf_counter()
-        rows[t.key] = _train_one(spec, t, configs[t.key])
+        rows[t.key] = _train_one(spec, t, configs[t.key], Path(storage))
         took.append(time.perf_counter() - t0)
         _write(spec, list(rows.values()), out)
         say(f"{spec.name}: {len(rows)}/{len(spec.trials)} {t.run_name} in {took[-1]:.0f} s")
+    if len(rows) == len(spec.trials) and timing is not None:
+        time_locally(spec, rows, configs, timing, say)
+        _write(spec, list(rows.values()), out)
     return _frame(spec, list(rows.values())) if rows else pd.DataFrame()
+
+
+def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print) -> None:
+    """The interleaved timing pass over the finished trials, in this process: each row gets
+    the timed response and the pass's size (`timing/rounds`, `timing/prompts|steps`), as
+    `trials time` logs them. Rows already timed by a pass with these settings are kept."""
+    from dataclasses import asdict
+
+    from .timing import RESPONSE, SIZE, pass_rounds, sweep_stage, values
+
+    stage = sweep_stage(spec)
+    size = SIZE[stage]
+    if all(r["metrics"].get("timing/rounds") == settings.rounds for r in rows.values()):
+        return
+    checkpoints = {k: r.get("checkpoint", "") for k, r in rows.items()}
+    if stage == "drafter" and not all(Path(c).is_dir() for c in checkpoints.values()):
+        say(f"{spec.name}: not timed: a trial's checkpoint is gone from {Path(next(iter(checkpoints.values()))).parent}")
+        return
+    say(f"{spec.name}: timing {len(rows)} run(s) ({RESPONSE[stage]}): {settings.rounds} interleaved rounds")
+    stream = pass_rounds(stage, {k: configs[k].to_dict() for k in rows}, checkpoints, asdict(settings),
+                         max(1, int(spec.resources.get("cpu", 1))))
+    rounds = [item for item in stream if "round" in item]
+    for key, value in values(stage, rounds).items():
+        rows[key]["metrics"].update({RESPONSE[stage]: value, "timing/rounds": float(settings.rounds),
+                                     f"timing/{size}": float(getattr(settings, size))})
 
 
 def bind_targets(spec: SweepSpec, storage: Path, say=print) -> dict:
@@ -73,18 +108,25 @@ def bind_targets(spec: SweepSpec, storage: Path, say=print) -> dict:
     return out
 
 
-def _train_one(spec: SweepSpec, t, cfg) -> dict:
+def _train_one(spec: SweepSpec, t, cfg, storage: Path) -> dict:
+    import shutil
+
     import torch
 
     from dspark.train import train
 
     torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))  # as a Ray trial would: the same numbers
     t0 = time.time()
+    keep = storage / spec.name / "local" / t.key.replace("|", "_").replace("=", "-").replace("#", "_")
     with tempfile.TemporaryDirectory(prefix="dspark-local-") as tmp:
         final = train(cfg.replace(out_dir=tmp))
+        if keep.exists():
+            shutil.rmtree(keep)
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(Path(tmp) / "checkpoint", keep)  # the final checkpoint, for the timing pass
     return {"run_id": f"local-{t.key}", "run_name": t.run_name, "status": "FINISHED", "tags": t.tags,
             "params": config_params(t.config.to_dict()), "metrics": {k: v for k, v in final.items() if k != "step"},
-            "run_s": time.time() - t0}
+            "run_s": time.time() - t0, "checkpoint": str(keep)}
 
 
 def _rows_done(df: pd.DataFrame, spec: SweepSpec) -> dict:

@@ -163,15 +163,23 @@ class StepArms:
 
 
 def timing_task(stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict):
-    """The whole pass in one Ray worker (one node): yields {"node", "threads", "load_s"}
-    once the runs are loaded, then per round {"round", "order", "times": key -> raw
-    seconds}. Made a Ray task only by the driver, so this module loads without Ray (the
-    CLI reads its defaults, and a refused pass never imports it)."""
+    """The whole pass in one Ray worker (one node), with the worker's CPUs as torch's
+    threads: `pass_rounds`. Made a Ray task only by the driver, so this module loads without
+    Ray (the CLI reads its defaults, and a refused pass never imports it)."""
     import ray
+
+    threads = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+    yield from pass_rounds(stage, configs, checkpoints, settings, threads)
+
+
+def pass_rounds(stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict, threads: int):
+    """The pass in this process: yields {"node", "threads", "load_s"} once the runs are
+    loaded, then per round {"round", "order", "times": key -> raw seconds}. The Ray task and
+    the Ray-free local runner (`trials run --local`) both run it."""
     import torch
 
     s = TimingSettings(**settings)
-    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    torch.set_num_threads(threads)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dspark-time-") as tmp:
         arms = DecodeArms(configs, checkpoints, s, tmp) if stage == "drafter" else StepArms(configs, s, tmp)
