@@ -124,9 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         log("sizing: no time left for the study; stopping")
         return 1
     spec = study_spec(args.cpu, args.replicates, steps, overrides)
-    # the timing pass after the trials (spec/speedup, a primary response): a short one on CPU
-    timing = TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8)
-    df = run_local(spec, out / "runs.parquet", storage, deadline_s=log.left(total) - 10.0, say=log, timing=timing)
+    df = run_local(spec, out / "runs.parquet", storage, deadline_s=log.left(total) - 10.0, say=log,
+                   timing=TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8))
     log(f"gpu_study: done, {len(df)} of {n} trials in {out / 'runs.parquet'}")
     return 0 if len(df) == n else 1
 
