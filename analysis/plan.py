@@ -125,11 +125,12 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
     for kind in sorted({noise[r].kind for r, _ in item_multiples}):
         k = max(m for (r, _), m in item_multiples.items() if noise[r].kind == kind)
         items = max(noise[r].items for r, _ in item_multiples if noise[r].kind == kind)
-        flag = "--spec-prompts" if kind == "prompts" else "--eval-batches"
+        flag = {"prompts": "reeval NAME --spec-prompts", "eval_batches": "reeval NAME --eval-batches",
+                "timing_prompts": "time NAME --prompts"}[kind]
         # `trials reeval` evaluates the whole new set in every run, not only the added items
         price = (f", about {k * items * n_runs * decode:.0f} worker-minutes of decoding"
                  if decode and kind == "prompts" else "")
-        out.append(f"every primary term decided by items alone: trials reeval NAME {flag} {k * items}{price}")
+        out.append(f"every primary term decided by items alone: trials {flag} {k * items}{price}")
     return out
 
 
@@ -153,7 +154,8 @@ def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
             step = v.next_step or "unreplicated: run at least 2 replicate blocks first"
             k = prompts_to_decide(v, sp.var_eval.get(v.term, 0.0)) if sp else None
             if sp:
-                what = "prompts" if sp.kind == "prompts" else "held-out batches"
+                what = {"prompts": "prompts", "eval_batches": "held-out batches",
+                        "timing_prompts": "prompts of the timing pass"}[sp.kind]
                 step += (f"; or {k}x the {what} ({k * sp.items}) on the existing checkpoints" if k
                          else f"; {why_not_items(v, sp.var_eval.get(v.term, 0.0))}")
             lines.append(f"    {v.term}: {step}")

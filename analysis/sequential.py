@@ -47,7 +47,8 @@ from .load import SweepRecord
 
 RULE = "Lan-DeMets alpha spending, Pocock-type, on the information scale; Bonferroni across looks"
 # the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
-EVALUATION_COLUMNS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_rounds": "timing/rounds"}
+EVALUATION_COLUMNS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_rounds": "timing/rounds",
+                      "timing_prompts": "timing/prompts"}
 LEGACY = ("a plan recorded by trials augment after the sweep had been analysed, before plans were declared in "
           "specs")
 
@@ -69,6 +70,7 @@ class Look:
     t: float = 1.0
     alpha: float = 0.05
     post_hoc: bool = False
+    timed: str = ""  # a digest of the timed responses' values: a timing pass again is new data
 
     def describe(self) -> str:
         ev = ", ".join(f"{v:g} {k.replace('_', ' ')}" for k, v in self.evaluation.items())
@@ -100,30 +102,32 @@ class Plan:
     def planned(self) -> bool:
         return self.max_replicates is not None
 
-    def find(self, data: str, blocks: int) -> Look | None:
+    def find(self, data: str, blocks: int, timed: str = "") -> Look | None:
         """The recorded look at this data (a legacy look, recorded without a fingerprint, is
-        found by its number of blocks)."""
+        found by its number of blocks; one recorded without the timed values' digest, by its
+        data alone)."""
         for look in self.looks:
-            if look.data == data or (not look.data and look.blocks == blocks):
+            if (look.data == data and (not look.timed or look.timed == timed)) or \
+                    (not look.data and look.blocks == blocks):
                 return look
         return None
 
-    def look(self, data: str, blocks: int, evaluation: dict, t: float = 1.0) -> tuple[Look, bool]:
+    def look(self, data: str, blocks: int, evaluation: dict, t: float = 1.0, timed: str = "") -> tuple[Look, bool]:
         """The look at this data: the recorded one, or a new one appended (with information
         fraction `t`, used under a plan). Returns (look, new)."""
-        found = self.find(data, blocks)
+        found = self.find(data, blocks, timed)
         if found is not None:
             return found, False
         if not self.planned:
             # the fixed-sample analysis, once; any later look at other data is post hoc
-            look = Look(data, blocks, evaluation, 1.0, self.alpha, post_hoc=bool(self.looks))
+            look = Look(data, blocks, evaluation, 1.0, self.alpha, post_hoc=bool(self.looks), timed=timed)
         else:
             if blocks > self.max_replicates:
                 raise ValueError(f"{blocks} replicate blocks exceed the plan's maximum of {self.max_replicates}")
             before = self.looks[-1].t if self.looks else 0.0
             t_k = min(1.0, max(float(t), before))
             look = Look(data, blocks, evaluation, t_k, spent(t_k, self.alpha) - spent(before, self.alpha),
-                        post_hoc=not self.declared)
+                        post_hoc=not self.declared, timed=timed)
         self.looks.append(look)
         return look, True
 
@@ -164,7 +168,8 @@ class Plan:
                 plan.looks.append(Look("", n, {}, t, spent(t, plan.alpha) - spent(before, plan.alpha), True))
             else:
                 plan.looks.append(Look(str(look.get("data", "")), int(look["blocks"]), dict(look.get("evaluation", {})),
-                                       float(look.get("t", 1.0)), float(look["alpha"]), bool(look.get("post_hoc"))))
+                                       float(look.get("t", 1.0)), float(look["alpha"]), bool(look.get("post_hoc")),
+                                       str(look.get("timed", ""))))
             last = plan.looks[-1]
             if not (last.blocks >= 1 and 0 <= last.t <= 1 and 0 <= last.alpha <= 1):
                 raise ValueError(f"look {i + 1}: blocks >= 1, t and alpha in [0, 1], got {last.blocks}, {last.t}, "
@@ -195,6 +200,19 @@ def fingerprint(data: pd.DataFrame) -> tuple[str, int, dict]:
     return digest, blocks, evaluation
 
 
+def timed_digest(data: pd.DataFrame) -> str:
+    """A digest of the timed responses' values (the timing pass's): a pass run again with
+    the same settings gives other numbers, so the analysis after it is a new look."""
+    from dspark.metrics import TIMED
+
+    cols = sorted(c for c in TIMED if c in data.columns)
+    if not cols:
+        return ""
+    parts = [data["cell"].astype(object).map(str), data["replicate"].astype(object).map(str)]
+    parts += [data[c].astype(object).map(lambda v: repr(_num(v))) for c in cols]
+    return hashlib.sha256("\n".join(sorted("|".join(r) for r in zip(*parts))).encode()).hexdigest()[:16]
+
+
 def _num(v) -> float:
     try:
         f = float(v)
@@ -213,7 +231,8 @@ def information_fraction(plan: Plan, blocks: int, evaluation: dict, shares: dict
     for kind, share in shares.values() or [("", 0.0)]:
         f = blocks / plan.max_replicates
         n = evaluation.get(kind) if kind else None
-        n_max = {"prompts": plan.max_prompts, "eval_batches": plan.max_eval_batches}.get(kind)
+        n_max = {"prompts": plan.max_prompts, "eval_batches": plan.max_eval_batches,
+                 "timing_prompts": plan.max_prompts}.get(kind)
         if n and n_max and share and np.isfinite(share) and share > 0:
             share = min(share, 1.0)  # a share over 1 (the model misfits) counts as all evaluation
             seed, v = 1.0 - share, share * n  # in units of the residual variance now
@@ -270,7 +289,8 @@ def look_for(df: pd.DataFrame, shares: dict[str, tuple[str, float]], alpha: floa
     plan = plan_of(SweepRecord.of(df).sequential)
     key, blocks, evaluation = fingerprint(df)
     try:
-        look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares))
+        look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
+                              timed_digest(df))
     except ValueError as e:
         raise AnalysisError(f"sequential plan: {e}") from None
     index = plan.looks.index(look) + 1

@@ -46,6 +46,7 @@ from .verdicts import DECISION_POWER, Verdict, contrasts, fit_response, p_decide
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value
 DECODED = ("spec/", "conf/", "sched/")  # responses of the decoded prompts; the others of held-out batches
+COUNTS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_prompts": "timing/prompts"}
 
 
 @dataclass
@@ -73,7 +74,8 @@ class Split:
         return self.sigma * math.sqrt(max(1.0 - self.share, 0.0))
 
     def text(self) -> str:
-        what = "prompts" if self.kind == "prompts" else "held-out batches"
+        what = {"prompts": "prompts", "eval_batches": "held-out batches",
+                "timing_prompts": "prompts of the timing pass"}[self.kind]
         head = (f"{self.response}: residual sigma {self.sigma:.3g}; the evaluation's share of its variance "
                 f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what}, "
                 f"{self.method})")
@@ -84,6 +86,10 @@ class Split:
 
 
 def kind_of(response: str) -> str:
+    """What a re-evaluation adds to a response: prompts, held-out batches, or (a timed
+    response of the timing pass) the prompts the pass decodes."""
+    if is_timed(response):
+        return "timing_prompts"
     return "prompts" if response.startswith(DECODED) else "eval_batches"
 
 
@@ -98,11 +104,9 @@ def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:
 def split(df: pd.DataFrame, response: str, factors: list[str]) -> Split | None:
     """The evaluation and between-seed parts of a response's noise, or None where the runs
     carry no usable record of the evaluation's noise (or the response is timed)."""
-    if is_timed(response):
-        return None
     data = plain(factorial_rows(df, factors))
     kind = kind_of(response)
-    count = {"prompts": "split/prompts", "eval_batches": "split/eval_batches"}[kind]
+    count = COUNTS[kind]
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:
         return None  # no evaluation record, or runs evaluated on different counts (a reeval unfinished)
     # the groups of the runs' latest evaluation: a smaller reeval leaves older groups' values behind

@@ -70,7 +70,7 @@ def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print
     `trials time` logs them. Rows already timed by a pass with these settings are kept."""
     from dataclasses import asdict
 
-    from .timing import RESPONSE, SIZE, pass_rounds, sweep_stage, values
+    from .timing import RESPONSE, SIZE, jack_values, pass_rounds, sweep_stage, values
 
     stage = sweep_stage(spec)
     size = SIZE[stage]
@@ -84,9 +84,10 @@ def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print
     stream = pass_rounds(stage, {k: configs[k].to_dict() for k in rows}, checkpoints, asdict(settings),
                          max(1, int(spec.resources.get("cpu", 1))))
     rounds = [item for item in stream if "round" in item]
+    jack = jack_values(stage, rounds)
     for key, value in values(stage, rounds).items():
         rows[key]["metrics"].update({RESPONSE[stage]: value, "timing/rounds": float(settings.rounds),
-                                     f"timing/{size}": float(getattr(settings, size))})
+                                     f"timing/{size}": float(getattr(settings, size)), **jack.get(key, {})})
 
 
 def bind_targets(spec: SweepSpec, storage: Path, say=print) -> dict:

@@ -7,7 +7,7 @@ run that no number of prompts reduces, and the analysis books it as seed noise. 
 FINISHED trial is timed in one process on one node (one Ray task, so on a cluster every arm
 is timed on the same hardware), round-robin: R rounds, in each every run once, in a fresh
 random order seeded by (--seed, round), each run's timed repetition after W untimed
-warm-up repetitions of the same work. A load that lasts a round slows every arm of that
+warm-ups (one prompt or one step each: enough to bring the run's weights into cache). A load that lasts a round slows every arm of that
 round alike, so it cancels in the contrasts; the random orders keep a drift within a round
 from siding with one arm.
 
@@ -15,7 +15,9 @@ Drafter stage: each run's final checkpoint is loaded once (`Trainer.load_checkpo
 shared target from storage, `weights_only=True`), and a repetition decodes the same P held-out
 prompts both ways (autoregressive, then speculative, prompt by prompt, the evaluation's fixed
 decoding seeds, temperature 1, the run's `spec_new_tokens`); `spec/speedup` = (AR seconds
-summed over rounds) / (speculative seconds summed over rounds). Backbone stage: the step is
+summed over rounds), with its delete-a-group jackknife over the timing prompts
+(`jack/spec/speedup@g<k>`: a run's speedup also moves with how its drafter fares on the
+prompts decoded, which more prompts average out and more rounds do not). Backbone stage: the step is
 a property of the configuration, not of the learned weights, so each run's Trainer is built
 from its config (its seed) and a repetition is S training steps (`Trainer.step`) on the same
 S batches; `train/step_ms` = mean ms per step over all rounds.
@@ -124,11 +126,13 @@ class DecodeArms:
                                                                   cfg.spec_prompt_len)]
             self.arms[key] = (target, trainer.drafter, trainer.head, prompts, cfg.spec_new_tokens, trainer.device)
 
-    def run(self, key: str) -> dict[str, list[float]]:
-        """One repetition: per prompt, the AR and the speculative seconds."""
+    def run(self, key: str, whole: bool = True) -> dict[str, list[float]]:
+        """One repetition: per prompt, the AR and the speculative seconds (a warm-up, not
+        `whole`: the first prompt alone, enough to bring this run's weights into cache)."""
         from dspark.speculative_eval import decode_set
 
         target, drafter, head, prompts, new_tokens, device = self.arms[key]
+        prompts = prompts if whole else prompts[:1]
         _, _, spec_s, ar_s = decode_set(target, drafter, head, prompts, new_tokens, 1.0, device, n_timed=len(prompts))
         return {"ar_s": ar_s, "spec_s": spec_s}
 
@@ -151,9 +155,11 @@ class StepArms:
                        for _ in range(settings.steps)]  # each (B, T + 1)
             self.arms[key] = (trainer, [(x, trainer.anchors(x.shape[0]).to(trainer.device)) for x in batches])
 
-    def run(self, key: str) -> dict[str, list[float]]:
-        """One repetition: the seconds of each of the S steps (each ends synchronised)."""
+    def run(self, key: str, whole: bool = True) -> dict[str, list[float]]:
+        """One repetition: the seconds of each of the S steps (each ends synchronised; a
+        warm-up, not `whole`: one step)."""
         trainer, batches = self.arms[key]
+        batches = batches if whole else batches[:1]
         out = []
         for x, anchors in batches:
             t0 = time.perf_counter()
@@ -187,7 +193,7 @@ def pass_rounds(stage: str, configs: dict[str, dict], checkpoints: dict[str, str
         order, times = [], {}
         events = schedule(list(configs), s.rounds, s.warmup, s.seed)
         for i, (k, key, timed) in enumerate(events):
-            raw = arms.run(key)
+            raw = arms.run(key, whole=timed)
             if timed:
                 order.append(key)
                 times[key] = raw
@@ -197,6 +203,26 @@ def pass_rounds(stage: str, configs: dict[str, dict], checkpoints: dict[str, str
 
 
 # ---------------------------------------------------------------- the driver
+
+def jack_values(stage: str, rounds: list[dict]) -> dict[str, dict[str, float]]:
+    """Drafter stage: each run's spec/speedup recomputed without each group of timing
+    prompts (prompt i in group i mod G, G = jack_groups(P)), as `jack/spec/speedup@g<k>`:
+    a run's speedup also varies with how its drafter fares on the prompts the pass decodes
+    (the decoding seeds fix that part), so the analysis splits it off like any evaluation's.
+    Backbone stage: none."""
+    from dspark.metrics import jack_groups, jack_name
+
+    if stage != "drafter":
+        return {}
+    out = {}
+    for k in rounds[0]["times"]:
+        ar = [sum(r["times"][k]["ar_s"][i] for r in rounds) for i in range(len(rounds[0]["times"][k]["ar_s"]))]
+        spec = [sum(r["times"][k]["spec_s"][i] for r in rounds) for i in range(len(ar))]
+        G = jack_groups(len(ar))
+        out[k] = {jack_name(RESPONSE[stage], g): sum(a for i, a in enumerate(ar) if i % G != g)
+                  / sum(b for i, b in enumerate(spec) if i % G != g) for g in range(G if G >= 2 else 0)}
+    return out
+
 
 def values(stage: str, rounds: list[dict]) -> dict[str, float]:
     """Each run's timed response from the rounds' raw times: spec/speedup = AR seconds /
@@ -289,7 +315,7 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
             "seed": settings.seed, "node": head["node"], "threads": head["threads"], "started": started,
             "seconds": round(time.perf_counter() - t0, 3), "response": RESPONSE[stage], "stage": stage,
             "orders": [r["order"] for r in rounds], "times": [r["times"] for r in rounds],
-            "values": values(stage, rounds)}
+            "values": values(stage, rounds), "jack": jack_values(stage, rounds)}
 
 
 def _pass_id() -> str:
@@ -310,7 +336,7 @@ def log_pass(client, runs: dict, record: dict, exp_dir: Path | None = None) -> N
     size = SIZE[record["stage"]]
     steps = {key: next_step(client, run) for key, run in runs.items()}
     per_run = {key: {record["response"]: record["values"][key], "timing/rounds": record["rounds"],
-                     f"timing/{size}": record[size]} for key in runs}
+                     f"timing/{size}": record[size], **record.get("jack", {}).get(key, {})} for key in runs}
     summary = json.dumps({k: record[k] for k in ("id", "rounds", "warmup", size, "seed", "node", "started", "seconds",
                                                  "response")})
     raw = json.dumps(record, indent=1).encode()

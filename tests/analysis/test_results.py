@@ -46,8 +46,8 @@ def test_a_committed_report_is_what_the_renderer_makes_of_its_runs(folder, tmp_p
     assert verdict_block((folder / "summary.txt").read_text()) == verdict_block((fresh / "summary.txt").read_text())
 
 
-LINE = re.compile(r"^    (?P<term>\S+): (?P<state>matters, beyond the margin|matters, size unsure|negligible|undecided) "
-                  r"\((?:[^:\[]*: )?(?P<est>[-+][\d.e+-]+) \[(?P<lo>[-+][\d.e+-]+), (?P<hi>[-+][\d.e+-]+)\]")
+LINE = re.compile(r"^    (?P<term>\S+): (?P<state>matters, beyond the margin|matters, size unsure|negligible|undecided)"
+                  r"(?: within \+-[\d.e+-]+)? \((?:[^:\[]*: )?(?P<est>[-+][\d.e+-]+) \[(?P<lo>[-+][\d.e+-]+), (?P<hi>[-+][\d.e+-]+)\]")
 HEAD = re.compile(r"^(?:primary: |secondary: )?(?P<response>\S+) \(.*?(?:margin \+-(?P<margin>[\d.e+-]+)|no margin)")
 
 

@@ -245,3 +245,18 @@ def test_the_report_says_post_hoc_on_the_committed_paper_study():
     assert res.look.post_hoc and res.label().startswith("POST HOC") and not res.new
     key, blocks, evaluation = fingerprint(df)
     assert blocks == 3 and evaluation["prompts"] == 96 and len(key) == 16
+
+
+def test_a_timing_pass_run_again_is_a_new_look():
+    """The same runs and counts, other timed values (a pass run again): a new look; a look
+    recorded before the timed digest existed is found by its data alone."""
+    plan = Plan(6, ALPHA)
+    first, _ = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t1")
+    again, new = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t2")
+    assert new and again is not first and again.alpha == 0  # no information added: nothing left to test at
+    same, new = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t2")
+    assert not new and same is again
+    old = Plan.from_json('{"declared": true, "max_replicates": 6, "alpha": 0.05, "looks": '
+                         '[{"data": "bbb", "blocks": 3, "alpha": 0.02, "t": 0.5}]}')
+    found, new = old.look("bbb", 3, {}, 0.5, timed="anything")
+    assert not new and found.alpha == 0.02

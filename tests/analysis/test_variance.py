@@ -185,8 +185,11 @@ def test_a_share_over_one_is_reported_not_capped():
 def test_without_records_or_for_a_timed_response_there_is_no_split():
     df = sweep(0.05, 0.2).drop(columns=[jack_name("spec/tau", g) for g in range(G)])
     assert groups_of(df, "spec/tau") == 0 and split(df, "spec/tau", ["A", "B"]) is None
-    timed = sweep(0.05, 0.2, name="spec/speedup")
+    timed = sweep(0.05, 0.2, name="spec/speedup")  # counted in the evaluation's prompts: not its own
     assert split(timed, "spec/speedup", ["A", "B"]) is None
+    timed["timing/prompts"] = timed.pop("split/prompts")  # the timing pass's prompts: its own jackknife
+    sp = split(timed, "spec/speedup", ["A", "B"])
+    assert sp is not None and sp.kind == "timing_prompts" and "prompts of the timing pass" in sp.text()
     assert kind_of("val/bpb") == "eval_batches" and kind_of("conf/ece_mean") == "prompts"
 
 

@@ -290,3 +290,15 @@ def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ra
     assert [sorted(o) for o in raw["orders"]] == [sorted(rec["values"])] * 2
     assert all(len(t["step_s"]) == 3 for times in raw["times"] for t in times.values())
     assert json.loads(parent.data.tags[SUMMARY_TAG])["steps"] == 3
+
+
+def test_the_speedup_jackknife_leaves_out_each_group_of_timing_prompts():
+    from trials.timing import jack_values, values
+
+    rounds = [{"times": {"a": {"ar_s": [1.0, 2.0, 3.0], "spec_s": [0.5, 1.0, 2.0]}}},
+              {"times": {"a": {"ar_s": [1.1, 2.1, 3.1], "spec_s": [0.6, 1.1, 2.1]}}}]
+    assert values("drafter", rounds)["a"] == pytest.approx((6.0 + 6.3) / (3.5 + 3.8))
+    jack = jack_values("drafter", rounds)["a"]
+    assert set(jack) == {"jack/spec/speedup@g0", "jack/spec/speedup@g1", "jack/spec/speedup@g2"}  # G = 3 prompts
+    assert jack["jack/spec/speedup@g1"] == pytest.approx((1.0 + 3.0 + 1.1 + 3.1) / (0.5 + 2.0 + 0.6 + 2.1))
+    assert jack_values("backbone", [{"times": {"a": {"step_s": [0.1]}}}]) == {}
