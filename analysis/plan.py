@@ -151,7 +151,7 @@ def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
             "or add blocks)" if metrics.is_timed(r) else "; no jackknife records: the evaluation's share of the "
             "noise is unknown"))
         for v in undecided:
-            step = v.next_step or "unreplicated: run at least 2 replicate blocks first"
+            step = v.next_step or _blocks_step(v, check)
             k = prompts_to_decide(v, sp.var_eval.get(v.term, 0.0)) if sp else None
             if sp:
                 what = {"prompts": "prompts", "eval_batches": "held-out batches",
@@ -164,6 +164,18 @@ def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
                 if sp:
                     item_multiples[(r, v.term)] = k
     return lines, blocks_all, item_multiples
+
+
+def _blocks_step(v, check) -> str:
+    """What more replicate blocks would do for a term the verdicts did not price (one outside
+    the family), or that the sweep is unreplicated."""
+    from .verdicts import DECISION_POWER, MAX_BLOCKS, blocks_to_decide
+
+    if check.replicates < 2:
+        return "unreplicated: run at least 2 replicate blocks first"
+    k = blocks_to_decide(v, check.replicates, check.n_cells)
+    return (f"{k} more block(s) ({k * check.n_cells} trials) would decide it ({DECISION_POWER:.0%}, if the effect is "
+            "as estimated)" if k else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
 
 
 def median_minutes(df: pd.DataFrame, column: str) -> float | None:

@@ -257,3 +257,14 @@ def test_a_long_description_is_cut_in_the_reports(tmp_path):
     cut = f"{'d' * DESCRIPTION_SHOWN} [... cut: {50_000 - DESCRIPTION_SHOWN} more characters not shown]"
     for text in (rep.summary, rep.html_path.read_text(), rep.markdown_path.read_text()):
         assert cut in text and "d" * (DESCRIPTION_SHOWN + 1) not in text
+
+
+def test_the_plan_prices_terms_outside_the_family_in_blocks_too():
+    from analysis.plan import plan_text
+
+    df = _sweep(fraction=False, replicates=3)
+    df["run_s"] = 60.0
+    df["spec/tau_greedy"] = df["spec/tau"] + np.random.default_rng(5).normal(0, 0.3, len(df))  # a secondary response
+    text = plan_text(df, None, responses=["spec/tau_greedy"])
+    assert "spec/tau_greedy (secondary): " in text and "unreplicated" not in text
+    assert "more block(s)" in text.split("spec/tau_greedy (secondary): ", 1)[1]
