@@ -182,10 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
         from dspark.record import is_store_error, store_error
 
-        if not is_store_error(e):
-            raise
-        print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)
-        return 3
+        if is_store_error(e):
+            print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)
+            return 3
+        if isinstance(e, OSError) and e.filename:  # a full or read-only disk: nothing half-written is left
+            print(f"analysis: error: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
+            return 4
+        raise
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import ast
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -222,7 +223,16 @@ def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
         "local_rows": df.attrs.get("local_rows", []),
         "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
     }).encode()
-    pq.write_table(table.replace_schema_metadata(meta), path)
+    # whole or not at all: a full disk leaves any older export, never half of one
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table.replace_schema_metadata(meta), tmp)
+        os.replace(tmp, path)
+    except OSError as e:  # pyarrow's message names the temporary file, or none, and hides the errno in its text
+        code = e.errno or int((re.search(r"\[errno (\d+)\]", str(e)) or [0, 0])[1]) or None
+        raise OSError(code, os.strerror(code) if code else str(e), str(path)) from e
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def check_writable(path: str | Path) -> Path:

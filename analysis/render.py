@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from dspark.kept import write_atomic
 from dspark.record import UI_URL, run_url
 
 from . import plots
@@ -318,10 +319,8 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
              "table.verdicts td{text-align:left;white-space:nowrap}"
              "img{max-width:100%;display:block;margin:8px 0}pre{white-space:pre-wrap}</style>")
     path = out / "report.html"
-    tmp_path = path.with_suffix(".html.tmp")
-    tmp_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}"
-                        f"</head><body>{''.join(parts)}</body></html>")
-    tmp_path.replace(path)
+    write_atomic(path, f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}"
+                       f"</head><body>{''.join(parts)}</body></html>")
     return path
 
 
@@ -445,5 +444,5 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
     parts += ["", "## Design", "", f"Design {SweepRecord.of(df).design or 'full'}, coded (-1/+1: first/second level):",
               "", _md_table(coded), "", "Alias structure:", "", "```", *alias_structure(coded), "```"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts) + "\n")
+    write_atomic(path, "\n".join(parts) + "\n")
     return path

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dspark.kept import write_atomic
+
 from .anova import AnalysisError
 
 RUNS = "runs.parquet"
@@ -35,7 +37,5 @@ def rebuild(folder: str | Path) -> Path:
     df = read_parquet(folder / RUNS)
     rep = build_report(df, folder, unrecorded="read from a parquet export")
     text = rep.summary + "\n\n" + plan_text(df, None)
-    tmp = folder / (SUMMARY + ".tmp")
-    tmp.write_text(text + "\n")
-    tmp.replace(folder / SUMMARY)
+    write_atomic(folder / SUMMARY, text + "\n")
     return folder / SUMMARY

@@ -51,6 +51,8 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # named by the file meant, not the temporary one
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e
     finally:
         tmp.unlink(missing_ok=True)
 

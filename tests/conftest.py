@@ -38,3 +38,26 @@ TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "throughput", "seq_frac", "sche
 
 def is_timing_metric(name: str) -> bool:
     return any(key in name for key in TIMING_KEYS)
+
+
+@pytest.fixture
+def mount(tmp_path):
+    """A tmpfs of a given size mounted at a folder (root only), unmounted afterwards."""
+    import subprocess
+    from pathlib import Path
+
+    made = []
+
+    def make(size_mb: int, read_only: bool = False) -> Path:
+        where = tmp_path / f"mnt{len(made)}"
+        where.mkdir()
+        opts = f"size={size_mb}m" + (",ro" if read_only else "")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or 'not root'})")
+        made.append(where)
+        return where
+
+    yield make
+    for where in made:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)

@@ -268,3 +268,43 @@ def test_the_plan_prices_terms_outside_the_family_in_blocks_too():
     text = plan_text(df, None, responses=["spec/tau_greedy"])
     assert "spec/tau_greedy (secondary): " in text and "unreplicated" not in text
     assert "more block(s)" in text.split("spec/tau_greedy (secondary): ", 1)[1]
+
+
+def _fill(folder, leave_bytes: int) -> None:
+    """Fill a small mount until about `leave_bytes` are free (tmpfs counts whole pages)."""
+    import os
+
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    (folder / "filler").write_bytes(b"\0" * max(free - leave_bytes, 0))
+
+
+def _cli(*args, cwd):
+    r = subprocess.run([sys.executable, "-m", "analysis.cli", *args], capture_output=True, text=True, cwd=cwd)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_a_full_disk_under_report_and_export_ends_in_one_line_and_leaves_nothing_half_written(tmp_path, mount, store):
+    from .conftest import synthetic_sweep
+
+    synthetic_sweep(store, name="full", failed=0)
+    small = mount(1)
+    _fill(small, 16 * 1024)
+    # the export: a parquet of 24 runs does not fit in 16 KB
+    rc, out, err = _cli("export", "full", str(small / "runs.parquet"), "--tracking-uri", store, cwd=tmp_path)
+    assert rc == 4, err
+    assert err.strip().splitlines() == [f"analysis: error: cannot write {small / 'runs.parquet'}: "
+                                         "No space left on device"], err
+    # the report: its HTML (plots embedded) does not fit either; nothing is logged to the store
+    rc, out, err = _cli("report", "full", "--tracking-uri", store, "--out", str(small), "--no-log", cwd=tmp_path)
+    assert rc == 4, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"analysis: error: cannot write {small / 'full'}") and "No space left on device" in err
+    left = sorted(p.name for p in small.rglob("*") if p.is_file())
+    assert left == ["filler"], left  # no temporary file, no half of a report or an export
+    # with room again, the same commands write both whole
+    (small / "filler").unlink()
+    assert _cli("export", "full", str(small / "runs.parquet"), "--tracking-uri", store, cwd=tmp_path)[0] == 0
+    assert len(read_parquet(small / "runs.parquet")) == 24
+    assert _cli("report", "full", "--tracking-uri", store, "--out", str(small), "--no-log", cwd=tmp_path)[0] == 0
+    assert (small / "full" / "report.html").read_text().endswith("</html>")

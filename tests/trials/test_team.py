@@ -263,26 +263,6 @@ def test_a_local_sweep_starts_its_own_ray_beside_one_that_ray_start_left(tmp_pat
 
 # ---------------------------------------------------------------- storage on a small or read-only mount
 
-@pytest.fixture
-def mount(tmp_path):
-    """A tmpfs of a given size mounted at a folder (root only), unmounted afterwards."""
-    made = []
-
-    def make(size_mb: int, read_only: bool = False) -> Path:
-        where = tmp_path / f"mnt{len(made)}"
-        where.mkdir()
-        opts = f"size={size_mb}m" + (",ro" if read_only else "")
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or 'not root'})")
-        made.append(where)
-        return where
-
-    yield make
-    for where in made:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
 def test_a_read_only_mount_is_refused_before_ray_starts(tmp_path, corpus_dir, mount):
     spec = _spec(tmp_path, corpus_dir, "ro")
     ro = mount(4, read_only=True)
