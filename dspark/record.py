@@ -15,6 +15,7 @@ and torch.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -181,7 +182,13 @@ def tracking_client(uri: str):
     once fail (two sweeps submitted together on a new store)."""
     for k, v in HTTP_DEFAULTS.items():
         os.environ.setdefault(k, v)
+    import logging
+
     from mlflow.tracking import MlflowClient
+
+    # MLflow's SQL store logs every failed statement with its traceback, then raises it: the
+    # raised error is the one the CLIs answer, in one line (a full disk printed pages of both)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
     if not (uri and uri.startswith(SQLITE)) or uri in _SQLITE_OPENED:
         return MlflowClient(uri)  # MLflow keeps a process's store: later clients touch no table
@@ -304,10 +311,27 @@ def store_exceptions() -> tuple[type[BaseException], ...]:
     return tuple(kinds)
 
 
+# how SQLite, PostgreSQL and the OS say a store's disk is full, whoever wraps the error
+DISK_FULL = ("database or disk is full", "No space left on device", "[Errno 28]", "could not extend file")
+
+
+def disk_full_cause(e: BaseException) -> str | None:
+    """The line saying a store's disk is full, if that is what `e` is (not a transient error:
+    no retry frees the disk)."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return os.strerror(errno.ENOSPC)
+    for line in str(e).splitlines():
+        for mark in DISK_FULL:
+            if mark in line:  # SQLAlchemy's line reads "(sqlite3.OperationalError) database or disk is full"
+                return line[line.index(mark):][:200] if mark != "[Errno 28]" else "No space left on device"
+    return None
+
+
 def retrying(call, window_s: float = STORE_RETRY_S, first_wait_s: float = 1.0, what: str = "store write"):
     """`call()`, retried with a doubling backoff (at most 30 s a wait) while it raises, for
     at most `window_s` seconds; then StoreUnavailable. For writes that may meet a store
-    that is briefly down or locked (SQLite under another writer)."""
+    that is briefly down or locked (SQLite under another writer). A full disk is not
+    retried: it raises StoreUnavailable at the first failed write."""
     deadline = time.monotonic() + window_s
     wait = first_wait_s
     kinds = store_exceptions()
@@ -315,6 +339,9 @@ def retrying(call, window_s: float = STORE_RETRY_S, first_wait_s: float = 1.0, w
         try:
             return call()
         except kinds as e:
+            full = disk_full_cause(e)
+            if full:
+                raise StoreUnavailable(f"{what} failed: its disk is full ({full})") from e
             if time.monotonic() + wait > deadline:
                 raise StoreUnavailable(f"{what} kept failing for {window_s:g} s: "
                                        f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e

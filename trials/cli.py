@@ -78,7 +78,9 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
         root = runner.storage_root(storage)
         full = isinstance(e, runner.StorageStopped)
         kept = "the store holds every point so far" if full else "Tune's result files hold what the store missed"
-        print(f"trials: error: {e}\nNo run is left RUNNING and {kept}. Once "
+        left = ("No run is left RUNNING" if e.closed else
+                "The runs the store could not close stay RUNNING until the resume below closes them,")
+        print(f"trials: error: {e}\n{left} and {kept}. Once "
               f"{'there is room again' if full else 'the store answers'}, resume with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 3

@@ -400,21 +400,26 @@ def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, shared: dict, exp
 def _stopped(e: BaseException, ledger: Ledger | None, name: str, tracking_uri: str, signals: "_Signals") -> None:
     """A sweep that did not end: close what can be closed, then say why in one exception."""
     gone = _store_failure(e)
-    if ledger is not None:
-        _best_effort(lambda: (ledger.close_open_runs("KILLED"), ledger.finish(ledger.parent_id, "KILLED")))
+    closed = ledger is not None and _best_effort(
+        lambda: (ledger.close_open_runs("KILLED"), ledger.finish(ledger.parent_id, "KILLED")))
     if gone is not None:
-        raise StoreStopped(f"{name}: stopped, the store {tracking_uri} failed: {gone}") from None
+        raise StoreStopped(f"{name}: stopped, the store {tracking_uri} failed: {gone}", closed=closed) from None
     full = _in_chain(e, lambda x: isinstance(x, StorageFull) or (isinstance(x, OSError) and is_storage_full(x)))
     if full is not None:
-        raise StorageStopped(f"{name}: stopped, {full if isinstance(full, StorageFull) else f'storage is full ({full})'}"
-                             ) from None
+        why = full if isinstance(full, StorageFull) else f"storage is full ({full})"
+        raise StorageStopped(f"{name}: stopped, {why}", closed=closed) from None
     if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
         # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
         raise Interrupted(signals.signum or signal.SIGINT) from None
 
 
 class StoreStopped(RuntimeError):
-    """The sweep stopped because its store stayed unwritable past the retry window."""
+    """The sweep stopped because its store stayed unwritable past the retry window (or its
+    disk is full); `closed` says whether the driver could still close its runs."""
+
+    def __init__(self, message: str, closed: bool = True):
+        super().__init__(message)
+        self.closed = closed
 
 
 class StorageStopped(StoreStopped):
@@ -437,13 +442,15 @@ def _in_chain(e: BaseException | None, match) -> BaseException | None:
     return None
 
 
-def _best_effort(call) -> None:
+def _best_effort(call) -> bool:
     """Close what can be closed when the store may be gone: a failure here must not hide
-    the one that stopped the sweep (the next resume or `status` closes what is left)."""
+    the one that stopped the sweep (the next resume or `status` closes what is left).
+    Whether it succeeded."""
     try:
         call()
+        return True
     except Exception:  # noqa: BLE001
-        pass
+        return False
 
 
 def _warm_store(tracking_uri: str) -> None:

@@ -302,6 +302,53 @@ def test_a_disk_that_fills_mid_sweep_stops_cleanly_and_resumes_once_there_is_roo
         assert len(steps) == len(set(steps)) and max(steps) == 30
 
 
+def test_a_store_whose_disk_fills_mid_sweep_stops_at_the_first_failed_write_in_one_line(tmp_path, corpus_dir, mount):
+    """The SQLite store on a mount that fills once the first trial has logged: it once took
+    248 s (about 8 retry windows) and printed 481 lines blaming "Query-invoked autoflush"."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    spec = _spec(tmp_path, corpus_dir, "storefull", draft_steps=30, replicates=2)
+    small = mount(8)
+    db = small / "m.db"
+    uri = f"sqlite:///{db}"
+    MlflowClient(uri).search_experiments()  # MLflow's tables, made while there is room
+    args = ["run", str(spec), "--storage", str(tmp_path / "st"), "--tracking-uri", uri, "--store-retry", "300"]
+    driver = subprocess.Popen([sys.executable, "-m", "trials.cli", *args], cwd=tmp_path, env=_env(tmp_path),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:  # the first trial's first points, then fill
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+                if con.execute("SELECT count(*) FROM metrics").fetchone()[0] > 0:
+                    break
+            time.sleep(0.5)
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        (small / "filler").write_bytes(b"\0" * free)
+        filled = time.monotonic()
+        out, err = driver.communicate(timeout=280)
+    finally:
+        driver.kill()
+    stopped_s = time.monotonic() - filled
+    assert driver.returncode == 3, err[-3000:]
+    assert stopped_s < 120, stopped_s  # one failed write, not retry windows of 300 s
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and "autoflush" not in err, err[-3000:]
+    stop = [ln for ln in lines if ln.startswith("trials: error: storefull: stopped")]
+    assert len(stop) == 1 and f"the store {uri} failed" in stop[0] and "its disk is full" in stop[0], err[-3000:]
+    assert lines[-1].strip().startswith("trials resume storefull"), err[-3000:]
+    assert "MLflow" not in "".join(ln for ln in lines if "ERROR" in ln), err[-3000:]  # MLflow's own logged errors
+    assert len(lines) < 12, err[-3000:]
+    # room again: resume closes what the full disk left open and finishes every trial
+    (small / "filler").unlink()
+    rc, out, err = trials(*(["resume", "storefull"] + args[2:]), cwd=tmp_path)
+    assert rc == 0, err[-3000:]
+    client = MlflowClient(uri)
+    kids = client.search_runs([client.get_experiment_by_name("storefull").experiment_id], "tags.trial_key != ''")
+    assert len(kids) == 4 and all(r.info.status == "FINISHED" for r in kids)
+
+
 # ---------------------------------------------------------------- reading commands against a failing store
 
 def _saved_sweep(root: Path, name: str, uri: str) -> None:
