@@ -23,16 +23,6 @@ from .effects import factorial_effects
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 
 # Which question a sweep answers follows from its parallel stage (README "Two questions").
-QUESTIONS = {
-    "backbone": ("the seed's system",
-                 "backbone stage, the audited port's own wiring: the LM is the parallel stage and trains "
-                 "jointly on CE_lm + aux_weight * L_dspark; the pure-CE control (aux_weight 0) asks whether "
-                 "the aux head earns its share of the step"),
-    "drafter": ("the paper's architecture",
-                "drafter stage: a frozen target and a separate parallel drafter; D1 here is the seed's "
-                "window bug transplanted into the paper's drafter (the whole parallel stage trains one "
-                "slot off)"),
-}
 # What each metric means (better direction, degenerate stages, default responses) is
 # dspark.metrics' registry; these names are kept for the callers that import them here.
 DEFAULT_RESPONSES_BY_STAGE = metrics.DEFAULT_RESPONSES

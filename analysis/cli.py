@@ -102,7 +102,12 @@ def _notebook(args) -> int:
 
     path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
                    margins=parse_margins(args.margin))
-    print(f"executed notebook: {path}")
+    from .notebook import answer
+
+    shown = answer(path)
+    if shown:
+        print(shown)
+    print(f"executed notebook: {path} (every response's details, plots and the reading in it)")
     return 0
 
 

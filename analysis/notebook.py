@@ -41,3 +41,18 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
     path = folder / f"{name}.ipynb"
     nbformat.write(nb, path)
     return path
+
+
+def answer(path: Path) -> str:
+    """The answer an executed notebook printed: its summary's first screen (the question, the
+    look, the verdict table and the alpha line), before the per-response details."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "print(rep.summary)" in cell.source:
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+            lines = text.splitlines()
+            cut = next((i for i, ln in enumerate(lines) if ln.startswith("primary: ")), len(lines))
+            return "\n".join(lines[:cut])
+    return ""

@@ -18,7 +18,7 @@ from dspark.kept import write_atomic
 from dspark.record import UI_URL, run_url
 
 from . import plots
-from .attribution import QUESTIONS, ResponseResult
+from .attribution import ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .load import SweepRecord, report_incomplete
@@ -141,12 +141,11 @@ def shown_description(text: str) -> str:
 
 def header_text(df: pd.DataFrame, stage: str | None, factors: list[str], look: str = "") -> str:
     data = factorial_rows(df, factors)
-    q = QUESTIONS.get(stage or "")
+    # the question is the sweep's own, as its spec describes it (the analysis knows no workload's questions)
     record = SweepRecord.of(df)
-    lines = [f"experiment {record.experiment}: "
-             + (f"the question is {q[0]} ({q[1]})" if q else "parallel stage mixed or unknown")]
-    if record.description:
-        lines.append(f"sweep: {shown_description(record.description)}")
+    where = f"{stage} stage" if stage else "parallel stage mixed or unknown"
+    lines = [f"experiment {record.experiment}: " + (f"{shown_description(record.description)} ({where})"
+                                                    if record.description else f"its spec gives no description ({where})")]
     reps = data["replicate"].nunique() if len(data) else 0
     n_control = len(df) - len(data)
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")

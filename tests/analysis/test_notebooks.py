@@ -52,6 +52,13 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
     text = "\n".join(o.get("text", "") for c in out.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "spec/tau: D1: matters, size unsure (shifted -> aligned: +" in text  # no margin declared
     assert "(not recorded: a notebook reads the store and writes nothing)" in text
+    assert "no run was left out: every run of the sweep finished" in text and "Empty DataFrame" not in text
+    # the terminal shows the answer, not only a path: the verdict table, then where the rest is
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("experiment synthetic: ") and "verdicts (estimate [interval the decision used]):" in lines
+    assert any(ln.split()[:3] == ["D1", "matters,", "size"] for ln in lines), r.stdout
+    assert not any(ln.startswith("primary: ") for ln in lines)  # the details stay in the notebook
+    assert lines[-1].startswith("executed notebook: reports/synthetic/attribution.ipynb")
     assert (tmp_path / "reports" / "synthetic" / "report.html").read_text() == "the CLI's report"
     # no alarming noise: the kernel runs over Unix sockets, and no output holds a warning
     assert "TCP without encryption" not in r.stdout + r.stderr, r.stderr[-2000:]
