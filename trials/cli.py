@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
@@ -73,7 +74,7 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
         root = runner.storage_root(storage)
         print(f"trials: {spec.name} interrupted ({e}); no run is left RUNNING. Resume it with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
-        return 128 + e.signum
+        return _exit_interrupted(e)
     except runner.StoreStopped as e:
         root = runner.storage_root(storage)
         full = isinstance(e, runner.StorageStopped)
@@ -178,6 +179,17 @@ def cmd_recover(args) -> int:
     return 0
 
 
+def _exit_interrupted(e) -> int:
+    """128 + the signal. Where the signal also stopped the local Ray (SIGTERM to the process
+    group), exit now: Ray's exit handler would wait a minute on its dead GCS, then abort."""
+    code = 128 + e.signum
+    if getattr(e, "ray_lost", False):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
 def cmd_augment(args) -> int:
     """More replicate blocks, or looks until every primary term is decided."""
     from . import runner
@@ -192,7 +204,7 @@ def cmd_augment(args) -> int:
                  else f"trials augment {args.name} --replicates {args.replicates}")
         print(f"trials: augment of {args.name} interrupted ({e}); no run is left RUNNING. Continue it with:\n"
               f"  {again} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
-        return 128 + e.signum
+        return _exit_interrupted(e)
     print(f"{args.name}: {out['stopped']} ({out['replicates']} replicate blocks)")
     return 0 if out["ok"] else 1
 

@@ -87,7 +87,7 @@ def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, f
             out[h] = {**meta, "path": str(path), "reused": True}
             continue
         # nothing else runs while the shared targets train: a local sweep gives them every
-        # core (README "Results on this machine" has what one target costs)
+        # core (docs/performance.md has what one target costs)
         n_cpu = max(resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
         opts = {"num_cpus": n_cpu, "num_gpus": resources.get("gpu", 0)}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,11 +161,14 @@ def _dirname_creator(spec: SweepSpec):
 
 
 class Interrupted(KeyboardInterrupt):
-    """The sweep was stopped by a signal; `signum` says which (SIGINT or SIGTERM)."""
+    """The sweep was stopped by a signal; `signum` says which (SIGINT or SIGTERM).
+    `ray_lost`: the signal went to the whole process group and took down the local Ray this
+    driver started (its processes share the group), so nothing may wait on Ray any more."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, ray_lost: bool = False):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.ray_lost = ray_lost
 
 
 class _Signals:
@@ -177,13 +180,20 @@ class _Signals:
     ignored, which is why SIGINT is handled here too rather than left to Python's default.
     """
 
-    def __init__(self):
+    def __init__(self, local_ray: bool = False):
         self.signum: int | None = None
         self.in_tune = False
+        self.local_ray = local_ray  # this driver started its Ray: its processes share our group
+        self.ray_lost = False
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum, frame):
         self.signum = self.signum or signum
+        if signum == signal.SIGTERM and self.local_ray and local_gcs_gone():
+            # the group's SIGTERM (timeout, scancel, a service manager) stopped Ray's GCS too:
+            # Tune's graceful stop would wait 60 s on it and die; leave Tune and Ray at once
+            self.ray_lost = True
+            raise Interrupted(signum, ray_lost=True)
         if self.in_tune:
             # Tune's own SIGINT handler (installed by fit) stops it gracefully
             handler = signal.getsignal(signal.SIGINT)
@@ -204,6 +214,45 @@ class _Signals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         return False
+
+
+def local_gcs_gone(wait_s: float = 1.5) -> bool:
+    """Whether the GCS of the local Ray this process started stopped listening (or stops
+    within `wait_s`: a SIGTERM to the process group reaches it at the same moment as us,
+    and it closes its port at once, long before its process exits)."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None or not getattr(node, "gcs_address", None):
+        return False
+    host, port = node.gcs_address.rsplit(":", 1)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.2):
+                pass
+        except OSError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def kill_local_ray() -> None:
+    """Stop what is left of the local Ray this process started, without a word to its GCS
+    (gone): `ray.shutdown()` would wait on it for a minute and then end the process."""
+    import psutil
+
+    # Ray's workers and agents are the raylet's children: found before the raylet dies and
+    # they pass to init
+    left = psutil.Process().children(recursive=True)
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is not None:
+        node.kill_all_processes(check_alive=False, allow_graceful=False)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=5)
 
 
 DEFAULT_RESOURCE_WAIT_S = 600.0
@@ -252,7 +301,7 @@ def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
             ray.init(address=address, **kwargs)
         except ConnectionError as e:
             raise ValueError(f"address {address}: no Ray cluster answered ({e}); if the cluster uses token "
-                             "authentication, set RAY_AUTH_MODE=token and its token here (README: Team "
+                             "authentication, set RAY_AUTH_MODE=token and its token here (docs/team.md: Team "
                              "setup)") from None
     else:
         _bind_loopback()
@@ -346,7 +395,7 @@ def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -
 def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, address: str | None,
                 max_concurrent: int | None, resume: bool, verbose: int, resource_wait_s: float,
                 store_retry_s: float, callbacks: Sequence[Callback] = ()) -> dict:
-    signals = _Signals()
+    signals = _Signals(local_ray=address is None and not ray.is_initialized())
     opened: dict[str, Ledger] = {}  # the ledger once it exists, for the cleanup below
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
     # for a large one) and let a new SQLite store create its tables (seconds too)
@@ -378,7 +427,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
         if "ledger" in opened:
             _best_effort(lambda: opened["ledger"].close_open_runs("KILLED"))
         if started_ray:
-            ray.shutdown()
+            kill_local_ray() if signals.ray_lost else ray.shutdown()
 
 
 def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, shared: dict, exp_dir: Path, resume: bool,
@@ -410,7 +459,7 @@ def _stopped(e: BaseException, ledger: Ledger | None, name: str, tracking_uri: s
         raise StorageStopped(f"{name}: stopped, {why}", closed=closed) from None
     if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
         # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
-        raise Interrupted(signals.signum or signal.SIGINT) from None
+        raise Interrupted(signals.signum or signal.SIGINT, ray_lost=signals.ray_lost) from None
 
 
 class StoreStopped(RuntimeError):
