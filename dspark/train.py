@@ -503,14 +503,23 @@ def train(config: Config | dict[str, Any], report: Report | None = None, resume_
     return trainer.run()
 
 
-def train_shared_target(config: Config | dict[str, Any], path: str | os.PathLike) -> dict:
+def train_shared_target(config: Config | dict[str, Any], path: str | os.PathLike,
+                        progress_file: str | os.PathLike | None = None) -> dict:
     """Train only the target stage of `config` and save it to `path` (atomically), for a
-    sweep whose trials share it. Returns its metadata (hashes and final val/bpb)."""
+    sweep whose trials share it. Returns its metadata (hashes and final val/bpb). Each
+    evaluation's step and val/bpb go to `progress_file` (JSON, replaced whole), where the
+    sweep's driver reads them while it waits."""
     import tempfile
+
+    def report(m: dict, _ckpt) -> None:
+        if progress_file is not None and "val/bpb" in m:
+            tmp = Path(f"{progress_file}.tmp")
+            tmp.write_text(json.dumps({"step": int(m["step"]), "of": cfg.target_steps, "val/bpb": m["val/bpb"]}))
+            os.replace(tmp, progress_file)
 
     cfg = config if isinstance(config, Config) else from_dict(config)
     with tempfile.TemporaryDirectory(prefix="dspark-target-") as tmp:
-        trainer = Trainer(cfg.replace(target_path="", parallel_stage="drafter", out_dir=tmp))
+        trainer = Trainer(cfg.replace(target_path="", parallel_stage="drafter", out_dir=tmp), report=report)
         trainer.train_target()
         bpb = next((h["val/bpb"] for h in reversed(trainer.history) if "val/bpb" in h), float("nan"))
     meta = {"target_hash": trainer.target_hash, "data_sha256": trainer.data_sha256, "val/bpb": bpb,

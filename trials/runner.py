@@ -36,7 +36,7 @@ from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S,
 from . import spec as specmod
 from .identity import check_same_sweep, identity_tags
 from .lease import Lease, check_storage, checkpoint_bytes, reap_dead_driver, write_atomic
-from .progress import ProgressLines
+from .progress import ProgressLines, clock
 from .recover import replay
 from .saved import DEFAULT_STORAGE, load_saved, saved_spec, status, storage_root  # noqa: F401  (the CLI reads them here)
 from .spec import SweepSpec
@@ -93,15 +93,42 @@ def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, f
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"shared target {h}: training {cfg.target_steps} steps of the {cfg.preset} LM on {n_cpu} core(s) "
               "(once; every trial of this target reuses it)", flush=True)
-        pending[h] = (path, shared_target_task.options(**opts).remote(cfg.to_dict(), str(path)), time.monotonic())
+        progress = path.with_name(f".{path.name}.progress.json")
+        progress.unlink(missing_ok=True)
+        pending[h] = (path, shared_target_task.options(**opts).remote(cfg.to_dict(), str(path), str(progress)),
+                      time.monotonic())
     for h, (path, ref, t0) in pending.items():
-        meta = ray.get(ref)
+        meta = _await_target(h, ref, path.with_name(f".{path.name}.progress.json"), t0)
         print(f"shared target {h}: trained in {time.monotonic() - t0:.0f} s, val/bpb {meta['val/bpb']:.4f}",
               flush=True)
         if meta["target_hash"] != h:
             raise RuntimeError(f"shared target {h}: the task trained {meta['target_hash']}")
         out[h] = {**meta, "path": str(path), "reused": False}
     return out
+
+
+TARGET_PROGRESS_S = 30.0  # how often the driver says where a shared target's training is
+
+
+def _await_target(h: str, ref, progress: Path, t0: float) -> dict:
+    """The shared target's metadata once its task ends; meanwhile, every TARGET_PROGRESS_S s,
+    one line with the step its last evaluation reached, the time so far and the time left
+    at that pace (a small target trains for minutes: no silence between start and end)."""
+    shown = -1
+    while True:
+        done, _ = ray.wait([ref], timeout=TARGET_PROGRESS_S)
+        if done:
+            progress.unlink(missing_ok=True)
+            return ray.get(ref)
+        try:
+            p = json.loads(progress.read_text())
+        except (OSError, ValueError):  # no evaluation yet, or being replaced
+            continue
+        if p["step"] > shown:
+            shown, spent = p["step"], time.monotonic() - t0
+            left = spent * (p["of"] - p["step"]) / max(p["step"], 1)
+            print(f"shared target {h}: step {p['step']}/{p['of']}, val/bpb {p['val/bpb']:.4f}, "
+                  f"{clock(spent)} elapsed, ~{clock(left)} left", flush=True)
 
 
 def search_space(spec: SweepSpec, trials) -> tuple[dict, list[dict]]:

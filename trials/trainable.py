@@ -4,7 +4,7 @@ trains a shared target.
 Kept apart from `trials.runner` so that a worker imports what a trial needs (torch,
 dspark, Ray Tune) and not the driver's MLflow and tracking code: Tune unpickles the
 trainable in every trial actor, which imports the module that defines it, and MLflow's
-import alone costs seconds (README "Results on this machine").
+import alone costs seconds (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -96,13 +96,13 @@ def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
 
 
 @ray.remote(max_retries=1)
-def shared_target_task(config: dict, path: str) -> dict:
+def shared_target_task(config: dict, path: str, progress_file: str | None = None) -> dict:
     import torch
 
     from dspark.train import train_shared_target
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    return train_shared_target(config, path)
+    return train_shared_target(config, path, progress_file)
 
 
 def trainable(spec, resume_dirs: dict[str, str]):

@@ -177,3 +177,26 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:  # gone meanwhile
         return None
+
+
+def test_a_shared_target_says_where_its_training_is_while_it_trains(ray_local, tmp_path, corpus_dir, capsys,
+                                                                    monkeypatch):
+    """No silence between a shared target's start and end lines (a small one trained 217 s
+    with none): its evaluations' steps, the time so far and the time left, every
+    TARGET_PROGRESS_S seconds (0.1 here)."""
+    import re
+
+    from dspark.targets import address
+    from tests.conftest import tiny
+
+    monkeypatch.setattr(runner, "TARGET_PROGRESS_S", 0.1)
+    cfg = tiny(data=(str(corpus_dir),), target_steps=100, eval_interval=20)
+    h = address(cfg)[0]
+    out = runner.ensure_targets({h: cfg}, tmp_path, {"cpu": 1}, 2)
+    lines = capsys.readouterr().out.splitlines()
+    steps = [int(m.group(1)) for ln in lines for m in [re.match(rf"shared target {h}: step (\d+)/100, val/bpb "
+                                                                r"\d\.\d{4}, \S+ elapsed, ~\S+ left$", ln)] if m]
+    assert steps and steps == sorted(set(steps)) and all(s % 20 == 0 for s in steps), lines
+    assert lines[0].startswith(f"shared target {h}: training 100 steps"), lines
+    assert lines[-1].startswith(f"shared target {h}: trained"), lines
+    assert Path(out[h]["path"]).is_file() and not list(tmp_path.rglob("*.progress.json*"))  # nothing left behind
