@@ -297,8 +297,7 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
              "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
              "residual plots (normal probability; against fitted; against run order) and its Pareto chart "
              f"with the line at the decision's alpha* = {d.alpha_star:.3g}.</p>"
-             + _table_html(model_fit_table(rep.results)),
-             "<h2>Summary</h2>", f"<pre>{esc(body)}</pre>"]
+             + _table_html(model_fit_table(rep.results))]
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)
         for i, (r, res) in enumerate(rep.results.items()):
@@ -313,6 +312,8 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
                  + esc("\n".join(alias_structure(coded))) + "</pre>")
     parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI at "
                  f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>" + _run_table_html(df, ui))
+    parts.append(f"<h2>The terminal summary</h2><p>As <code>analysis report</code> printed it.</p><pre>{esc(body)}</pre>")
+    parts = _with_contents(parts, after=3)
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
              "table.verdicts td{text-align:left;white-space:nowrap}"
@@ -321,6 +322,24 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
     write_atomic(path, f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}"
                        f"</head><body>{''.join(parts)}</body></html>")
     return path
+
+
+def _with_contents(parts: list[str], after: int) -> list[str]:
+    """Each section's heading numbered as an anchor, and a line of links to them placed after
+    the first `after` parts (the title, the question, the look: the verdict table stays first)."""
+    import re
+
+    html_text, links = "".join(parts[after:]), []
+
+    def anchor(m) -> str:
+        links.append(f"<a href='#s{len(links) + 1}'>{m.group(1)}</a>")
+        return f"<h2 id='s{len(links)}'>{m.group(1)}"
+
+    body = re.sub(r"<h2>(.*?)(?=</h2>)", anchor, html_text)
+    nav = "<p class='contents'><b>Contents</b>: " + " · ".join(re.sub(r"<small>.*?</small>", "", a) for a in links)
+    head, verdicts = parts[:after], parts[after:after + 2]
+    rest = body[len("".join(verdicts)):] if body.startswith("".join(verdicts)) else body
+    return [*head, *verdicts, nav + "</p>", rest]
 
 
 def verdict_rows(decision: Decision, response: str) -> pd.DataFrame:
