@@ -29,7 +29,7 @@ demo: $(BIN)/.installed
 	@$(BIN)/trials list
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 # The committed study reports, rebuilt from their committed runs with today's renderer.
 results: $(BIN)/.installed

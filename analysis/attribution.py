@@ -22,7 +22,7 @@ from .effects import factorial_effects
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 
-# Which question a sweep answers follows from its parallel stage (README "Two questions").
+# Which metrics a stage can rank follows from its parallel stage (README "Two questions").
 # What each metric means (better direction, degenerate stages, default responses) is
 # dspark.metrics' registry; these names are kept for the callers that import them here.
 DEFAULT_RESPONSES_BY_STAGE = metrics.DEFAULT_RESPONSES

@@ -1,7 +1,7 @@
 """What every metric means, in one table: its name, which direction is better, its unit,
 the stages that measure it, where it is degenerate or constant, and whether it is a
 headline column. Attribution, the report, Tune's progress columns, the trainer's console
-line and the README's Responses table all read it; adding a response means adding a row
+line and the Responses table in docs/responses.md all read it; adding a response means adding a row
 here and the code that computes it.
 
 Names are the trainer's (`tf/accept@3`); a family row (`tf/accept@k`) covers every slot
@@ -261,7 +261,7 @@ def primary_response(name: str, decl, where: str) -> tuple[dict | None, str | No
     recorded sweep (`analysis.load`: a parquet export, a parent run) check alike here."""
     known = lookup(name)
     if known is None:
-        return None, f"{where}: not a metric the trainer reports (see README \"Responses\")"
+        return None, f"{where}: not a metric the trainer reports (see docs/responses.md)"
     if not isinstance(decl, dict) or set(decl) - {"better", "margin"}:
         return None, f"{where}: must be {PRIMARY_FORM}"
     problem = margin_problem(decl.get("margin"))

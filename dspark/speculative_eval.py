@@ -1,4 +1,4 @@
-"""The speculative-decoding responses of a drafter-stage run (README, "Responses").
+"""The speculative-decoding responses of a drafter-stage run (docs/responses.md).
 
 On fixed held-out prompts and fixed decoding seeds (the same for every arm): accepted
 length per round at temperature 1 and greedy, conditional acceptance per slot, wall-clock
