@@ -313,7 +313,7 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
     parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI at "
                  f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>" + _run_table_html(df, ui))
     parts.append(f"<h2>The terminal summary</h2><p>As <code>analysis report</code> printed it.</p><pre>{esc(body)}</pre>")
-    parts = _with_contents(parts, after=3)
+    parts = _with_contents(parts, at=5)
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
              "table.verdicts td{text-align:left;white-space:nowrap}"
@@ -324,22 +324,20 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
     return path
 
 
-def _with_contents(parts: list[str], after: int) -> list[str]:
-    """Each section's heading numbered as an anchor, and a line of links to them placed after
-    the first `after` parts (the title, the question, the look: the verdict table stays first)."""
+def _with_contents(parts: list[str], at: int) -> list[str]:
+    """The sections from `parts[at]` on, each heading numbered as an anchor, and a line of
+    links to them placed at `at` (after the title, the question, the look and the verdict
+    table, which stay first)."""
     import re
 
-    html_text, links = "".join(parts[after:]), []
+    links: list[str] = []
 
     def anchor(m) -> str:
-        links.append(f"<a href='#s{len(links) + 1}'>{m.group(1)}</a>")
-        return f"<h2 id='s{len(links)}'>{m.group(1)}"
+        links.append(f"<a href='#s{len(links) + 1}'>{re.sub(r'<small>.*?</small>', '', m.group(1))}</a>")
+        return f"<h2 id='s{len(links)}'>{m.group(1)}</h2>"
 
-    body = re.sub(r"<h2>(.*?)(?=</h2>)", anchor, html_text)
-    nav = "<p class='contents'><b>Contents</b>: " + " · ".join(re.sub(r"<small>.*?</small>", "", a) for a in links)
-    head, verdicts = parts[:after], parts[after:after + 2]
-    rest = body[len("".join(verdicts)):] if body.startswith("".join(verdicts)) else body
-    return [*head, *verdicts, nav + "</p>", rest]
+    rest = re.sub(r"<h2>(.*?)</h2>", anchor, "".join(parts[at:]))
+    return [*parts[:at], "<p class='contents'><b>Contents</b>: " + " · ".join(links) + "</p>", rest]
 
 
 def verdict_rows(decision: Decision, response: str) -> pd.DataFrame:

@@ -35,6 +35,7 @@ from .artifacts import training_curves
 from .data import Corpus, build_corpus, held_out_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
+from .kept import write_atomic
 from .loss import dspark_loss
 from .model import Drafter, TargetLM, sync
 from .targets import load_target, save_target, target_hash
@@ -513,9 +514,8 @@ def train_shared_target(config: Config | dict[str, Any], path: str | os.PathLike
 
     def report(m: dict, _ckpt) -> None:
         if progress_file is not None and "val/bpb" in m:
-            tmp = Path(f"{progress_file}.tmp")
-            tmp.write_text(json.dumps({"step": int(m["step"]), "of": cfg.target_steps, "val/bpb": m["val/bpb"]}))
-            os.replace(tmp, progress_file)
+            write_atomic(Path(progress_file),
+                         json.dumps({"step": int(m["step"]), "of": cfg.target_steps, "val/bpb": m["val/bpb"]}))
 
     cfg = config if isinstance(config, Config) else from_dict(config)
     with tempfile.TemporaryDirectory(prefix="dspark-target-") as tmp:
