@@ -45,7 +45,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .record import SQLITE, sqlite_path, tracking_client
+from .record import SQLITE, sqlite_init_lock, sqlite_path, tracking_client
 
 # settings that MLflow's client (or the `requests` library under it) honours and this reader
 # does not: where one is set, MLflow's client reads. Workspaces scope every read.
@@ -125,8 +125,11 @@ def reading_client(uri: str):
         return RestReader(uri)
     if uri.startswith(SQLITE) and not any(ch in uri for ch in "?%"):  # a query or escapes: SQLAlchemy's to read
         path = sqlite_path(uri)
-        if path.is_file() and SqliteReader.readable(path):
-            return SqliteReader(path)
+        # under the lock MLflow's first use is taken under (record.tracking_client): a store
+        # another process is creating right now has some of its tables, not yet all columns
+        with sqlite_init_lock(path):
+            if path.is_file() and SqliteReader.readable(path):
+                return SqliteReader(path)
     return tracking_client(uri)
 
 

@@ -6,6 +6,7 @@ comparison against an `mlflow server` over REST runs in tests/trials/test_postgr
 
 import math
 import os
+from contextlib import closing
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +140,34 @@ def test_a_file_that_is_not_an_mlflow_store_is_refused_and_left_alone(tmp_path):
         with pytest.raises(StoreReadError, match="not an MLflow store") as e:
             reading_client(f"sqlite:///{path}")
         assert "\n" not in str(e.value) and path.read_bytes() == before  # MLflow's client would create its tables
+
+
+def test_a_store_another_process_is_creating_is_read_once_it_is_made(tmp_path, store):
+    """Two sweeps submitted together on a new store: one creates MLflow's tables (under
+    record's lock) while the other opens it to read. The reader waits for the lock rather
+    than judging a half-made schema (the experiments table without its later columns)."""
+    import shutil
+    import sqlite3
+    import threading
+
+    from dspark.record import sqlite_init_lock
+
+    made, _ = store
+    path = tmp_path / "new" / "mlflow.db"
+    path.parent.mkdir()
+    found = {}
+    with sqlite_init_lock(path):
+        with closing(sqlite3.connect(path)) as db:  # MLflow's first migration: no creation_time yet
+            db.executescript("CREATE TABLE experiments (experiment_id INTEGER, name TEXT, lifecycle_stage TEXT);"
+                             "CREATE TABLE runs (run_uuid TEXT);")
+        reader = threading.Thread(target=lambda: found.update(r=reading_client(f"sqlite:///{path}")))
+        reader.start()
+        reader.join(1.0)
+        assert reader.is_alive()  # waiting on the lock, not refusing the half-made store
+        shutil.copyfile(made[len("sqlite:///"):], path)  # the creator finishes
+    reader.join(30)
+    assert isinstance(found.get("r"), SqliteReader)
+    assert {"alpha", "beta"} <= {e.name for e in found["r"].search_experiments()}
 
 
 def test_filters_and_failures_are_one_line():
