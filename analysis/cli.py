@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ui-url", help="the MLflow UI the report's run links open (none: the tracking server itself, "
                                     "or http://127.0.0.1:5000 where `mlflow ui` serves a file store)")
     r.add_argument("--no-log", action="store_true", help=NO_LOG_HELP)
+    r.add_argument("--verbose", action="store_true",
+                   help="print every term's detail (each response's fit, noise and drift; every interaction) after "
+                        "the answer, as the report's summary holds it")
     pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma",
                        formatter_class=fmt)
     pl.add_argument("experiment", help=EXP_HELP)
@@ -142,12 +146,14 @@ def _report_or_plan(args) -> int:
     rep = build_report(df, out, args.responses, args.adjust, alpha=args.alpha, margins=margins,
                        ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri),
                        unrecorded=unrecorded, what_if=what_if)
-    print(rep.summary)
+    print(rep.summary if args.verbose else rep.brief)
     _record(rep.look, df, args)
-    print(f"report: {rep.html_path} (and {rep.markdown_path.name})")
+    shown = os.path.relpath(rep.html_path)
+    print(f"report: {rep.html_path if shown.startswith('..') else shown} (and {rep.markdown_path.name}; every "
+          "term's detail: --verbose)")
     if what_if and not args.parquet:
-        print("what-if (margins, responses, alpha or adjustment given): nothing logged on the parent run; the "
-              "sweep's own report is `analysis report " + args.experiment + "`")
+        print("what-if (margins, responses, alpha or adjustment given): nothing logged on the parent run;\n"
+              "  the sweep's own report is `analysis report " + args.experiment + "`")
     elif not args.no_log and not args.parquet:
         from .load import SweepRecord, log_to_parent
 

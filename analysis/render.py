@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from .attribution import ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .load import SweepRecord, report_incomplete
-from .verdicts import BEYOND, NEGLIGIBLE, UNSURE, Decision
+from .verdicts import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision
 
 if TYPE_CHECKING:
     from .report import Report
@@ -126,6 +127,124 @@ def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str
     if skipped:
         lines.append("skipped: " + "; ".join(skipped))
     return "".join("\n" + line for line in lines)
+
+
+BRIEF_WIDTH = 120  # the terminal answer's widest line
+
+
+def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
+    first = indent if first is None else first
+    return textwrap.wrap(text, BRIEF_WIDTH, initial_indent=first, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
+
+
+def _shown_terms(decision: Decision, response: str) -> list:
+    """A response's verdicts the answer shows: its family's, or, for a response outside the
+    family, its main effects and control contrasts."""
+    mine = decision.of(response)
+    return [v for v in mine if v.in_family] or [v for v in mine if ":" not in v.term]
+
+
+def _num(x: float) -> str:
+    return f"{x:+.0f}" if abs(x) >= 1000 else f"{x:+.3g}"
+
+
+def _est(v) -> str:
+    lo, hi, _ = v.interval()
+    return f"{_num(v.estimate)} [{_num(lo)}, {_num(hi)}]"
+
+
+def _names(terms: list[str], every: list[str]) -> str:
+    """Terms named in a sentence: a factor whose pairwise contrasts (D1[a->b]) all share the
+    state is named once, as "D1 (every pair of levels)"."""
+    out = []
+    for t in terms:
+        base = t.split("[", 1)[0]
+        pairs = [u for u in every if u.startswith(base + "[")]
+        if not pairs or not set(pairs) <= set(terms):
+            out.append("the arms " + t if t.startswith("vs ") else t)
+        elif f"{base} (every pair of levels)" not in out:
+            out.append(f"{base} (every pair of levels)")
+    return out[0] if len(out) == 1 else ", ".join(out[:-1]) + " and " + out[-1]
+
+
+def sentence(decision: Decision, response: str) -> str:
+    """A response's answer in one plain sentence, each claim the verdict of the interval the
+    table prints above it."""
+    shown = _shown_terms(decision, response)
+    margin = decision.checks[response].margin
+    m = f"+-{margin:g}" if margin is not None else ""
+    parts = []
+    for v in shown:
+        if not v.matters:
+            continue
+        way = {"better": "improves it", "worse": "worsens it"}.get(v.direction(), "changes it")
+        what = f"{v.term} ({v.label})" if v.label else v.term
+        size = "beyond the margin" if v.verdict == BEYOND else (
+            f"(whether beyond {m} is unsure)" if margin is not None else "(no margin declared to size it)")
+        parts.append(f"{what} {way} {size}")
+    for state, word in ((NEGLIGIBLE, f"negligible (within {m})"), (UNDECIDED, "undecided")):
+        terms = [v.term for v in shown if v.verdict == state]
+        if terms:
+            named = _names(terms, [v.term for v in shown])
+            parts.append(f"{named} {'are' if ' and ' in named or 'every pair' in named else 'is'} {word}")
+    return f"{response}: " + "; ".join(parts) + "." if parts else f"{response}: no term to judge."
+
+
+def next_step(decision: Decision, experiment: str) -> str:
+    """The planner's cheapest next step when a family verdict is undecided: the fewest replicate
+    blocks that would decide one of them (80%, if its effect is as estimated)."""
+    open_ = [v for v in decision.family_verdicts() if v.verdict == UNDECIDED]
+    if not open_:
+        return ""
+    priced = sorted((v for v in open_ if v.blocks), key=lambda v: v.blocks)
+    tail = f"every option, prompts too, priced: analysis plan {experiment}"
+    if not priced:
+        return f"next step: no number of blocks is priced for the {len(open_)} undecided term(s); {tail}"
+    v = priced[0]
+    return (f"next step: {v.blocks} more replicate block(s) would decide {v.response} {v.term} (80%, if its effect "
+            f"is as estimated): trials augment {experiment} --replicates {v.blocks}; {tail}")
+
+
+def brief_text(rep: Report, df: pd.DataFrame) -> str:
+    """The answer in one screen, lines of at most BRIEF_WIDTH characters: the question and the
+    look, each primary response's verdicts of its primary terms with the interval each
+    decision used, a sentence per primary response, the cheapest next step, and the notes.
+    The per-term detail is `rep.summary` (`analysis report --verbose`, the report files)."""
+    d = rep.decision
+    head = rep.summary.split("\nverdicts (", 1)[0].splitlines()
+    lines = []
+    for i, line in enumerate(head):
+        lines += _wrap(textwrap.shorten(line, 3 * BRIEF_WIDTH, placeholder=" [...]") if i == 0 else line, "  ", "")
+    cols = answer_columns(d)
+    shown = {r: _shown_terms(d, r) for r in cols}
+    term_w = max([len(v.term) for vs in shown.values() for v in vs] + [4])
+    verdict_w = max([len(v.verdict) for vs in shown.values() for v in vs] + [7])
+    lines.append("verdicts (estimate [interval the decision used]):")
+    for r in cols:
+        c = d.checks[r]
+        lines.append(f"  {r} ({c.better + ' is better; ' if c.better else ''}"
+                     f"{'margin +-' + format(c.margin, 'g') if c.margin is not None else 'no margin declared'})")
+        lines += [f"    {v.term.ljust(term_w)}  {v.verdict.ljust(verdict_w)}  {_est(v)}" for v in shown[r]]
+    rest = [v for v in d.verdicts if v.response in cols and all(v is not w for w in shown[v.response])]
+    if rest:
+        states = [v.verdict for v in rest]
+        said = {BEYOND: "matter beyond the margin", UNSURE: "matter (size unsure)"}
+        tally = ", ".join(f"{states.count(k)} {said.get(k, k)}" for k in dict.fromkeys(states))
+        lines += _wrap(f"other terms (interactions, outside the family): {tally}; each with --verbose", "    ", "  ")
+    lines.append("in a sentence:")
+    for r in cols:
+        lines += _wrap(sentence(d, r), "    ", "  ")
+    step = next_step(d, SweepRecord.of(df).experiment)
+    if step:
+        lines += _wrap(step, "  ", "")
+    kind = "the family's verdicts" if any(c.margin is not None for c in d.checks.values()) else "verdicts"
+    lines.append(f"{kind}: {d.counts_text()}")
+    tail = rep.summary.split(f"\n{kind}: {d.counts_text()}", 1)
+    for note in (tail[1].splitlines() if len(tail) > 1 else []):
+        if note.strip():
+            lines += _wrap(note, "  ")
+    return "\n".join(lines)
 
 
 DESCRIPTION_SHOWN = 2000  # characters of a sweep's description a report's header shows

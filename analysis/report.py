@@ -24,7 +24,7 @@ from .design import alias_structure, factorial_rows  # noqa: F401  (alias_struct
 from .diagnostics import (Sensitivity, against_control, analysable, cell_means, choose_responses,  # noqa: F401
                           drift_check, fraction_note, model_fit_table, residuals, sensitivity)
 from .load import SweepRecord, log_to_parent  # noqa: F401  (log_to_parent: the report's writer to the parent run)
-from .render import (VERDICT_COLOURS, header_text, notes, summarise, verdict_cell, verdict_colour,  # noqa: F401
+from .render import (VERDICT_COLOURS, brief_text, header_text, notes, summarise, verdict_cell, verdict_colour,  # noqa: F401
                      verdict_grid, verdict_rows, verdict_table_text, write_html, write_markdown)
 from .sequential import LookResult, look_for
 from .variance import split
@@ -45,6 +45,7 @@ class Report:
     decision: Decision | None = None
     look: LookResult | None = None
     noise: dict = field(default_factory=dict)  # response -> analysis.variance.Split
+    brief: str = ""  # the answer in one screen (the terminal's; `summary` holds every term's detail)
 
 
 def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] | None = None,
@@ -82,6 +83,7 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
                + notes(df, data, chosen, fraction, bool(dunnett), skipped))
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,
                  decision=decision, look=look, noise=noise)
+    rep.brief = brief_text(rep, df)
     if out is not None:
         out = Path(out)
         rep.html_path = write_html(df, rep, factors, out, ui)

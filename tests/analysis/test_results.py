@@ -76,3 +76,48 @@ def test_no_sentence_of_a_committed_summary_contradicts_its_interval(folder):
         else:
             assert lo <= 0 <= hi, line
     assert seen >= 20, seen
+
+
+ROW = re.compile(r"^    (?P<term>\S+(?: \S+)?)\s{2,}(?P<state>matters, beyond the margin|matters, size unsure|negligible|"
+                 r"undecided)\s+(?P<est>[-+][\d.e+-]+) \[(?P<lo>[-+][\d.e+-]+), (?P<hi>[-+][\d.e+-]+)\]$")
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_the_terminal_answer_of_a_committed_study_fits_a_screen_and_agrees_with_itself(folder):
+    """`analysis report`'s answer: at most about 40 lines of at most 120 characters; every row's
+    state agrees with its interval and the response's margin; each sentence names a term in
+    the state its row gives."""
+    from analysis.load import read_parquet
+    from analysis.report import build_report
+
+    brief = build_report(read_parquet(folder / "runs.parquet"), None).brief
+    lines = brief.splitlines()
+    assert len(lines) <= 42 and max(map(len, lines)) <= 120, brief
+    rows, margin, response = {}, None, None
+    for line in lines:
+        head = re.match(r"^  (\S+) \(.*?(?:margin \+-([\d.e+-]+)|no margin declared)\)$", line)
+        if head:
+            response, margin = head[1], float(head[2]) if head[2] else None
+            continue
+        m = ROW.match(line)
+        if not m:
+            continue
+        lo, hi, state = float(m["lo"]), float(m["hi"]), m["state"]
+        rows[(response, m["term"])] = state
+        assert lo <= float(m["est"]) <= hi, line
+        if state == "matters, beyond the margin":
+            assert lo > margin or hi < -margin, line
+        elif state == "negligible":
+            assert -margin < lo and hi < margin, line
+        elif state == "undecided":
+            assert lo <= 0 <= hi, line
+    assert len(rows) >= 9, brief
+    said = brief.split("\nin a sentence:\n", 1)[1]
+    for r in {r for r, _ in rows}:
+        text = " ".join(said.split(f"  {r}: ", 1)[1].split(".\n", 1)[0].split())
+        for clause in text.split("; "):
+            state = ("negligible" if " negligible" in clause else "undecided" if " undecided" in clause else
+                     "matters, beyond the margin" if "beyond the margin" in clause else "matters, size unsure")
+            for (rr, term), s in rows.items():
+                if rr == r and re.search(rf"(?<![\w\[]){re.escape(term.split('[')[0])}(?![\w\]])", clause) and "[" not in term:
+                    assert s == state, (r, term, clause)

@@ -160,7 +160,7 @@ def test_a_sweep_on_the_server_survives_its_loss_and_reads_back(server, tmp_path
     rc, out, err = _cli("analysis.cli", "report", "gone", "--tracking-uri", server.url, "--out", str(tmp_path / "rep"),
                         "--responses", "tf/tau", cwd=tmp_path)
     # --responses of one's own: a what-if, in its own folder
-    assert rc == 0 and "D1: " in out and (tmp_path / "rep" / "gone" / "what-if" / "report.html").is_file(), err[-2000:]
+    assert rc == 0 and "\n  tf/tau: " in out and (tmp_path / "rep" / "gone" / "what-if" / "report.html").is_file(), err[-2000:]
 
 
 def _tune_points(exp_dir: Path, metric: str) -> list[tuple[str, int, float]]:
