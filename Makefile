@@ -27,6 +27,8 @@ demo: $(BIN)/.installed
 	$(BIN)/analysis report demo
 	@echo; echo "=== Both sweeps and their MLflow links (serve them with: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --workers 1) ==="
 	@$(BIN)/trials list
+	@echo; echo "=== Recap: both questions, answered ==="
+	@$(BIN)/analysis recap demo-seed demo
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q --durations=20 tests

@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
                     help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     _add_results(sub, fmt)
+    rc = sub.add_parser("recap", help="the answers of several sweeps, one after another: each one's verdict table "
+                                      "and a sentence per primary response (no file written; a new look is recorded as by report)",
+                        formatter_class=fmt)
+    rc.add_argument("experiments", nargs="+", help="the sweeps' MLflow experiments (their names)")
+    rc.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
     e = sub.add_parser("export", help="write the runs of an experiment to parquet",
                        formatter_class=fmt)
     e.add_argument("experiment", help=EXP_HELP)
@@ -112,6 +117,32 @@ def _notebook(args) -> int:
     if shown:
         print(shown)
     print(f"executed notebook: {path} (every response's details, plots and the reading in it)")
+    return 0
+
+
+def _recap(args) -> int:
+    """Each sweep's question in a line, its verdicts and a sentence per primary response."""
+    import textwrap
+
+    from dspark.record import probe_store
+
+    from .load import SweepRecord, load_runs
+    from .render import BRIEF_WIDTH, answer_lines
+    from .report import build_report
+
+    probe_store(args.tracking_uri)
+    frames = [load_runs(e, args.tracking_uri) for e in args.experiments]  # every sweep read before any is printed
+    args.parquet = None
+    for i, df in enumerate(frames):
+        rep = build_report(df, None)
+        _record(rep.look, df, args)  # verdicts printed are a look, as `analysis report`'s are
+        record = SweepRecord.of(df)
+        head = f"=== {record.experiment}: "
+        print(("\n" if i else "") + head + textwrap.shorten(record.description or "(no description)",
+                                                          BRIEF_WIDTH - len(head) - 4, placeholder=" ...") + " ===")
+        print("\n".join(answer_lines(rep.decision)))
+        print(textwrap.fill(f"{rep.decision.counts_text()}; every detail: analysis report {record.experiment}",
+                            BRIEF_WIDTH, initial_indent="  ", subsequent_indent="  "))
     return 0
 
 
@@ -175,7 +206,8 @@ def _record(look, df, args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    command = {"export": _export, "notebook": _notebook, "results": _results}.get(args.command, _report_or_plan)
+    command = {"export": _export, "notebook": _notebook, "results": _results,
+               "recap": _recap}.get(args.command, _report_or_plan)
     try:
         code = command(args)
         sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit

@@ -187,7 +187,8 @@ def sentence(decision: Decision, response: str) -> str:
         terms = [v.term for v in shown if v.verdict == state]
         if terms:
             named = _names(terms, [v.term for v in shown])
-            parts.append(f"{named} {'are' if ' and ' in named or 'every pair' in named else 'is'} {word}")
+            plural = " and " in named or "every pair" in named or named.startswith("the arms")
+            parts.append(f"{named} {'are' if plural else 'is'} {word}")
     return f"{response}: " + "; ".join(parts) + "." if parts else f"{response}: no term to judge."
 
 
@@ -216,6 +217,23 @@ def brief_text(rep: Report, df: pd.DataFrame) -> str:
     lines = []
     for i, line in enumerate(head):
         lines += _wrap(textwrap.shorten(line, 3 * BRIEF_WIDTH, placeholder=" [...]") if i == 0 else line, "  ", "")
+    lines += answer_lines(d)
+    step = next_step(d, SweepRecord.of(df).experiment)
+    if step:
+        lines += _wrap(step, "  ", "")
+    kind = "the family's verdicts" if any(c.margin is not None for c in d.checks.values()) else "verdicts"
+    lines.append(f"{kind}: {d.counts_text()}")
+    tail = rep.summary.split(f"\n{kind}: {d.counts_text()}", 1)
+    for note in (tail[1].splitlines() if len(tail) > 1 else []):
+        if note.strip():
+            lines += _wrap(note, "  ")
+    return "\n".join(lines)
+
+
+def answer_lines(d: Decision) -> list[str]:
+    """The answer's core (the brief's, and `analysis recap`'s): each primary response's
+    verdicts of its primary terms with the interval each used, then a sentence per response."""
+    lines = []
     cols = answer_columns(d)
     shown = {r: _shown_terms(d, r) for r in cols}
     term_w = max([len(v.term) for vs in shown.values() for v in vs] + [4])
@@ -235,16 +253,7 @@ def brief_text(rep: Report, df: pd.DataFrame) -> str:
     lines.append("in a sentence:")
     for r in cols:
         lines += _wrap(sentence(d, r), "    ", "  ")
-    step = next_step(d, SweepRecord.of(df).experiment)
-    if step:
-        lines += _wrap(step, "  ", "")
-    kind = "the family's verdicts" if any(c.margin is not None for c in d.checks.values()) else "verdicts"
-    lines.append(f"{kind}: {d.counts_text()}")
-    tail = rep.summary.split(f"\n{kind}: {d.counts_text()}", 1)
-    for note in (tail[1].splitlines() if len(tail) > 1 else []):
-        if note.strip():
-            lines += _wrap(note, "  ")
-    return "\n".join(lines)
+    return lines
 
 
 DESCRIPTION_SHOWN = 2000  # characters of a sweep's description a report's header shows

@@ -132,7 +132,7 @@ def cmd_run(args) -> int:
         raise ValueError("--out: only with --local (a Ray sweep writes to MLflow; `analysis export` makes a parquet)")
     return _run(spec, absolute_uri(args.tracking_uri), args.storage, ui=args.ui_url, address=args.address,
                 max_concurrent=args.max_concurrent, resource_wait_s=args.resource_wait,
-                store_timeout_s=args.store_timeout, store_retry_s=args.store_retry)
+                store_timeout_s=args.store_timeout, store_retry_s=args.store_retry, verbose=1 + args.verbose)
 
 
 def _run_local(spec, args) -> int:
@@ -155,7 +155,7 @@ def cmd_resume(args) -> int:
     return _run(spec, uri, args.storage, ui=args.ui_url, address=args.address,
                 max_concurrent=meta.get("max_concurrent"), resume=True, resource_wait_s=args.resource_wait,
                 store_timeout_s=args.store_timeout,
-                store_retry_s=args.store_retry)
+                store_retry_s=args.store_retry, verbose=1 + args.verbose)
 
 
 def cmd_recover(args) -> int:
@@ -286,6 +286,11 @@ def cmd_list(args) -> int:
             state = str(e) if isinstance(e, ValueError) else store_error(uri, e)
         rows.append({"sweep": name, "trials": str(len(spec.trials)), "state": state, "tracking_uri": uri,
                      "MLflow": link})
+    uris = {r["tracking_uri"] for r in rows}
+    if len(uris) == 1 and "" not in uris:  # one store for every sweep: said once, the table stays narrow
+        print(_table([{k: v for k, v in r.items() if k != "tracking_uri"} for r in rows]))
+        print(f"(every sweep's MLflow store: {uris.pop()})")
+        return 0
     print(_table(rows) if rows else f"no sweep under {root}")
     return 0
 
@@ -314,6 +319,12 @@ def _store_flags(p: argparse.ArgumentParser, retry: bool = True) -> None:
     if retry:
         p.add_argument("--store-retry", type=float, default=STORE_RETRY_S,
                        help="seconds a sweep retries a failing store write before it stops cleanly")
+
+
+def _verbose_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="-v: a line per started trial and per evaluation too; -vv: Tune's own output as well "
+                        "(default: a line per finished trial, and one on what runs after a minute without one)")
 
 
 def _ui_flag(p: argparse.ArgumentParser) -> None:
@@ -380,6 +391,7 @@ def _add_run(sub) -> None:
                         "resources before stopping (a local Ray is refused at once)")
     _store_flags(r)
     _ui_flag(r)
+    _verbose_flag(r)
     r.set_defaults(fn=cmd_run)
 
 
@@ -423,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on a cluster, seconds to wait for a node that fits a trial")
     _store_flags(s)
     _ui_flag(s)
+    _verbose_flag(s)
     _store_flags(_named(sub, "recover", "rebuild a sweep's MLflow records from Tune's result files in storage",
                         cmd_recover, address=False,
                         uri_help="MLflow store to rebuild in (none: the one saved with the sweep)"), retry=False)

@@ -1,8 +1,15 @@
-"""What a person watching a sweep sees: one line per trial event, and a short arms table
-at the end. A Ray Tune callback (Tune's own output is switched off: its table and its
-box of every metric per finished trial printed about 165 lines a trial).
+"""What a person watching a sweep sees: a line per finished (or failed) trial, a line on
+what runs whenever a minute passes without one, and a short arms table at the end. A Ray
+Tune callback (Tune's own output is switched off: its table and its box of every metric per
+finished trial printed about 165 lines a trial). `trials run -v` adds a line per started
+trial and per evaluation.
 
-    [demo 3/16 done 4m10s, ~18m left] finished aligned·block·hidden r0  spec/tau 2.781  ...
+    [demo 3/16 done 4m10s, ~8m20s left] finished aligned·block·hidden r0  spec/tau 2.781  ...
+    [demo 3/16 done 5m10s, ~7m20s left] running aligned·block·markov r0 (1m02s), shifted·block·hidden r0 (40s)
+
+The clock counts from the command's start (a shared target trained first included). The
+time left is a schedule of what remains on the sweep's slots: each running trial needs the
+median time of the trials finished so far, less its age; each pending one the median.
 
 The columns are the sweep's primary responses (its spec's `responses:`), else the stage's
 default responses that the stage measures and that vary (`dspark.metrics`): never a
@@ -42,53 +49,114 @@ def values(result: dict, cols: list[str]) -> str:
     return "  ".join(out)
 
 
-class ProgressLines(Callback):
-    """One line per trial event: started, evaluated (each reported step), finished, failed."""
+HEARTBEAT_S = 60.0  # a line on what runs when nothing was said for this long
 
-    def __init__(self, spec: SweepSpec, todo: int, out=None):
+
+def command_started() -> float:
+    """The wall time this process started: a sweep's clock counts from the command's start."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def time_left(now: float, durations: list[float], running: list[float], pending: int, slots: int) -> float:
+    """Seconds until the last trial ends: running trials (by start time) and pending ones on
+    `slots` slots, each trial taking the median of `durations` (NaN before one finished)."""
+    if not durations:
+        return float("nan")
+    typical = sorted(durations)[len(durations) // 2]
+    free = sorted(max(typical - (now - t), 0.0) for t in running)
+    free += [0.0] * max(slots - len(free), 0)
+    free = free[:max(slots, len(running))]
+    for _ in range(pending):
+        free.sort()
+        free[0] += typical
+    return max(free) if free else 0.0
+
+
+class ProgressLines(Callback):
+    """One line per finished or failed trial, and one on what runs after HEARTBEAT_S of
+    silence; `verbose` 2 adds a line per started trial and per evaluation."""
+
+    def __init__(self, spec: SweepSpec, todo: int, out=None, verbose: int = 1, t0: float | None = None,
+                 slots: int | None = None):
         self.spec = spec
         self.cols = columns(spec)
         self.total = len(spec.trials)
         self.done = self.total - todo  # finished before this run (a resume)
-        self.ran = 0
-        self.t0 = time.monotonic()
+        self.t0 = command_started() if t0 is None else t0
         self.out = out
+        self.verbose = verbose
+        self.slots = slots or 0  # the sweep's concurrency limit (0: as many as run at once)
         self._steps: dict[str, int] = {}
+        self._started: dict[str, float] = {}  # running trial id -> its start (wall time)
+        self._durations: list[float] = []  # of the trials this command finished
+        self._said = time.time()
+        self._most = 0  # the most trials seen running at once
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment; streams do not pickle
         state = dict(self.__dict__)
         state["out"] = None
         return state
 
+    def _left(self, now: float) -> float:
+        slots = self.slots or self._most or 1
+        pending = self.total - self.done - len(self._started)
+        return time_left(now, self._durations, list(self._started.values()), max(pending, 0), slots)
+
+    def _print(self, text: str) -> None:
+        self._said = time.time()
+        print(text, file=self.out or sys.stdout, flush=True)
+
+    def _head(self) -> str:
+        now = time.time()
+        left = self._left(now)
+        eta = f", ~{clock(left)} left" if self.done < self.total and math.isfinite(left) else ""
+        return f"[{self.spec.name} {self.done}/{self.total} done {clock(now - self.t0)}{eta}]"
+
     def _say(self, event: str, trial, extra: str = "") -> None:
-        elapsed = time.monotonic() - self.t0
-        left = elapsed / self.ran * (self.total - self.done) if self.ran else float("nan")
-        eta = f", ~{clock(left)} left" if self.ran and self.done < self.total else ""
         name = self.spec.trial_for(trial.config).run_name
-        line = f"[{self.spec.name} {self.done}/{self.total} done {clock(elapsed)}{eta}] {event} {name}"
-        print(line + (f"  {extra}" if extra else ""), file=self.out or sys.stdout, flush=True)
+        self._print(f"{self._head()} {event} {name}" + (f"  {extra}" if extra else ""))
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self._say("started", trial)
+        self._started[trial.trial_id] = time.time()
+        self._most = max(self._most, len(self._started))
+        if self.verbose >= 2:
+            self._say("started", trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        self._started.setdefault(trial.trial_id, time.time())  # a trial Tune restored mid-run
         step = int(result.get("step", 0) or 0)
         shown = values(result, self.cols)
-        if not shown or self._steps.get(trial.trial_id, -1) >= step:
+        if self.verbose < 2 or not shown or self._steps.get(trial.trial_id, -1) >= step:
             return
         self._steps[trial.trial_id] = step
         self._say(f"step {step}", trial, shown)
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def _ended(self, trial) -> None:
         self.done += 1
-        self.ran += 1
+        start = self._started.pop(trial.trial_id, None)
+        if start is not None:
+            self._durations.append(time.time() - start)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._ended(trial)
         self._say("finished", trial, values(trial.last_result or {}, self.cols))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.done += 1
-        self.ran += 1
+        self._ended(trial)
         lines = (getattr(trial, "error_msg", "") or "").strip().splitlines()
         self._say("FAILED", trial, lines[-1][:160] if lines else "")
+
+    def on_step_end(self, iteration, trials, **info):
+        now = time.time()
+        if now - self._said < HEARTBEAT_S or not self._started:
+            return
+        names = {t.trial_id: self.spec.trial_for(t.config).run_name for t in trials}
+        running = sorted(self._started.items(), key=lambda kv: kv[1])
+        shown = ", ".join(f"{names.get(k, k)} ({clock(now - t)})" for k, t in running[:3])
+        more = f" and {len(running) - 3} more" if len(running) > 3 else ""
+        self._print(f"{self._head()} running {shown}{more}")
 
 
 def arms_table(spec: SweepSpec, runs: dict) -> str:

@@ -322,7 +322,8 @@ def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
     True when this call started or joined it (the caller then shuts it down)."""
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    # Ray's INFO lines ("Started a local Ray instance") are not the sweep's news
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     if address:
         try:
             ray.init(address=address, **kwargs)
@@ -574,8 +575,13 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
          signals: "_Signals", max_concurrent: int | None, verbose: int):
     limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
     space, points = search_space(spec, todo)
-    # verbose 1: one line per trial event (trials.progress); 2: Tune's own table as well
-    shown = [ProgressLines(spec, len(todo))] if verbose >= 1 else []
+    # verbose 1: a line per finished trial and a heartbeat (trials.progress); 2: a line per
+    # trial event; 3: Tune's own output as well (its box and tables, its INFO lines)
+    shown = [ProgressLines(spec, len(todo), verbose=verbose, slots=limit)] if verbose >= 1 else []
+    quiet = verbose < 3
+    if quiet:  # Tune's new output engine prints its configuration box even when silent
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        logging.getLogger("ray.tune").setLevel(logging.WARNING)
     tuner = tune.Tuner(
         trainable(spec, resume_dirs),
         param_space=space,
@@ -584,7 +590,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
             trial_name_creator=lambda trial: spec.trial_for(trial.config).run_name,
             search_alg=BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0)),
         run_config=tune.RunConfig(
-            name=spec.name, storage_path=str(root), verbose=2 if verbose >= 2 else 0,
+            name=spec.name, storage_path=str(root), verbose=0 if quiet else 2,
             # Tune's CSV and JSON result files (its ExperimentAnalysis reads them), but not its
             # TensorBoard logger, which MLflow replaces and whose import alone costs seconds
             callbacks=[*callbacks, *shown, CSVLoggerCallback(), JsonLoggerCallback()],

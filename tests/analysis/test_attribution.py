@@ -152,8 +152,17 @@ def test_holm_adjustment_is_not_smaller_than_raw(store):
         assert (a["p_adj"] >= a["p"] - 1e-15).all()
 
 
-def test_report_cli_writes_html_and_summary(store, tmp_path):
+def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     synthetic_sweep(store, failed=0)
+    from analysis.cli import main
+
+    # the recap (`make demo`'s last screen): each sweep's question, its table and sentences, and
+    # nothing written or logged
+    assert main(["recap", "synthetic", "--tracking-uri", store]) == 0
+    recap = capsys.readouterr().out
+    assert recap.startswith("=== synthetic: (no description) ===\nverdicts (estimate [interval the decision used]):")
+    assert "\n  spec/tau: D1 (shifted -> aligned) improves it" in recap and "every detail: analysis report synthetic" in recap
+    assert not (tmp_path / "reports").exists()
     r = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                         "--out", str(tmp_path / "rep")],
                        capture_output=True, text=True, cwd=tmp_path)  # artifacts go to ./mlruns

@@ -21,3 +21,45 @@ def test_the_arms_table_is_sorted_and_names_the_timing_pass():
     for r in runs.values():
         r.data.metrics["spec/speedup"] = 1.1
     assert "trials time" not in arms_table(spec, runs)
+
+
+def test_time_left_schedules_what_remains_on_the_slots():
+    from trials.progress import time_left
+
+    nan = time_left(100.0, [], [90.0], 3, 2)
+    assert nan != nan  # nothing finished: no measured time per trial, no estimate
+    # median 10 s; two slots: the running trial (4 s in) needs 6 more, then 3 pending trials of 10
+    # go to whichever slot frees first: 0+10, 6+10, 10+10 -> the last ends at 20
+    assert time_left(100.0, [9.0, 10.0, 30.0], [96.0], 3, 2) == 20.0
+    # a running trial older than the median is taken to be ending now
+    assert time_left(100.0, [10.0], [50.0], 0, 1) == 0.0
+    # one slot: everything in a row
+    assert time_left(100.0, [10.0], [95.0], 2, 1) == 25.0
+
+
+def test_the_progress_lines_say_finished_trials_and_what_runs_after_a_silence(monkeypatch):
+    import io
+
+    from trials import progress
+
+    spec = parse({"name": "beat", "base": {"preset": "tiny"}, "replicates": 1,
+                  "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}}})
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(progress.time, "time", lambda: clock["now"])
+    out = io.StringIO()
+    lines = progress.ProgressLines(spec, len(spec.trials), out=out, t0=900.0, slots=1)
+    trials = [SimpleNamespace(trial_id=f"t{i}", config=spec.tune_params(t), last_result={}, error_msg="")
+              for i, t in enumerate(spec.trials)]
+    lines.on_trial_start(0, trials, trials[0])
+    clock["now"] += 30
+    lines.on_trial_result(0, trials, trials[0], {"step": 5, "spec/tau": 2.0})
+    lines.on_step_end(0, trials)
+    assert out.getvalue() == ""  # verbose 1: no start or evaluation line, and under a minute of silence
+    clock["now"] += 31
+    lines.on_step_end(0, trials)
+    said = out.getvalue().splitlines()
+    assert said == [f"[beat 0/2 done 2m41s] running {spec.trials[0].run_name} (1m01s)"]
+    clock["now"] += 9  # the first trial ends after 70 s; the second, not started, takes as long
+    lines.on_trial_complete(0, trials, trials[0])
+    assert out.getvalue().splitlines()[-1].startswith(f"[beat 1/2 done 2m50s, ~1m10s left] finished "
+                                                      f"{spec.trials[0].run_name}")

@@ -29,7 +29,7 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = specmod.smoke(specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "smoke", D1_D9)))
     assert spec.name == "smoke-smoke"  # a smoke test never mixes with the real sweep's runs
-    out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=1)
+    out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=2)
     assert out == {**out, "finished": 4, "failed": 0}
     # each factor and the replicate are Tune dimensions: columns in Tune's results and table
     df = out["results"].get_dataframe()
@@ -41,8 +41,11 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
     logged = [d for d in Path(out["storage"]).iterdir() if (d / "progress.csv").is_file() and (d / "result.json").is_file()]
     assert len(logged) == 4
     assert not list(Path(out["storage"]).rglob("events.out.tfevents*"))
-    # one line per trial event, by the trial's readable name, with the sweep's progress
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[smoke-smoke ")]
+    # -v: one line per trial event, by the trial's readable name, with the sweep's progress; none
+    # of Tune's own output (its configuration box, its INFO lines)
+    said = capsys.readouterr()
+    assert "Configuration for experiment" not in said.out + said.err and "View detailed results" not in said.out
+    lines = [line for line in said.out.splitlines() if line.startswith("[smoke-smoke ")]
     for t in spec.trials:
         mine = [line for line in lines if line.split("] ", 1)[1].split("  ")[0].endswith(t.run_name)]
         assert any("] started " in line for line in mine) and any("] finished " in line for line in mine), mine

@@ -435,6 +435,12 @@ def test_bad_saved_sweep_files_are_named_in_one_line_and_list_shows_the_others(t
     (root / "folder" / "sweep.json").mkdir()
     (root / "nouri" / "sweep.json").write_text('{"max_concurrent": 2}')
     (root / "badspec" / "spec.yaml").write_text("name: [\n")
+    (root / "solo").mkdir()  # first, the good sweep alone: its one store is said once, under the table
+    (root / "good").rename(root / "solo" / "good")
+    assert main(["list", "--storage", str(root / "solo")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["sweep", "trials", "state", "MLflow"] and lines[-1] == f"(every sweep's MLflow store: {store})"
+    (root / "solo" / "good").rename(root / "good")
     assert main(["list", "--storage", str(root)]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
     assert "2 pending" in rows["good"] and len(rows) == 6
