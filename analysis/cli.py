@@ -65,11 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
                     help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     _add_results(sub, fmt)
-    rc = sub.add_parser("recap", help="the answers of several sweeps, one after another: each one's verdict table "
-                                      "and a sentence per primary response (no file written; a new look is recorded as by report)",
-                        formatter_class=fmt)
-    rc.add_argument("experiments", nargs="+", help="the sweeps' MLflow experiments (their names)")
-    rc.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
+    _add_recap(sub, fmt)
     e = sub.add_parser("export", help="write the runs of an experiment to parquet",
                        formatter_class=fmt)
     e.add_argument("experiment", help=EXP_HELP)
@@ -86,6 +82,14 @@ def _export(args) -> int:
     to_parquet(df, args.path)
     print(f"{len(df)} runs written to {args.path}")
     return 0
+
+
+def _add_recap(sub, fmt) -> None:
+    rc = sub.add_parser("recap", help="the answers of several sweeps, one after another: each one's verdict table "
+                                      "and a sentence per primary response (no file written; a new look is recorded as by report)",
+                        formatter_class=fmt)
+    rc.add_argument("experiments", nargs="+", help="the sweeps' MLflow experiments (their names)")
+    rc.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
 
 
 def _add_results(sub, fmt) -> None:
