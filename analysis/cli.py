@@ -22,26 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     p = argparse.ArgumentParser(prog="analysis", description=__doc__, formatter_class=fmt)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("report", help="ANOVA, effects, plots and an HTML report for one experiment",
-                       formatter_class=fmt)
-    r.add_argument("experiment", help=EXP_HELP)
-    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
-    r.add_argument("--out", default="reports", help="folder for <experiment>/report.html")
-    r.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
-    r.add_argument("--adjust", default="bonferroni", choices=["bonferroni", "none"],
-                   help="multiplicity adjustment over every (primary response, term) verdict")
-    r.add_argument("--alpha", type=float,
-                   help="the familywise level of every verdict (none: 0.05, or for a sweep augmented look after "
-                        "look the alpha its spending rule gives the current look)")
-    r.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
-                   help="a primary response's margin (repeatable; supplies or overrides the spec's)")
-    r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
-    r.add_argument("--ui-url", help="the MLflow UI the report's run links open (none: the tracking server itself, "
-                                    "or http://127.0.0.1:5000 where `mlflow ui` serves a file store)")
-    r.add_argument("--no-log", action="store_true", help=NO_LOG_HELP)
-    r.add_argument("--verbose", action="store_true",
-                   help="print every term's detail (each response's fit, noise and drift; every interaction) after "
-                        "the answer, as the report's summary holds it")
+    _add_report(sub, fmt)
     pl = sub.add_parser("plan", help="replicates needed to detect an effect, from an experiment's residual sigma",
                        formatter_class=fmt)
     pl.add_argument("experiment", help=EXP_HELP)
@@ -82,6 +63,29 @@ def _export(args) -> int:
     to_parquet(df, args.path)
     print(f"{len(df)} runs written to {args.path}")
     return 0
+
+
+def _add_report(sub, fmt) -> None:
+    r = sub.add_parser("report", help="ANOVA, effects, plots and an HTML report for one experiment",
+                       formatter_class=fmt)
+    r.add_argument("experiment", help=EXP_HELP)
+    r.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
+    r.add_argument("--out", default="reports", help="folder for <experiment>/report.html")
+    r.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
+    r.add_argument("--adjust", default="bonferroni", choices=["bonferroni", "none"],
+                   help="multiplicity adjustment over every (primary response, term) verdict")
+    r.add_argument("--alpha", type=float,
+                   help="the familywise level of every verdict (none: 0.05, or for a sweep augmented look after "
+                        "look the alpha its spending rule gives the current look)")
+    r.add_argument("--margin", action="append", metavar="RESPONSE=VALUE",
+                   help="a primary response's margin (repeatable; supplies or overrides the spec's)")
+    r.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
+    r.add_argument("--ui-url", help="the MLflow UI the report's run links open (none: the tracking server itself, "
+                                    "or http://127.0.0.1:5000 where `mlflow ui` serves a file store)")
+    r.add_argument("--no-log", action="store_true", help=NO_LOG_HELP)
+    r.add_argument("--verbose", action="store_true",
+                   help="print every term's detail (each response's fit, noise and drift; every interaction) after "
+                        "the answer, as the report's summary holds it")
 
 
 def _add_recap(sub, fmt) -> None:
