@@ -63,3 +63,21 @@ def test_the_progress_lines_say_finished_trials_and_what_runs_after_a_silence(mo
     lines.on_trial_complete(0, trials, trials[0])
     assert out.getvalue().splitlines()[-1].startswith(f"[beat 1/2 done 2m50s, ~1m10s left] finished "
                                                       f"{spec.trials[0].run_name}")
+
+
+def test_bench_eta_reads_a_log_and_says_how_far_off_each_estimate_was():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "eta.py"
+    spec = importlib.util.spec_from_file_location("bench_eta", path)
+    eta = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eta)
+    log = ["shared target ab: trained in 36 s",
+           "[s 1/4 done 1m00s, ~1m00s left] finished a r0",  # predicted 2m of an actual 2m30s: 0.8
+           "[s 2/4 done 1m30s, ~1m30s left] finished b r0",  # 3m: 1.2
+           "[s 3/4 done 2m00s, ?] running c r0 (10s)",  # no estimate: not counted
+           "[s 4/4 done 2m30s] finished d r0"]
+    found = eta.ratios(log)
+    assert [(d, round(r, 3)) for d, _, r in found["s"]] == [(1, 0.8), (2, 1.2)]
+    assert eta.seconds("1h07m") == 4020 and eta.seconds("3m05s") == 185
