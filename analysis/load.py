@@ -431,6 +431,9 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
     tags.append(RunTag("attribution.margins", json.dumps(used)[:5000]))
     tags.append(RunTag("attribution.alpha", json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
                                                          "family": d.family, "terms": d.primary_terms})))
+    from .render import parent_note
+
+    tags.append(RunTag("mlflow.note.content", parent_note(rep, df)))  # the run page's description
     ts = int(time.time() * 1000)
     counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
     for i in range(0, max(len(tags), 1), 90):

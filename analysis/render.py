@@ -230,6 +230,29 @@ def brief_text(rep: Report, df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+NOTE_LIMIT = 5000  # characters of a run note MLflow's UI shows comfortably (its tags hold 8000)
+
+
+def parent_note(rep: Report, df: pd.DataFrame) -> str:
+    """The parent run's description in the MLflow UI (its `mlflow.note.content`, shown on
+    the run's page): the look, the verdict table as Markdown, the sentences, and a link to
+    the report among the run's artifacts (relative: it opens in whichever UI shows it)."""
+    d, record = rep.decision, SweepRecord.of(df)
+    report = f"#/experiments/{record.experiment_id}/runs/{record.parent_run_id}/artifactPath/attribution/report.html"
+    look = rep.summary.split("\nverdicts (", 1)[0].splitlines()[-1]
+    lines = [f"**Attribution** ({look}). [The full report]({report}) (attribution/report.html).", "",
+             "| response (margin) | term | verdict | estimate [interval the decision used] |", "|---|---|---|---|"]
+    for r in answer_columns(d):
+        c = d.checks[r]
+        head = f"{r} ({'+-' + format(c.margin, 'g') if c.margin is not None else 'no margin'})"
+        for i, v in enumerate(_shown_terms(d, r)):
+            lines.append(f"| {head if i == 0 else ''} | {v.term} | {v.verdict} | {_est(v)} |")
+    lines += ["", *[f"- {sentence(d, r)}" for r in answer_columns(d)], "",
+              f"The family's verdicts: {d.counts_text()}."]
+    text = "\n".join(lines)
+    return text if len(text) <= NOTE_LIMIT else text[:NOTE_LIMIT - 40] + "\n\n[cut: the rest in the report]"
+
+
 def answer_lines(d: Decision) -> list[str]:
     """The answer's core (the brief's, and `analysis recap`'s): each primary response's
     verdicts of its primary terms with the interval each used, then a sentence per response."""

@@ -117,20 +117,28 @@ def run_url(experiment_id: str, run_id: str, base: str = UI_URL) -> str:
 
 def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = (), now_ms: int | None = None) -> str:
     """The value of RUNS_VIEW_TAG: MLflow 3's saved-view envelope around a runs-table state
-    that lists the sweep's trials (not the parent), with the factors, the replicate and the
-    primary responses as columns and the run name wide enough for the whole name. MLflow's
-    UI lists it under "Views"; a link with `viewStateShareKey` opens it."""
+    that lists the sweep's trials (not the parent), with the factors and the replicate first,
+    then the primary responses, as columns (`columnOrder`: the table would put metrics before
+    tags, and at 1600 px with MLflow's Assistant panel open the factors fell off the right);
+    all of them in the charts, whose view opens on the primary responses' charts alone (its
+    search box, a regular expression, holds them). MLflow's UI lists the view under "Views";
+    a link with `viewStateShareKey` opens it."""
     import json
+    import re
 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    first = [f"tags.`{FACTOR_PREFIX}{f}`" for f in factors] + [f"tags.`{t}`" for t in (*tags, REPLICATE_TAG)]
+    metrics = [f"metrics.`{store_key(r)}`" for r in responses]
     state = {
-        "selectedColumns": [f"metrics.`{store_key(r)}`" for r in responses]
-                           + [f"tags.`{FACTOR_PREFIX}{f}`" for f in factors]
-                           + [f"tags.`{t}`" for t in (*tags, REPLICATE_TAG)],
+        "selectedColumns": metrics + first,
+        "columnOrder": first + metrics,
+        "columnWidths": {"attributes.`Run Name`": 230, **{c: 90 for c in first}, **{c: 110 for c in metrics}},
         "searchFilter": f"tags.{TRIAL_KEY_TAG} != ''",
         "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
-        "columnWidths": {"attributes.`Run Name`": 320},
+        "runsHiddenMode": "SHOW_ALL",  # the charts' default is the first 10 runs
     }
+    if responses:
+        state["chartsSearchFilter"] = "^(" + "|".join(re.escape(store_key(r)) for r in responses) + ")$"
     return json.dumps({"name": "dspark: factors and primary responses", "createdAt": now_ms,
                        "updatedAt": now_ms, "state": json.dumps(state)})
 

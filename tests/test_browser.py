@@ -2,6 +2,8 @@
 (runs) view at the link `trials run` prints, and the HTML report renders with its images.
 Headless Chromium; skipped where no Chromium is installed (`apt-get install chromium`)."""
 
+import html
+import os
 import re
 import shutil
 import socket
@@ -24,6 +26,13 @@ def browser(*args: str) -> str:
     out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1600,1000",
                           "--virtual-time-budget=20000", *args], capture_output=True, text=True, timeout=180)
     return out.stdout
+
+
+def screenshot(name: str, tmp_path: Path) -> Path:
+    """Where a screenshot goes: the test's folder, or, with DSPARK_SCREENSHOTS=docs, the
+    README's copy (`DSPARK_SCREENSHOTS=docs make test` re-takes them)."""
+    folder = os.environ.get("DSPARK_SCREENSHOTS")
+    return (Path(folder) if folder else tmp_path) / name
 
 
 def free_port() -> int:
@@ -77,14 +86,39 @@ def test_the_printed_link_opens_the_runs_view(mlflow_ui, tmp_path):
         assert column in dom, (column, dom[-3000:])
     assert "aligned·block·hidden r0" in dom and "shifted·const4·markov r1" in dom
     assert f"sweep {spec.name}" not in dom and "does not exist" not in dom
-    shot = tmp_path / "runs.png"
+    # the factors first, then the primary responses (at 1600 px, with MLflow's Assistant panel
+    # open, the factors once fell off the right)
+    position = {}
+    for tag in re.findall(r"<div [^>]*col-id=[^>]*>", dom):
+        col, at = re.search(r'col-id="([^"]+)"', tag), re.search(r'aria-colindex="(\d+)"', tag)
+        if col and at:
+            position.setdefault(html.unescape(col[1]), int(at[1]))
+    order = ["tags.`factor.D1`", "tags.`factor.D2`", "tags.`factor.D9`", "tags.`replicate`", "metrics.`spec/tau`"]
+    assert [position.get(c) for c in order] == sorted(position.get(c, 0) for c in order), position
+    shot = screenshot("mlflow-runs-view.png", tmp_path)
     browser(f"--screenshot={shot}", link)
     assert shot.stat().st_size > 10_000
+    # the chart view opens on the primary responses' charts, every run in them
+    charts = browser("--dump-dom", link + "&compareRunsMode=CHART")
+    assert "^(spec/tau" in charts and "Show first 10" not in charts, charts[-3000:]
     # a run's page, as the report links it, stays in the model-training view (no GenAI
     # "Evaluations" entry)
     run = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=1)[0]
     page = browser("--dump-dom", run_url(exp.experiment_id, run.info.run_id, base))
     assert "Model metrics" in page and "Evaluations" not in page
+    # the parent run's page shows the answer: `analysis report` logs the verdict table as the
+    # run's description, with a link to the report among its artifacts
+    from analysis.cli import main as analysis_main
+
+    assert analysis_main(["report", spec.name, "--tracking-uri", uri, "--out", str(tmp_path / "rep")]) == 0
+    parent = client.search_runs([exp.experiment_id], "tags.sweep_parent = 'true'")[0]
+    url = run_url(exp.experiment_id, parent.info.run_id, base)
+    page = browser("--dump-dom", url)
+    assert re.search(r"<td>D1</td>\s*<td>matters, size unsure</td>", page), page[-4000:]
+    assert f"runs/{parent.info.run_id}/artifactPath/attribution/report.html" in page and "The full report" in page
+    shot = screenshot("mlflow-parent-run.png", tmp_path)
+    browser(f"--screenshot={shot}", "--window-size=1600,2200", url)  # tall enough to reach the description
+    assert shot.stat().st_size > 10_000
 
 
 def test_the_report_renders_with_its_images(tmp_path):
