@@ -121,7 +121,7 @@ def test_a_sweep_on_the_server_survives_its_loss_and_reads_back(server, tmp_path
 
     spec = _spec(tmp_path, corpus_dir, "gone", draft_steps=30)
     args = ["--storage", str(tmp_path / "st"), "--tracking-uri", server.url]
-    driver = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args, "--store-retry", "20"],
+    driver = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args, "--store-retry", "5"],
                               cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
