@@ -83,9 +83,10 @@ def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
         M = np.column_stack([M, dummies]) if dummies.size else M
     n_nuisance = M.shape[1]
     keep = []
-    for name in X.columns:
-        if terms is not None and name not in terms:
-            continue
+    if terms is not None:  # the ANOVA's terms, estimable on these same runs: no rank to check again
+        keep = [name for name in X.columns if name in terms]
+        M = np.column_stack([M, X[keep].to_numpy()])
+    for name in X.columns if terms is None else []:
         trial = np.column_stack([M, X[name].to_numpy()])
         if np.linalg.matrix_rank(trial) > np.linalg.matrix_rank(M):
             M = trial

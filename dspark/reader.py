@@ -31,6 +31,7 @@ readers give what MLflow's client gives on the same store, and every failure is 
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
 import json
 import os
@@ -258,6 +259,30 @@ def _rest_run(r: dict) -> Run:
                        {m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics") or []}))
 
 
+@functools.lru_cache(maxsize=1)
+def mlflow_schema_head() -> str | None:
+    """The newest migration of the installed MLflow's SQL schema, read from its migration
+    files without importing MLflow (None where they cannot be read): a store at another is
+    one whose creation or upgrade stopped part way."""
+    import importlib.util
+
+    found = importlib.util.find_spec("mlflow")
+    if found is None or not found.submodule_search_locations:
+        return None
+    folder = Path(list(found.submodule_search_locations)[0]) / "store" / "db_migrations" / "versions"
+    revisions, parents = set(), set()
+    for f in folder.glob("*.py"):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        rev = re.search(r'^revision\s*=\s*["\']([0-9a-f]+)["\']', text, re.M)
+        down = re.search(r'^down_revision\s*=\s*["\']([0-9a-f]+)["\']', text, re.M)
+        if rev:
+            revisions.add(rev.group(1))
+        if down:
+            parents.add(down.group(1))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
 class SqliteReader:
     """MLflow's SQLite tables, opened read-only (no file is created, no schema migrated)."""
 
@@ -282,9 +307,18 @@ class SqliteReader:
                         raise StoreReadError(f"{path}: MLflow's table {table} is missing (not MLflow's schema: "
                                              "altered by hand or by another tool?)")
                     if not cols <= have:
-                        raise StoreReadError(f"{path}: MLflow's table {table} has no column(s) "
-                                             f"{', '.join(sorted(cols - have))} (renamed or dropped by hand or by a "
-                                             "tool: MLflow's client cannot read it either)")
+                        missing = ", ".join(sorted(cols - have))
+                        at = (db.execute("SELECT version_num FROM alembic_version").fetchall()
+                              if "alembic_version" in tables else [])
+                        head = mlflow_schema_head()
+                        if at and head and at[0][0] != head:  # MLflow's migrations stopped part way
+                            raise StoreReadError(
+                                f"{path}: MLflow's table {table} has no column(s) {missing}: the store's schema is at "
+                                f"migration {at[0][0]}, not this MLflow's {head}: its creation or "
+                                f"upgrade was interrupted (a full disk?); finish it with `mlflow db upgrade "
+                                f"sqlite:///{path}`, or remove the file if it holds nothing yet")
+                        raise StoreReadError(f"{path}: MLflow's table {table} has no column(s) {missing} (renamed or "
+                                             "dropped by hand or by a tool: MLflow's client cannot read it either)")
                 if "workspace" in {row[1] for row in db.execute("PRAGMA table_info(experiments)")}:
                     return not db.execute("SELECT 1 FROM experiments WHERE workspace != 'default' LIMIT 1").fetchall()
         except sqlite3.OperationalError as e:

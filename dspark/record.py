@@ -237,12 +237,17 @@ def store_error(uri: str, e: BaseException) -> str:
     """One line naming the store and the cause (and MLflow's kind of error, where MLflow raised it)."""
     from .reader import StoreReadError
 
-    # SQLAlchemy appends the statement and a link to its docs after the cause: skip them
-    lines = [ln.strip() for ln in str(e).splitlines()
-             if ln.strip() and not ln.strip().startswith(("(Background on this error", "[SQL:", "[parameters:"))]
+    # SQLAlchemy appends the statement, its parameters (over many lines) and a link to its
+    # docs after the cause: everything from the statement on is cut
+    text = str(e).split("[SQL:", 1)[0]
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.strip().startswith(("(Background on this error", "[parameters:"))]
     cause = lines[-1] if lines else type(e).__name__
     if "Max retries exceeded" in str(e) or "Connection refused" in str(e):
         cause = "connection refused (is the server running?)"
+    full = disk_full_cause(e)
+    if full:
+        cause = f"{full}: its disk is full" if "disk is full" not in full else full
     kind = "" if isinstance(e, StoreReadError) else f"{type(e).__name__}: "
     return f"tracking-uri: {uri}: {kind}{cause[:200]}"
 

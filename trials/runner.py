@@ -582,6 +582,9 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
     if quiet:  # Tune's new output engine prints its configuration box even when silent
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         logging.getLogger("ray.tune").setLevel(logging.WARNING)
+        # "snapshotting triggered multiple times in 5 s": Tune's hint for trials that checkpoint
+        # often, as a tiny sweep's do; nothing a sweep's user acts on
+        logging.getLogger("ray.tune.execution.experiment_state").setLevel(logging.ERROR)
     tuner = tune.Tuner(
         trainable(spec, resume_dirs),
         param_space=space,

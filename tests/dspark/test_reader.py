@@ -325,6 +325,26 @@ def test_a_store_whose_schema_drifted_is_named_in_one_line(store, tmp_path, caps
     assert not (tmp_path / "rep").exists()
 
 
+def test_a_store_whose_schema_stopped_part_way_says_how_to_finish_it(store, tmp_path):
+    """MLflow creates its tables migration by migration: a full disk stops it part way, and
+    the store then lacks later columns. That is not a hand edit: the line names the migration
+    it stopped at and MLflow's command that finishes it."""
+    from dspark.reader import mlflow_schema_head
+
+    import sqlite3
+
+    uri, path = _altered(store[0], tmp_path, "partway.db", "UPDATE alembic_version SET version_num = '0584bdc529eb'")
+    with sqlite3.connect(path) as db:  # the schema of an earlier migration: no creation_time yet
+        db.execute("DROP INDEX IF EXISTS idx_experiments_workspace_creation_time")
+        db.execute("ALTER TABLE experiments DROP COLUMN creation_time")
+    with pytest.raises(StoreReadError) as e:
+        reading_client(uri)
+    said = str(e.value)
+    assert said.startswith(f"{path}: MLflow's table experiments has no column(s) creation_time: the store's schema "
+                           f"is at migration 0584bdc529eb, not this MLflow's {mlflow_schema_head()}") and "\n" not in said
+    assert f"`mlflow db upgrade sqlite:///{path}`" in said and "by hand" not in said
+
+
 def test_a_metric_stored_as_text_names_the_store_the_run_and_the_metric(store, tmp_path, capsys):
     from analysis.cli import main as analysis
 

@@ -32,3 +32,12 @@ def quick_spec(tmp_path, corpus_dir, name, draft_steps=6, replicates=1):
     return write_spec(tmp_path / f"{name}.yaml", corpus_dir, name,
                       {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}},
                       base=base, replicates=replicates, max_concurrent=1)
+
+
+def ray_sessions() -> set:
+    """The Ray sessions this machine has started (a folder each under Ray's /tmp/ray): a
+    command that started a Ray of its own adds one; one refused before Ray starts adds none."""
+    from pathlib import Path
+
+    return set(Path("/tmp/ray").glob("session_2*"))
+
