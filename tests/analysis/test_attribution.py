@@ -173,12 +173,12 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     assert "  spec/tau: D1 (shifted -> aligned) improves it (no margin declared to size it)" in r.stdout
     assert max(map(len, r.stdout.splitlines())) <= 120 and len(r.stdout.splitlines()) <= 40, r.stdout
     assert "no sequential plan" in r.stdout and "at 99.167%" not in r.stdout  # the detail is --verbose's
-    v = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
-                        "--out", str(tmp_path / "rep"), "--no-log", "--verbose"], capture_output=True, text=True,
-                       cwd=tmp_path)
+    assert main(["report", "synthetic", "--tracking-uri", store, "--out", str(tmp_path / "rep"), "--no-log",
+                 "--verbose"]) == 0
+    verbose = capsys.readouterr().out
     assert re.search(r"spec/tau \(higher is better.*\n    D1: matters, size unsure \(shifted -> aligned: \+0\.9\d+ "
-                     r"\[\+0\.9\d*, \+1\.0\d*\] at 99\.167%; no margin declared, better\)", v.stdout), v.stdout
-    assert "fixed-sample analysis (no sequential plan declared) of 3 block(s) at alpha 0.05" in v.stdout
+                     r"\[\+0\.9\d*, \+1\.0\d*\] at 99\.167%; no margin declared, better\)", verbose), verbose
+    assert "fixed-sample analysis (no sequential plan declared) of 3 block(s) at alpha 0.05" in verbose
     assert "experiment synthetic: its spec gives no description (drafter stage)" in r.stdout
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
     assert "<h3>ANOVA (Type 2; F tests, p unadjusted; the verdicts above decide)</h3>" in html
