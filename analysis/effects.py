@@ -33,7 +33,7 @@ def default_levels(df: pd.DataFrame, factor: str) -> tuple[str, str]:
     low/high, off/on, ...), else the spec's level order, which the store records: low is
     the first level listed, high the second (in the shipped sweeps, the seed's variant
     first and the paper's second, so an effect reads "what the correction moves")."""
-    present = set(df[factor].dropna().astype(str))
+    present = {str(v) for v in pd.unique(df[factor].dropna())}  # unique first: thousands of runs, few levels
     names = [str(lv) for lv in factor_levels(df, factor) if str(lv) in present]
     if len(names) != 2:
         raise AnalysisError(f"factor {factor!r} has {len(names)} levels; effects need exactly two")

@@ -92,7 +92,7 @@ def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | 
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
-                   primary_terms=SweepRecord.of(df).primary_terms or None)
+                   primary_terms=SweepRecord.of(df).primary_terms or None, block_tests=False)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")

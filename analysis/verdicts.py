@@ -440,7 +440,7 @@ def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
     convention for two levels, every pair in the spec's order for more."""
     from .effects import default_levels
 
-    seen = set(data[factor].astype(str))
+    seen = {str(v) for v in pd.unique(data[factor])}  # unique first: thousands of runs, few levels
     present = [str(v) for v in levels(data, factor) if str(v) in seen]
     if len(present) == 2:
         low, high = default_levels(data, factor)
@@ -666,10 +666,12 @@ def default_terms(factors: list[str], control: str | None) -> list[str]:
 
 def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margins: dict[str, dict],
                alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
-               primary_terms: list[str] | None = None) -> Decision:
+               primary_terms: list[str] | None = None, block_tests: bool = True) -> Decision:
     """Verdicts for every contrast of every response. The family is the primary responses
     (those with a margin, or every one where none has) x the primary terms (`primary_terms`,
-    or every main effect and the control)."""
+    or every main effect and the control). `block_tests`: each family term's block-by-term
+    test (a refit per term, the costliest part at hundreds of blocks), which the planner
+    does not print."""
     if adjust not in ADJUSTMENTS:
         raise AnalysisError(f"adjust: one of {', '.join(ADJUSTMENTS)}, got {adjust!r}")
     if not 0 < alpha < 1:
@@ -701,7 +703,9 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
             in_family = r in primary and c.group in terms
             errors = c.errors or fits[r].errors
             v = decide(c, r, alpha_star, margin, better, family, in_family, errors)
-            if in_family and ":" not in c.group and not c.term.startswith("vs "):
+            if not block_tests:
+                pass
+            elif in_family and ":" not in c.group and not c.term.startswith("vs "):
                 v.block = block_interaction(fits[r], (c.group,))
             elif in_family and ":" in c.group:
                 v.block = block_interaction(fits[r], tuple(c.group.split(":")))

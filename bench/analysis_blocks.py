@@ -3,7 +3,7 @@ blocks (each new block a copy of an existing one with its responses jittered by 
 own residual noise), reported and planned as `analysis report` and `analysis plan` do.
 Prints seconds per N and the ratio to the 30 s goal at 400 blocks (3,200 runs).
 
-    .venv/bin/python bench/analysis_blocks.py [--blocks 25 100 400] [--profile N]
+    .venv/bin/python bench/analysis_blocks.py [--blocks 25 100 400] [--cli] [--profile N]
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parquet", default=str(ROOT / "results" / "paper-drafter" / "runs.parquet"))
     p.add_argument("--blocks", type=int, nargs="+", default=[25, 100, 400])
     p.add_argument("--profile", type=int, help="profile the report at this many blocks instead")
+    p.add_argument("--cli", action="store_true", help="also time the two commands on a parquet export of each")
     args = p.parse_args(argv)
     base = read_parquet(args.parquet)
     if args.profile:
@@ -76,7 +77,29 @@ def main(argv: list[str] | None = None) -> int:
         if n == 400:
             line += f"; each against the {GOAL_S:g} s goal: {(t1 - t0) / GOAL_S:.2f}, {(t2 - t1) / GOAL_S:.2f}"
         print(line, flush=True)
+        if args.cli:
+            print("       as the commands: " + commands(df), flush=True)
     return 0
+
+
+def commands(df: pd.DataFrame) -> str:
+    """`analysis report` (its HTML and plots written) and `analysis plan` on the frame as a
+    parquet export, each a fresh process, whole wall times."""
+    import subprocess
+    import tempfile
+
+    from analysis.load import to_parquet
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "runs.parquet"
+        to_parquet(df, path)
+        name = SweepRecord.of(df).experiment
+        out = []
+        for cmd in (["report", name, "--parquet", str(path), "--out", tmp], ["plan", name, "--parquet", str(path)]):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "analysis.cli", *cmd], cwd=ROOT, check=True, capture_output=True)
+            out.append(f"{cmd[0]} {time.perf_counter() - t0:.1f} s")
+    return ", ".join(out)
 
 
 if __name__ == "__main__":

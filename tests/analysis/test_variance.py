@@ -282,3 +282,17 @@ def test_each_group_is_fitted_as_its_own_response_would_be():
     for term, values in by_group.items():
         v = np.asarray(values)
         assert sp.var_eval[term] == pytest.approx((G - 1) / G * ((v - v.mean()) ** 2).sum(), rel=1e-9)
+
+
+def test_the_planner_decides_as_the_report_does_without_the_block_tests():
+    """`analysis plan` skips the block-by-term tests (a refit per term: most of a plan's time
+    at hundreds of blocks); every verdict, estimate and next step is the report's."""
+    from analysis.verdicts import decide_all
+
+    df = sweep(0.05, 0.3, replicates=4, seed=5)
+    margins = {"spec/tau": {"margin": 0.1, "better": "higher"}}
+    full = decide_all(df, ["spec/tau"], ["A", "B"], margins)
+    lean = decide_all(df, ["spec/tau"], ["A", "B"], margins, block_tests=False)
+    assert [(v.term, v.verdict, v.estimate, v.se, v.next_step) for v in full.verdicts] == \
+        [(v.term, v.verdict, v.estimate, v.se, v.next_step) for v in lean.verdicts]
+    assert any(v.block is not None for v in full.verdicts) and all(v.block is None for v in lean.verdicts)
