@@ -703,11 +703,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
             in_family = r in primary and c.group in terms
             errors = c.errors or fits[r].errors
             v = decide(c, r, alpha_star, margin, better, family, in_family, errors)
-            if not block_tests:
-                pass
-            elif in_family and ":" not in c.group and not c.term.startswith("vs "):
-                v.block = block_interaction(fits[r], (c.group,))
-            elif in_family and ":" in c.group:
+            if block_tests and in_family and not c.term.startswith("vs "):
                 v.block = block_interaction(fits[r], tuple(c.group.split(":")))
             if v.verdict == UNDECIDED and block and in_family:
                 k = v.blocks = blocks_to_decide(v, reps, n_cells)
