@@ -70,15 +70,23 @@ def cluster(tmp_path):
     head_tmp, worker_tmp = tempfile.mkdtemp(prefix="rh", dir="/tmp"), tempfile.mkdtemp(prefix="rw", dir="/tmp")
     procs = [_ray("--head", f"--port={gcs}", "--num-cpus=0", "--dashboard-host=127.0.0.1",
                   f"--dashboard-port={dash}", f"--ray-client-server-port={_port()}", f"--temp-dir={head_tmp}",
-                  env=env)]
+                  *_agent_ports(), env=env)]
     try:
         _wait_for(lambda: _listening(dash), procs[0], "the head's job server")
         procs.append(_ray(f"--address=127.0.0.1:{gcs}", "--num-cpus=2", '--resources={"worker_node": 1}',
-                          f"--temp-dir={worker_tmp}", env=env))
+                          f"--temp-dir={worker_tmp}", *_agent_ports(), env=env))
         _wait_for(lambda: _worker_node(gcs, env) is not None, procs[1], "the worker node")
         yield f"http://127.0.0.1:{dash}", env, _worker_node(gcs, env)
     finally:
         _stop(procs, [head_tmp, worker_tmp])
+
+
+def _agent_ports() -> list[str]:
+    """Free ports for a node's agents: Ray's fixed defaults (52365 for the dashboard agent)
+    are taken by the other node on this machine, or by a Ray an earlier test left, and a
+    node whose agent cannot bind takes no job ("No available agent to submit job")."""
+    return [f"--dashboard-agent-listen-port={_port()}", f"--dashboard-agent-grpc-port={_port()}",
+            f"--metrics-export-port={_port()}", f"--runtime-env-agent-port={_port()}"]
 
 
 def _listening(port: int) -> bool:
@@ -120,8 +128,9 @@ def test_two_sweeps_submitted_with_ray_job_submit_share_a_two_node_cluster(clust
     jobs = [submit(s) for s in specs]
     outs = [j.communicate(timeout=900)[0] for j in jobs]
     for i, (j, out) in enumerate(zip(jobs, outs)):
-        for _ in range(3):  # a loaded machine: the node's job agent may not have registered yet (Ray's own retry hint)
-            if j.returncode == 0 or "No available agent to submit job" not in out:
+        deadline = time.time() + 180
+        while time.time() < deadline:  # a loaded machine: the node's job agent may not have registered yet (Ray's
+            if j.returncode == 0 or "No available agent to submit job" not in out:  # own hint: try again later)
                 break
             time.sleep(10)
             j = jobs[i] = submit(specs[i])
