@@ -140,7 +140,6 @@ def _recap(args) -> int:
 
     probe_store(args.tracking_uri)
     frames = [load_runs(e, args.tracking_uri) for e in args.experiments]  # every sweep read before any is printed
-    args.parquet = None
     for i, df in enumerate(frames):
         rep = build_report(df, None)
         _record(rep.look, df, args)  # verdicts printed are a look, as `analysis report`'s are
@@ -205,7 +204,7 @@ def _report_or_plan(args) -> int:
 def _record(look, df, args) -> None:
     """A new look of the sweep, read from its store, is recorded on the parent run (what-ifs
     and parquet exports are not)."""
-    if look is None or not look.new or look.what_if or args.parquet:
+    if look is None or not look.new or look.what_if or getattr(args, "parquet", None):
         return
     from .load import record_look
 

@@ -82,15 +82,16 @@ def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
         dummies = pd.get_dummies(data[block].astype(str), drop_first=True, dtype=float).to_numpy()
         M = np.column_stack([M, dummies]) if dummies.size else M
     n_nuisance = M.shape[1]
-    keep = []
     if terms is not None:  # the ANOVA's terms, estimable on these same runs: no rank to check again
         keep = [name for name in X.columns if name in terms]
         M = np.column_stack([M, X[keep].to_numpy()])
-    for name in X.columns if terms is None else []:
-        trial = np.column_stack([M, X[name].to_numpy()])
-        if np.linalg.matrix_rank(trial) > np.linalg.matrix_rank(M):
-            M = trial
-            keep.append(name)
+    else:
+        keep = []
+        for name in X.columns:
+            trial = np.column_stack([M, X[name].to_numpy()])
+            if np.linalg.matrix_rank(trial) > np.linalg.matrix_rank(M):
+                M = trial
+                keep.append(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a saturated fit divides by df_resid = 0
         fit = OLS(y, M).fit()

@@ -207,15 +207,15 @@ def next_step(decision: Decision, experiment: str) -> str:
             f"is as estimated): trials augment {experiment} --replicates {v.blocks}; {tail}")
 
 
-def brief_text(rep: Report, df: pd.DataFrame) -> str:
+def brief_text(rep: Report, df: pd.DataFrame, header: str, closing: str) -> str:
     """The answer in one screen, lines of at most BRIEF_WIDTH characters: the question and the
-    look, each primary response's verdicts of its primary terms with the interval each
-    decision used, a sentence per primary response, the cheapest next step, and the notes.
-    The per-term detail is `rep.summary` (`analysis report --verbose`, the report files)."""
+    look (`header`), each primary response's verdicts of its primary terms with the interval
+    each decision used, a sentence per primary response, the cheapest next step, and the
+    notes (`closing`). The per-term detail is `rep.summary` (`analysis report --verbose`,
+    the report files)."""
     d = rep.decision
-    head = rep.summary.split("\nverdicts (", 1)[0].splitlines()
     lines = []
-    for i, line in enumerate(head):
+    for i, line in enumerate(header.splitlines()):
         lines += _wrap(textwrap.shorten(line, 3 * BRIEF_WIDTH, placeholder=" [...]") if i == 0 else line, "  ", "")
     lines += answer_lines(d)
     step = next_step(d, SweepRecord.of(df).experiment)
@@ -223,8 +223,7 @@ def brief_text(rep: Report, df: pd.DataFrame) -> str:
         lines += _wrap(step, "  ", "")
     kind = "the family's verdicts" if any(c.margin is not None for c in d.checks.values()) else "verdicts"
     lines.append(f"{kind}: {d.counts_text()}")
-    tail = rep.summary.split(f"\n{kind}: {d.counts_text()}", 1)
-    for note in (tail[1].splitlines() if len(tail) > 1 else []):
+    for note in closing.splitlines():
         if note.strip():
             lines += _wrap(note, "  ")
     return "\n".join(lines)
@@ -239,8 +238,8 @@ def parent_note(rep: Report, df: pd.DataFrame) -> str:
     the report among the run's artifacts (relative: it opens in whichever UI shows it)."""
     d, record = rep.decision, SweepRecord.of(df)
     report = f"#/experiments/{record.experiment_id}/runs/{record.parent_run_id}/artifactPath/attribution/report.html"
-    look = rep.summary.split("\nverdicts (", 1)[0].splitlines()[-1]
-    lines = [f"**Attribution** ({look}). [The full report]({report}) (attribution/report.html).", "",
+    look = rep.look.label() if rep.look is not None else ""
+    lines = [f"**Attribution**{f' ({look})' if look else ''}. [The full report]({report}) (attribution/report.html).", "",
              "| response (margin) | term | verdict | estimate [interval the decision used] |", "|---|---|---|---|"]
     for r in answer_columns(d):
         c = d.checks[r]

@@ -78,12 +78,12 @@ def build_report(df: pd.DataFrame, out: str | Path | None, responses: list[str] 
                           SweepRecord.of(df).primary_terms or None)
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
-    summary = (header_text(df, stage, factors, look.label()) + "\n" + verdict_table_text(decision) + "\n"
-               + summarise(decision, results, drift, noise)
-               + notes(df, data, chosen, fraction, bool(dunnett), skipped))
+    header = header_text(df, stage, factors, look.label())
+    closing = notes(df, data, chosen, fraction, bool(dunnett), skipped)
+    summary = header + "\n" + verdict_table_text(decision) + "\n" + summarise(decision, results, drift, noise) + closing
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,
                  decision=decision, look=look, noise=noise)
-    rep.brief = brief_text(rep, df)
+    rep.brief = brief_text(rep, df, header, closing)
     if out is not None:
         out = Path(out)
         rep.html_path = write_html(df, rep, factors, out, ui)

@@ -61,3 +61,21 @@ def mount(tmp_path):
     yield make
     for where in made:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill_up(folder, leave: int = 0) -> None:
+    """Fill a small mount's free space, but for about `leave` bytes, with `filler`: written a
+    chunk at a time, so that a driver writing on the same mount meanwhile cannot make the
+    filling itself fail."""
+    chunk = b"\0" * 65536
+    with open(folder / "filler", "wb") as f:
+        try:
+            while True:
+                st = os.statvfs(folder)
+                room = st.f_bavail * st.f_frsize - leave
+                if room <= 0:
+                    break
+                f.write(chunk[:min(room, len(chunk))])
+                f.flush()
+        except OSError:  # no space left: full
+            pass

@@ -67,7 +67,6 @@ def time_left(now: float, durations: list[float], running: list[float], pending:
     typical = sorted(durations)[len(durations) // 2]
     free = sorted(max(typical - (now - t), 0.0) for t in running)
     free += [0.0] * max(slots - len(free), 0)
-    free = free[:max(slots, len(running))]
     for _ in range(pending):
         free.sort()
         free[0] += typical

@@ -13,6 +13,7 @@ from analysis import power
 from analysis.anova import AnalysisError
 from analysis.load import read_parquet, to_parquet
 from analysis.report import build_report
+from tests.conftest import fill_up
 
 from .test_verdicts import design
 
@@ -270,15 +271,6 @@ def test_the_plan_prices_terms_outside_the_family_in_blocks_too():
     assert "more block(s)" in text.split("spec/tau_greedy (secondary): ", 1)[1]
 
 
-def _fill(folder, leave_bytes: int) -> None:
-    """Fill a small mount until about `leave_bytes` are free (tmpfs counts whole pages)."""
-    import os
-
-    st = os.statvfs(folder)
-    free = st.f_bavail * st.f_frsize
-    (folder / "filler").write_bytes(b"\0" * max(free - leave_bytes, 0))
-
-
 def _cli(*args, cwd):
     r = subprocess.run([sys.executable, "-m", "analysis.cli", *args], capture_output=True, text=True, cwd=cwd)
     return r.returncode, r.stdout, r.stderr
@@ -289,7 +281,7 @@ def test_a_full_disk_under_report_and_export_ends_in_one_line_and_leaves_nothing
 
     synthetic_sweep(store, name="full", failed=0)
     small = mount(1)
-    _fill(small, 16 * 1024)
+    fill_up(small, 16 * 1024)
     # the export: a parquet of 24 runs does not fit in 16 KB
     rc, out, err = _cli("export", "full", str(small / "runs.parquet"), "--tracking-uri", store, cwd=tmp_path)
     assert rc == 4, err

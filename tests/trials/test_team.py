@@ -15,6 +15,8 @@ import torch
 
 from trials import lease as leasemod
 from trials.lease import Lease, LeaseHeld, check_storage
+from tests.conftest import fill_up
+
 from .conftest import quick_spec, ray_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,24 +30,6 @@ def trials(*args, cwd, timeout=600):
     r = subprocess.run([sys.executable, "-m", "trials.cli", *args], capture_output=True, text=True, cwd=cwd,
                        env=_env(cwd), timeout=timeout)
     return r.returncode, r.stdout, r.stderr
-
-
-def fill_up(folder: Path, leave: int = 0) -> None:
-    """Fill a small mount's free space, but for about `leave` bytes, with `filler`: written a
-    chunk at a time, so that a driver writing on the same mount meanwhile cannot make the
-    filling itself fail."""
-    chunk = b"\0" * 65536
-    with open(folder / "filler", "wb") as f:
-        try:
-            while True:
-                st = os.statvfs(folder)
-                room = st.f_bavail * st.f_frsize - leave
-                if room <= 0:
-                    break
-                f.write(chunk[:min(room, len(chunk))])
-                f.flush()
-        except OSError:  # no space left: full
-            pass
 
 
 def _spec(tmp_path, corpus_dir, name="team", draft_steps=6, replicates=1):
