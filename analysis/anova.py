@@ -123,7 +123,8 @@ class ModelFit:
 def factorial_anova(df: pd.DataFrame, response: str, factors: list[str], typ: int = 2,
                     block: str | None = None, max_order: int | None = None) -> pd.DataFrame:
     """One row per estimable term (`D1`, `D1:D9`, ...), the block when given, and
-    `Residual`; columns sum_sq, df, F, p, partial_eta_sq."""
+    `Residual`; columns sum_sq, df, F, p, partial_eta_sq. The terms these runs cannot
+    estimate are `anova_with_fit`'s `ModelFit.dropped`."""
     return anova_with_fit(df, response, factors, typ, block, max_order)[0]
 
 
@@ -165,8 +166,6 @@ def anova_with_fit(df: pd.DataFrame, response: str, factors: list[str], typ: int
     table.loc["Residual", ["F", "p", "partial_eta_sq"]] = np.nan
     table = table[["sum_sq", "df", "F", "p", "partial_eta_sq"]]
     dropped = [":".join(t) for t in asked if t not in terms]
-    table.attrs["dropped_terms"] = dropped  # the table's own note, for callers of factorial_anova alone
-    table.attrs["typ"] = typ
     fit = ModelFit(n=int(model.nobs), df_resid=float(model.df_resid), s=float(np.sqrt(model.mse_resid)),
                    r2=float(model.rsquared), r2_adj=float(model.rsquared_adj),
                    resid=pd.Series(np.asarray(model.resid, float), index=data.index),

@@ -18,7 +18,7 @@ from dspark import metrics
 
 from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_balanced
 from .design import factorial_rows, levels, plain, with_value, without_value
-from .effects import factorial_effects
+from .effects import effects_with_levels
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 
@@ -56,6 +56,7 @@ class ResponseResult:
     warnings: list[str] = field(default_factory=list)
     block: str | None = None
     fit: ModelFit | None = None  # S, R², adjusted R², the residuals
+    levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # each factor's (low, high) in `effects`
 
 
 def empty_cells(df: pd.DataFrame, factors: list[str]) -> list[str]:
@@ -109,8 +110,8 @@ def _analyse_one(data: pd.DataFrame, r: str, factors: list[str], typ: int | None
         notes.append("not estimable here: " + ", ".join(fit.dropped))
     two_level = all(rows[f].dropna().nunique() == 2 for f in factors)
     kept = [t for t in table.index if t not in ("Residual", block)]
-    eff = factorial_effects(rows, r, factors, terms=kept, block=block) if two_level else None
-    return ResponseResult(r, table, eff, use_typ, balanced, notes, fit=fit)
+    eff, used = effects_with_levels(rows, r, factors, terms=kept, block=block) if two_level else (None, {})
+    return ResponseResult(r, table, eff, use_typ, balanced, notes, fit=fit, levels=used)
 
 
 def _adjust(results: dict[str, ResponseResult], method: str | None, skip: set) -> None:

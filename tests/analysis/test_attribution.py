@@ -26,8 +26,7 @@ def test_synthetic_sweep_recovers_known_effects(store):
     assert set(df["decay_gamma"]) == {"4.0", "block"} and df["block_size"].dtype.kind == "i"
     res = analyse(df, ["spec/tau"], ["D1", "D2", "D9"], block="replicate")["spec/tau"]
     eff = res.effects
-    assert eff.attrs["levels"] == {"D1": ("shifted", "aligned"), "D2": ("const4", "block"),
-                                   "D9": ("hidden", "markov")}
+    assert res.levels == {"D1": ("shifted", "aligned"), "D2": ("const4", "block"), "D9": ("hidden", "markov")}
     for term, true in TRUE.items():
         assert eff.loc[term, "ci_low"] <= true <= eff.loc[term, "ci_high"], term
         assert eff.loc[term, "p_adj"] < 0.01
