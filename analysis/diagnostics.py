@@ -18,7 +18,6 @@ from .anova import AnalysisError, check_design
 from .attribution import DEFAULT_RESPONSES_BY_STAGE, ResponseResult, control_contrast, degenerate_reason, \
     dunnett_vs_control, stage_of
 from .design import alias_structure, design_matrix, factorial_rows, plain, with_value
-from .load import SweepRecord
 from .load import responses as metric_columns
 
 
@@ -39,15 +38,16 @@ class Sensitivity:
 
 
 def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[str],
-                     primary: list[str] | None = None) -> tuple[list[str], list[str]]:
+                     primary: list[str] | None = None, experiment: str = "") -> tuple[list[str], list[str]]:
     """The primary responses (those with a margin) always, first and strictly; then the
     asked ones, checked strictly too (errors surface later); if none is asked, the stage's
     usual responses that exist and vary, the others listed as skipped with the reason.
-    Degenerate responses are never analysed: they are listed as skipped."""
+    Degenerate responses are never analysed: they are listed as skipped. `experiment` names
+    the sweep in the commands a refusal suggests."""
     stage = stage_of(df)
     primary = list(primary or [])
     for r in primary:
-        _check_primary(df, stage, r)
+        _check_primary(df, stage, r, experiment)
     if asked:
         asked = list(dict.fromkeys(primary + list(asked)))
     chosen, skipped = list(primary), []
@@ -133,10 +133,10 @@ def why_degenerate(df: pd.DataFrame, stage: str | None, r: str) -> str | None:
     return None
 
 
-def _check_primary(df: pd.DataFrame, stage: str | None, r: str) -> None:
+def _check_primary(df: pd.DataFrame, stage: str | None, r: str, experiment: str) -> None:
     """A primary response the runs can answer, or one line saying why not (a timed one
     names the timing pass that measures it)."""
-    name = SweepRecord.of(df).experiment or "NAME"
+    name = experiment or "NAME"
     reason = why_degenerate(df, stage, r)
     if reason:
         raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
@@ -263,10 +263,11 @@ def analysable(data: pd.DataFrame, chosen: list[str], factors: list[str], primar
     return keep
 
 
-def fraction_note(df: pd.DataFrame, data: pd.DataFrame, factors: list[str]) -> str:
-    """For a fractional design, the line naming its aliases (each verdict is then the sum of
-    a term and its aliases); "" for a full factorial. A fraction that lost cells is refused."""
-    design = SweepRecord.of(df).design or "full"
+def fraction_note(design: str, data: pd.DataFrame, factors: list[str]) -> str:
+    """For a fractional design (the sweep record's `design`), the line naming its aliases
+    (each verdict is then the sum of a term and its aliases); "" for a full factorial. A
+    fraction that lost cells is refused."""
+    design = design or "full"
     if design == "full":
         return ""
     cells = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .anova import AnalysisError
-from .load import SweepRecord
+from .frame import SweepFrame
 
 RULE = "Lan-DeMets alpha spending, Pocock-type, on the information scale; Bonferroni across looks"
 # the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
@@ -281,16 +281,17 @@ def plan_of(record_json: str, alpha: float = 0.05) -> Plan:
     return Plan.from_json(record_json) if record_json else Plan(None, alpha, declared=False)
 
 
-def look_for(df: pd.DataFrame, shares: dict[str, tuple[str, float]], alpha: float | None = None,
+def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: float | None = None,
              what_if: bool = False) -> LookResult:
-    """This analysis as a look of the sweep's plan (`shares`: see information_fraction). A
-    given `alpha` or `what_if` (margins from the command line) makes it a what-if: computed
-    as the look would be, tested at the given alpha, never recorded."""
-    plan = plan_of(SweepRecord.of(df).sequential)
-    key, blocks, evaluation = fingerprint(df)
+    """This analysis of the sweep's runs as a look of the plan its record holds (`shares`:
+    see information_fraction). A given `alpha` or `what_if` (margins from the command line)
+    makes it a what-if: computed as the look would be, tested at the given alpha, never
+    recorded."""
+    plan = plan_of(sweep.record.sequential)
+    key, blocks, evaluation = fingerprint(sweep.runs)
     try:
         look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
-                              timed_digest(df))
+                              timed_digest(sweep.runs))
     except ValueError as e:
         raise AnalysisError(f"sequential plan: {e}") from None
     index = plan.looks.index(look) + 1

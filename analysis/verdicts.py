@@ -57,7 +57,7 @@ from dspark import metrics
 from . import power
 from .anova import AnalysisError, _formula, _safe, estimable_terms
 from .design import factorial_rows, levels, plain, with_value
-from .load import SweepRecord
+from .frame import SweepRecord
 
 ADJUSTMENTS = ("bonferroni", "none")
 DECISION_POWER = 0.8  # the planner's target: the probability that the next step decides a term
@@ -303,12 +303,12 @@ def _reps(v: int | None) -> str:
 
 # ---------------------------------------------------------------- margins
 
-def margins_for(df: pd.DataFrame, given: dict[str, float] | None = None) -> dict[str, dict]:
-    """The primary responses: the spec's (the runs' `responses` record), with `given`
+def margins_for(record: SweepRecord, given: dict[str, float] | None = None) -> dict[str, dict]:
+    """The primary responses: the spec's (the sweep record's `responses`), with `given`
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
     registry's."""
     out = {}
-    for name, decl in dict(SweepRecord.of(df).responses).items():
+    for name, decl in dict(record.responses).items():
         out[name] = {"better": decl.get("better") or metrics.better(name), "margin": float(decl["margin"])}
     for name, margin in (given or {}).items():
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin > 0):

@@ -169,7 +169,7 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
             assert held["tags"][REEVAL_TAG] == "4" and set(held["eval"]) == {"eval/per_prompt_4.json",
                                                                          "eval/rounds_4.npz"}
             assert len(held["points"]["spec/speedup"]) == 2 and held["points"]["split/prompts"][-1][1] == 4.0
-    assert set(load_runs("timed", rebuilt)["split/prompts"]) == {4.0}
+    assert set(load_runs("timed", rebuilt).runs["split/prompts"]) == {4.0}
 
 
 def _held(uri, dest) -> dict:
@@ -212,7 +212,7 @@ def _bench(uri, capsys):
     interaction, so sigma = |y_aa - y_ab - y_ba + y_bb| / 2 for either response."""
     from analysis.load import load_runs
 
-    df = load_runs("timed", uri)
+    df = load_runs("timed", uri).runs
     assert df["spec/speedup"].notna().all()  # the analysis reads the pass's values
     bench = runpy.run_path(str(ROOT / "bench" / "timing_pass.py"))
     capsys.readouterr()
