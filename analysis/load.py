@@ -236,13 +236,28 @@ def read_parquet(path: str | Path) -> SweepFrame:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata nests too deep to be an export's") from None
     if not isinstance(given, dict):
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not an analysis export's (not an object)")
-    df = _numeric_columns(table.to_pandas(), path)
+    df = _numeric_columns(_without_pandas_attrs(table).to_pandas(), path)
     try:
         check_record(given, df.columns)
     except ValueError as e:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
     return SweepFrame.from_metadata(df, given)
 
+
+def _without_pandas_attrs(table):
+    """The table without the pandas attrs pyarrow stored with it: exports written while the
+    record rode in attrs hold a second copy of it there, which `to_pandas` would restore and
+    pandas would then deep-copy at every operation. The record is read from PARQUET_KEY."""
+    meta = dict(table.schema.metadata or {})
+    try:
+        described = json.loads(meta.get(b"pandas", b"{}"))
+    except (ValueError, RecursionError):
+        return table  # not ours to judge: pyarrow reads it, or says what is wrong, as before
+    if not isinstance(described, dict) or "attributes" not in described:
+        return table
+    del described["attributes"]
+    meta[b"pandas"] = json.dumps(described).encode()
+    return table.replace_schema_metadata(meta)
 
 
 TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential")
