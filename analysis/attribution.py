@@ -17,7 +17,7 @@ from statsmodels.stats.multitest import multipletests
 from dspark import metrics
 
 from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_balanced
-from .design import factorial_rows, levels, plain, with_value, without_value
+from .design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
@@ -73,7 +73,7 @@ def analyse(df: pd.DataFrame, responses: list[str], factors: list[str], typ: int
     of every term adjusted across responses. Refuses what cannot be analysed."""
     if adjust not in ADJUST:
         raise AnalysisError(f"adjust: one of {', '.join(ADJUST)}, got {adjust!r}")
-    data = plain(factorial_rows(df, factors))  # without the sweep's record, which pandas copies at every step
+    data = factorial_rows(df, factors)
     for f in factors:
         if f not in data.columns:
             raise AnalysisError(f"factor {f!r} not in the data")

@@ -28,14 +28,6 @@ def factorial_rows(df: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     return df.dropna(subset=list(factors))
 
 
-def plain(data: pd.DataFrame) -> pd.DataFrame:
-    """The frame without its attrs (a shallow copy): pandas deep-copies a frame's attrs at
-    every operation, which in the verdicts' refit loops costs more than the fits themselves."""
-    out = data.copy(deep=False)
-    out.attrs = {}
-    return out
-
-
 def with_value(data: pd.DataFrame, response: str) -> pd.DataFrame:
     """The runs that hold a value of `response` (a run whose evaluation failed, or that
     predates a metric, lacks it): each response is analysed on its own runs."""

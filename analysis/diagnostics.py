@@ -17,7 +17,7 @@ from . import power
 from .anova import AnalysisError, check_design
 from .attribution import DEFAULT_RESPONSES_BY_STAGE, ResponseResult, control_contrast, degenerate_reason, \
     dunnett_vs_control, stage_of
-from .design import alias_structure, design_matrix, factorial_rows, plain, with_value
+from .design import alias_structure, design_matrix, factorial_rows, with_value
 from .load import responses as metric_columns
 
 
@@ -74,7 +74,7 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
 def _defaults(df: pd.DataFrame, stage: str | None, factors: list[str], chosen: list[str], skipped: list[str]) -> None:
     """The stage's usual responses that exist, hold finite values and vary, appended to
     `chosen`; the others (with their reasons) to `skipped`."""
-    have = set(metric_columns(plain(df)))  # plain: pandas copies the sweep's record at every step
+    have = set(metric_columns(df))
     data = factorial_rows(df, factors)
     degenerate = sorted(c for c in have if degenerate_reason(stage, c))
     if degenerate:  # say so, once, even when nobody asked for them

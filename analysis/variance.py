@@ -41,7 +41,7 @@ from statsmodels.regression.linear_model import OLS
 
 from dspark.metrics import is_timed, jack_groups, jack_name, split_name
 
-from .design import factorial_rows, plain
+from .design import factorial_rows
 from .verdicts import DECISION_POWER, Verdict, contrasts, fit_response, p_decided
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
@@ -105,7 +105,7 @@ def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:
 def split(df: pd.DataFrame, response: str, factors: list[str]) -> Split | None:
     """The evaluation and between-seed parts of a response's noise, or None where the runs
     carry no usable record of the evaluation's noise (or the response is timed)."""
-    data = plain(factorial_rows(df, factors))
+    data = factorial_rows(df, factors)
     kind = kind_of(response)
     count = COUNTS[kind]
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:

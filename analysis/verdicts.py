@@ -56,7 +56,7 @@ from dspark import metrics
 
 from . import power
 from .anova import AnalysisError, _formula, _safe, estimable_terms
-from .design import factorial_rows, levels, plain, with_value
+from .design import factorial_rows, levels, with_value
 from .frame import SweepRecord
 
 ADJUSTMENTS = ("bonferroni", "none")
@@ -676,7 +676,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
         raise AnalysisError(f"adjust: one of {', '.join(ADJUSTMENTS)}, got {adjust!r}")
     if not 0 < alpha < 1:
         raise AnalysisError(f"alpha: must lie in (0, 1), got {alpha!r}")
-    data = plain(factorial_rows(df, factors))
+    data = factorial_rows(df, factors)
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
     fits, found = {}, {}
     rows = {r: with_value(data, r) for r in responses}  # each response on the runs that hold it

@@ -25,10 +25,10 @@ def residual_sigmas(df, factors: list[str]) -> list[dict]:
     and the residual df, fitted on the same runs."""
     import pandas as pd
 
-    from analysis.design import factorial_rows, plain
+    from analysis.design import factorial_rows
     from analysis.verdicts import fit_response
 
-    data = plain(factorial_rows(df, factors))
+    data = factorial_rows(df, factors)
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
     out = []
     for timed, sweep in PAIRS:
