@@ -1,16 +1,53 @@
-"""The sweep frame (`analysis.frame.SweepFrame`) across a parquet export: the committed
-studies' exports (written while the record rode in pandas attrs) come back as they went."""
+"""The sweep frame (`analysis.frame.SweepFrame`) across a parquet export: every field comes
+back as it went, from a frame built here and from the committed studies' exports (written
+while the record rode in pandas attrs)."""
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.frame import SweepFrame, SweepRecord
 from analysis.load import PARQUET_KEY, read_parquet, to_parquet
+from analysis.sequential import Plan
+
+from .test_inputs import _sweep
 
 EXPORTS = sorted((Path(__file__).resolve().parents[2] / "results").glob("*/runs.parquet"))
+
+
+def _every_field_set() -> SweepFrame:
+    """A frame none of whose fields holds its default, so that a field the export loses
+    comes back different."""
+    base = _sweep(fraction=False)
+    record = SweepRecord(experiment="inputs", description="every field set", experiment_id="7",
+                         parent_run_id="p" * 32, design="full",
+                         responses={"spec/tau": {"better": "higher", "margin": 0.1}},
+                         sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B"])
+    failed = {"run_id": "r9", "run_name": "A=lo|B=lo|C=lo r9", "status": "FAILED", "cell": "A=lo|B=lo|C=lo",
+              "replicate": "9", "seed": "9", "arm": "factorial", "run_order": "99"}
+    local = {"run_id": "local-x", "run_name": "x", "status": "FINISHED", "tags": {"trial_key": "x"},
+             "params": {"lr": "0.001"}, "metrics": {"spec/tau": 3.0}, "run_s": 1.5, "checkpoint": "ck/x"}
+    return SweepFrame(base.runs, factors=base.factors, record=record, incomplete=[failed], local_rows=[local])
+
+
+def test_every_field_of_the_frame_survives_the_parquet_round_trip(tmp_path):
+    sweep = _every_field_set()
+    blank = SweepFrame(pd.DataFrame())
+    others = [f.name for f in fields(SweepFrame) if f.name != "runs"]
+    for name in others:  # a field added to the frame or its record must be set above too
+        assert getattr(sweep, name) != getattr(blank, name), f"_every_field_set leaves {name} at its default"
+    for f in fields(SweepRecord):
+        assert getattr(sweep.record, f.name) != getattr(blank.record, f.name), f"record.{f.name} left at its default"
+    to_parquet(sweep, tmp_path / "runs.parquet")
+    back = read_parquet(tmp_path / "runs.parquet")
+    pd.testing.assert_frame_equal(back.runs, sweep.runs, check_categorical=True)
+    for name in others:
+        assert getattr(back, name) == getattr(sweep, name), name
+    assert back.incomplete_runs().equals(sweep.incomplete_runs())
 
 
 @pytest.mark.parametrize("path", EXPORTS, ids=[p.parent.name for p in EXPORTS])
