@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from dspark.record import DEFAULT_TRACKING_URI
+from trials.store.client import DEFAULT_TRACKING_URI
 
 from .anova import AnalysisError
 
@@ -132,7 +132,7 @@ def _recap(args) -> int:
     """Each sweep's question in a line, its verdicts and a sentence per primary response."""
     import textwrap
 
-    from dspark.record import probe_store
+    from trials.store.reader import probe_store
 
     from .load import SweepRecord, load_runs
     from .render import BRIEF_WIDTH, answer_lines
@@ -161,7 +161,7 @@ def _report_or_plan(args) -> int:
     if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
         raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
     if not args.parquet:  # before any work: the store answers, within a bounded time
-        from dspark.record import probe_store
+        from trials.store.reader import probe_store
 
         probe_store(args.tracking_uri)
     df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
@@ -173,7 +173,7 @@ def _report_or_plan(args) -> int:
         print(text)
         _record(look, df, args)
         return 0
-    from dspark.record import default_ui_url
+    from trials.store.ui import default_ui_url
 
     from .report import build_report
 
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
         return code
     except BrokenPipeError:  # the reader of our output went away (`analysis plan | head`)
-        from dspark.record import quiet_broken_pipe
+        from trials.store.client import quiet_broken_pipe
 
         return quiet_broken_pipe()
     except AnalysisError as e:
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        from dspark.record import is_store_error, store_error
+        from trials.store.client import is_store_error, store_error
 
         if is_store_error(e):
             print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from dspark import metrics
-from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM, PRIMARY_TERMS_TAG,
-                           RESPONSES_TAG, SEQUENTIAL_TAG, check_store, metric_name, sweep_parent)
+from trials.store.client import StoreReadError, check_store
+from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTORS_PARAM, FACTOR_PREFIX,
+                               NOTE_TAG, PRIMARY_TERMS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
+                               SEQUENTIAL_TAG, metric_name, sweep_parent)
 
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 INCOMPLETE_KEY = "incomplete"
@@ -91,8 +93,9 @@ class SweepRecord:
 
 def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
-    from dspark.reader import reading_client
-    from dspark.record import sweep_trials, tracking_client
+    from trials.store.reader import reading_client
+    from trials.store.client import tracking_client
+    from trials.store.keys import sweep_trials
 
     check_store(tracking_uri)
     client = reading_client(tracking_uri) if tracking_uri else tracking_client(None)
@@ -159,9 +162,9 @@ def run_row(run_id: str, run_name: str, status: str, tags: dict[str, str], param
             metrics: dict[str, float]) -> dict:
     """One run as a row: the sweep's tags, the typed params and the metrics under the trainer's names."""
     row = {"run_id": run_id, "run_name": run_name, "status": status,
-           "cell": tags.get("cell", ""), "replicate": int(tags.get("replicate", 0)),
-           "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial"),
-           "run_order": int(tags.get("run_order", -1))}
+           "cell": tags.get(CELL_TAG, ""), "replicate": int(tags.get(REPLICATE_TAG, 0)),
+           "seed": int(tags.get(SEED_TAG, 0)), "arm": tags.get(ARM_TAG, "factorial"),
+           "run_order": int(tags.get(RUN_ORDER_TAG, -1))}
     for k, v in tags.items():
         if k.startswith(FACTOR_PREFIX):
             row[k] = v
@@ -173,6 +176,9 @@ def run_row(run_id: str, run_name: str, status: str, tags: dict[str, str], param
 
 
 def _row(r) -> dict:
+    for k, v in r.data.metrics.items():  # SQLite keeps whatever a hand edit wrote in a float column
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise StoreReadError(f"run {r.info.run_id}: metric {k!r} holds {str(v)[:40]!r}, not a number")
     row = run_row(r.info.run_id, r.info.run_name, r.info.status, r.data.tags, r.data.params, r.data.metrics)
     if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
         row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
@@ -383,10 +389,11 @@ def responses(df: pd.DataFrame) -> list[str]:
 def record_look(df: pd.DataFrame, tracking_uri: str | None, plan_json: str, look_text: str, index: int) -> None:
     """A look on the sweep's parent run: the sequential record with every look so far (the
     tag `analysis.sequential` reads back) and the look's own line (`look.<k>`). Kept in the
-    sweep's storage first where this machine sees it (`dspark.kept`), so that `trials
+    sweep's storage first where this machine sees it (`trials.store.kept`), so that `trials
     recover` rebuilds the looks, and the alpha they spent, with the sweep."""
-    from dspark.kept import keep_parent_record, sweep_storage
-    from dspark.record import LOOK_PREFIX, tracking_client
+    from trials.store.kept import keep_parent_record, sweep_storage
+    from trials.store.client import tracking_client
+    from trials.store.keys import LOOK_PREFIX
 
     record = SweepRecord.of(df)
     if not record.parent_run_id:
@@ -411,7 +418,8 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
 
     from mlflow.entities import Metric, RunTag
 
-    from dspark.record import VERDICT_PREFIX, tag_key, tracking_client
+    from trials.store.client import tracking_client
+    from trials.store.keys import VERDICT_PREFIX, tag_key
 
     from .anova import AnalysisError
 
@@ -433,7 +441,7 @@ def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> in
                                                          "family": d.family, "terms": d.primary_terms})))
     from .render import parent_note
 
-    tags.append(RunTag("mlflow.note.content", parent_note(rep, df)))  # the run page's description
+    tags.append(RunTag(NOTE_TAG, parent_note(rep, df)))  # the run page's description
     ts = int(time.time() * 1000)
     counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
     for i in range(0, max(len(tags), 1), 90):

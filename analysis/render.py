@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from dspark.kept import write_atomic
-from dspark.record import UI_URL, run_url
+from trials.store.kept import write_atomic
+from trials.store.ui import UI_URL, run_url
 
 from . import plots
 from .attribution import ResponseResult

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dspark.record import UI_URL
+from trials.store.ui import UI_URL
 
 from .anova import AnalysisError
 from .attribution import ResponseResult, analyse, stage_of

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dspark.kept import write_atomic
+from trials.store.kept import write_atomic
 
 from .anova import AnalysisError
 

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
 def first_points(df, uri: str) -> dict[str, dict[str, float]]:
     """Per `..._sweep` response that a re-evaluation logged again (a run holds more than one
     point of it): each run's first point, the one its trial timed while it trained."""
-    from mlflow.tracking import MlflowClient
+    from trials.store.client import tracking_client
 
-    client = MlflowClient(uri)
+    client = tracking_client(uri)
     out: dict[str, dict[str, float]] = {}
     for _, sweep in PAIRS:
         if sweep not in df.columns or "run_id" not in df.columns:

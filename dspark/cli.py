@@ -15,7 +15,8 @@ import yaml
 
 from .config import PRESETS, Config, from_dict, parse_overrides
 from .metrics import DEFAULT_RESPONSES, HEADLINE
-from .record import absolute_uri, ui_url
+from trials.store.client import absolute_uri
+from trials.store.ui import ui_url
 
 
 def load_config_file(path: str) -> dict:
@@ -112,7 +113,7 @@ def cmd_train(args) -> int:
         load_target(cfg.target_path)
     uri = absolute_uri(args.tracking_uri) if args.tracking_uri else None
     if uri:
-        from .record import probe_store
+        from trials.store.reader import probe_store
 
         probe_store(uri, writable=True)
     console = Console()
@@ -127,7 +128,7 @@ def cmd_train(args) -> int:
     print(f"corpus sha256 {trainer.data_sha256[:16]}  docs {trainer.corpus.n_docs}  "
           f"target {trainer.target_hash}  device {trainer.device}  out {cfg.out_dir}", file=sys.stderr)
     if uri:
-        from .track import TrainRun, git_commit
+        from trials.store.runs import TrainRun, git_commit
 
         tracked = TrainRun(uri, args.experiment, args.run_name or Path(cfg.out_dir).name, cfg.to_dict(),
                            {"seed": str(cfg.seed), "target_hash": trainer.target_hash,

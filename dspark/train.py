@@ -35,10 +35,9 @@ from .artifacts import training_curves
 from .data import Corpus, build_corpus, held_out_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
-from .kept import write_atomic
 from .loss import dspark_loss
 from .model import Drafter, TargetLM, sync
-from .targets import load_target, save_target, target_hash
+from .targets import load_target, save_target, target_hash, write_atomic
 from .windows import random_anchors, strided_anchors
 
 Report = Callable[[dict, "str | None"], None]

@@ -40,9 +40,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from dspark.record import SEQUENTIAL_TAG, sweep_parent
+from trials.store.keys import SEQUENTIAL_TAG, sweep_parent
 
-from . import spec as specmod
+from . import saved, spec as specmod
 
 
 @dataclass
@@ -74,9 +74,9 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
         raise ValueError(f"--replicates: an integer >= 1, got {replicates!r}")
     if budget_minutes is not None and not budget_minutes > 0:
         raise ValueError(f"--budget-minutes: a number > 0, got {budget_minutes!r}")
-    spec, meta = runner.load_saved(name, storage, "augment")
+    spec, meta = saved.load_saved(name, storage, "augment")
     uri = tracking_uri or meta["tracking_uri"]
-    exp_dir = runner.storage_root(storage) / name
+    exp_dir = saved.storage_root(storage) / name
     pending = pending_target(exp_dir, spec.replicates)  # an interrupted augment's, checked as input
     if until_decided and not spec.responses:
         raise ValueError(f"augment: sweep {name!r} declares no primary responses with margins "
@@ -143,7 +143,7 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
 
 def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
                    alpha: float, say, post_hoc: bool, pending: dict | None = None) -> dict:
-    from dspark.record import tracking_client
+    from trials.store.client import tracking_client
 
     from analysis.anova import AnalysisError
     from analysis.load import load_runs
@@ -166,7 +166,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     if pending is not None or _unevenly_measured(spec, kwargs["tracking_uri"]):  # interrupted before its evaluation
         _evaluate_like_the_rest(spec, kwargs)
     if pending is not None and out["failed"] == 0:
-        (runner.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
+        (saved.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
     parent = out["parent_run_id"]
     _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
@@ -215,8 +215,8 @@ def _look(rep, df, spec, plan, uri: str, client, parent: str, budget_minutes: fl
 def _keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metrics: dict | None = None,
                     step: int = 0) -> None:
     """What is about to be written to the parent, kept in the sweep's storage first
-    (`dspark.kept`), so that `trials recover` rebuilds it."""
-    from dspark.kept import keep_parent_record, sweep_storage
+    (`trials.store.kept`), so that `trials recover` rebuilds it."""
+    from trials.store.kept import keep_parent_record, sweep_storage
 
     exp_dir = sweep_storage(client.get_run(parent).data.tags, name)
     if exp_dir is not None:
@@ -243,7 +243,8 @@ def _unevenly_measured(spec, uri: str) -> bool:
     """Whether the sweep's finished runs differ in their re-evaluation counts or lack the
     last timing pass: what an augment interrupted between a block's trials and its
     evaluation leaves."""
-    from dspark.record import sweep_trials, tracking_client
+    from trials.store.client import tracking_client
+    from trials.store.keys import sweep_trials
 
     from .reeval import BATCHES_TAG, REEVAL_TAG
     from .timing import PASS_TAG, SUMMARY_TAG
@@ -264,7 +265,8 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
     block's trials get the same evaluation, so that every run of a look decodes the same
     number of prompts and scores the same batches (the spec's own counts would mix two
     evaluations in one analysis)."""
-    from dspark.record import sweep_trials, tracking_client
+    from trials.store.client import tracking_client
+    from trials.store.keys import sweep_trials
 
     from .reeval import BATCHES_TAG, REEVAL_TAG, reeval
 

@@ -6,10 +6,12 @@ import argparse
 import os
 import re
 import sys
+from pathlib import Path
 
-from . import spec as specmod
-from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, default_ui_url,
-                           is_store_error, quiet_broken_pipe, store_error, ui_url)
+from . import layout, saved, spec as specmod
+from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, is_store_error,
+                                 quiet_broken_pipe, store_error)
+from trials.store.ui import default_ui_url, ui_url
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -55,10 +57,8 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _show(spec, uri: str) -> None:
-    from . import saved
-
-    rows = saved.status(spec, uri)
+def _show(spec, uri: str, storage: str | None) -> None:
+    rows = saved.status(spec, saved.storage_root(storage) / spec.name, uri)
     print(_table(rows))
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
 
@@ -71,12 +71,12 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
     try:
         result = runner.run(spec, tracking_uri=uri, storage=storage, **kwargs)
     except runner.Interrupted as e:
-        root = runner.storage_root(storage)
+        root = saved.storage_root(storage)
         print(f"trials: {spec.name} interrupted ({e}); no run is left RUNNING. Resume it with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return _exit_interrupted(e)
     except runner.StoreStopped as e:
-        root = runner.storage_root(storage)
+        root = saved.storage_root(storage)
         full = isinstance(e, runner.StorageStopped)
         kept = "the store holds every point so far" if full else "Tune's result files hold what the store missed"
         left = ("No run is left RUNNING" if e.closed else
@@ -85,7 +85,8 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
               f"{'there is room again' if full else 'the store answers'}, resume with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 3
-    from dspark.record import TRIAL_KEY_TAG, retrying, sweep_trials, tracking_client
+    from trials.store.client import retrying, tracking_client
+    from trials.store.keys import TRIAL_KEY_TAG, sweep_trials
 
     from .progress import arms_table
 
@@ -103,13 +104,20 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
 def experiment_link(uri: str, name: str, ui: str | None = None) -> str:
     """The UI link of a sweep's experiment in its store ("" when the store lacks it): its
     saved runs view where the sweep wrote one."""
-    from dspark.reader import reading_client
-    from dspark.record import RUNS_VIEW_TAG
+    from trials.store.reader import reading_client
+    from trials.store.ui import RUNS_VIEW_TAG
 
     exp = reading_client(uri).get_experiment_by_name(name)
     if exp is None:
         return ""
     return ui_url(exp.experiment_id, ui or default_ui_url(uri), view=RUNS_VIEW_TAG in exp.tags)
+
+
+def saved_link(exp_dir: Path, uri: str, ui: str | None = None) -> str:
+    """The UI link of a sweep's runs view, from where its storage says its records are ("" if
+    it does not say)."""
+    found = layout.saved_experiment(exp_dir)
+    return ui_url(found["experiment_id"], ui or default_ui_url(uri), view=True) if found else ""
 
 
 def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None = None) -> str:
@@ -150,7 +158,7 @@ def _run_local(spec, args) -> int:
 def cmd_resume(args) -> int:
     from . import runner
 
-    spec, meta = runner.load_saved(args.name, args.storage)
+    spec, meta = saved.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
     return _run(spec, uri, args.storage, ui=args.ui_url, address=args.address,
                 max_concurrent=meta.get("max_concurrent"), resume=True, resource_wait_s=args.resource_wait,
@@ -160,16 +168,16 @@ def cmd_resume(args) -> int:
 
 def cmd_recover(args) -> int:
     """Rebuild a sweep's MLflow records from Tune's result files in storage."""
-    from dspark.record import probe_store
+    from trials.store.reader import probe_store
 
     from . import runner
     from .lease import Lease
     from .recover import recover
 
-    spec, meta = runner.load_saved(args.name, args.storage, "recover")
+    spec, meta = saved.load_saved(args.name, args.storage, "recover")
     uri = absolute_uri(args.tracking_uri or meta["tracking_uri"])
     probe_store(uri, args.store_timeout, writable=True)
-    exp_dir = runner.storage_root(args.storage) / spec.name
+    exp_dir = saved.storage_root(args.storage) / spec.name
     with Lease(exp_dir, spec.name, f"trials recover {spec.name}"):
         out = recover(spec, exp_dir, uri)
     print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged, "
@@ -203,7 +211,7 @@ def cmd_augment(args) -> int:
         again = (f"trials augment {args.name} --until-decided" if args.until_decided
                  else f"trials augment {args.name} --replicates {args.replicates}")
         print(f"trials: augment of {args.name} interrupted ({e}); no run is left RUNNING. Continue it with:\n"
-              f"  {again} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
+              f"  {again} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return _exit_interrupted(e)
     print(f"{args.name}: {out['stopped']} ({out['replicates']} replicate blocks)")
     return 0 if out["ok"] else 1
@@ -223,7 +231,7 @@ def cmd_reeval(args) -> int:
     except KeyboardInterrupt:
         print(f"trials: reeval of {args.name} interrupted; the trials done so far are kept. Continue with:\n"
               f"  trials reeval {args.name} {counts} "
-              f"--storage {runner.storage_root(args.storage)}", file=sys.stderr)
+              f"--storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 130
     print(f"{args.name}: {out['done']} trial(s) re-evaluated ({counts}), {out['skipped']} already were")
     return 0
@@ -240,7 +248,7 @@ def cmd_time(args) -> int:
         out = time_sweep(args.name, args.storage, args.tracking_uri, args.address, settings)
     except KeyboardInterrupt:
         print(f"trials: timing pass of {args.name} interrupted; nothing was recorded. Run it again with:\n"
-              f"  trials time {args.name} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
+              f"  trials time {args.name} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 130
     print(f"{args.name}: {out['response']} of {len(out['values'])} run(s) from {out['rounds']} interleaved rounds "
           f"on {out['node']} in {out['seconds']:.0f} s (pass {out['id']})")
@@ -248,21 +256,19 @@ def cmd_time(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from dspark.record import probe_store
+    from trials.store.reader import probe_store
 
-    from . import saved
 
     spec, meta = saved.load_saved(args.name, args.storage, "status")
     uri = args.tracking_uri or meta["tracking_uri"]
     probe_store(uri, args.store_timeout)
-    _show(spec, uri)
+    _show(spec, uri, args.storage)
     return 0
 
 
 def cmd_list(args) -> int:
     if args.tracking_uri:
         return _list_store(absolute_uri(args.tracking_uri), args.ui_url)
-    from . import saved
 
     root = saved.storage_root(args.storage)
     rows = []
@@ -278,8 +284,8 @@ def cmd_list(args) -> int:
         uri = meta.get("tracking_uri", "")
         link = ""
         try:
-            state = summary_counts(saved.status(spec, uri))
-            link = experiment_link(uri, name, args.ui_url)
+            state = summary_counts(saved.status(spec, root / name, uri))
+            link = saved_link(root / name, uri, args.ui_url)
         except Exception as e:  # one sweep's store down or refused: said in its row, the others still listed
             if not (isinstance(e, ValueError) or is_store_error(e)):
                 raise
@@ -297,8 +303,10 @@ def cmd_list(args) -> int:
 
 def _list_store(uri: str, ui: str | None = None) -> int:
     """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
-    from dspark.reader import reading_client
-    from dspark.record import check_store, probe_store, sweep_parent
+    from trials.store.reader import reading_client
+    from trials.store.client import check_store
+    from trials.store.keys import sweep_parent
+    from trials.store.reader import probe_store
 
     check_store(uri)
     probe_store(uri)

@@ -1,5 +1,5 @@
 """Run a sweep on Ray Tune: the shared target first (a Ray task), then one trial per
-cell x replicate, each calling `dspark.train` and reporting through `ray.tune.report`.
+cell x replicate, each calling the workload's `train` and reporting through `ray.tune.report`.
 
 Layout under the storage path: `<storage>/<sweep>/` is Tune's experiment directory (with
 `spec.yaml` and `sweep.json` beside it for `resume` and `status`), `<storage>/targets/`
@@ -9,7 +9,6 @@ holds the content-addressed shared targets.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import socket
@@ -29,61 +28,48 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from dspark import targets
-from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, probe_store,
-                           retrying)
+from trials.store.client import DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, retrying
+from trials.store.kept import write_atomic
+from trials.store.reader import probe_store
 
 from . import spec as specmod
 from .identity import check_same_sweep, identity_tags
-from .lease import Lease, check_storage, checkpoint_bytes, reap_dead_driver, write_atomic
+from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock
+from . import layout, shared
 from .recover import replay
-from .saved import DEFAULT_STORAGE, load_saved, saved_spec, status, storage_root  # noqa: F401  (the CLI reads them here)
+from .saved import save_sweep_files, saved_spec, storage_root
 from .spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full
-
-def _needs_shared_target(cfg) -> bool:
-    return cfg.parallel_stage == "drafter" and not cfg.target_path
-
-
-def target_addresses(spec: SweepSpec) -> dict[str, tuple[str, str]]:
-    """trial key -> (target hash, corpus hash), `dspark.targets.address` of its config."""
-    cache: dict[str, str] = {}  # corpus hashes: each corpus is read once
-    return {t.key: targets.address(t.config, cache) for t in spec.trials}
-
+from .workload import DEFAULT as DEFAULT_WORKLOAD
+from .workload import load as load_workload
+from trials.store.keys import GIT_COMMIT_TAG, SHARED_PREFIX
 
 def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,
-                 addresses: dict[str, tuple[str, str]] | None = None
+                 addresses: dict[str, tuple[str, dict[str, str]]] | None = None
                  ) -> tuple[SweepSpec, dict[str, dict[str, str]], dict[str, dict]]:
-    """Address every trial's target (or take `addresses`, `target_addresses(spec)`), train
-    the shared ones that storage lacks, and point each drafter-stage trial at its file.
-    Returns a new spec (the one given is left as it is), each trial's tags (`target_hash`,
-    `data_sha256`) and the shared targets by hash."""
-    addresses = addresses if addresses is not None else target_addresses(spec)
-    needed = {addresses[t.key][0]: t.config for t in spec.trials if _needs_shared_target(t.config)}
-    shared = ensure_targets(needed, storage, spec.resources, cpus)
-    tags, trials = {}, []
-    for t in spec.trials:
-        h, sha = addresses[t.key]
-        tags[t.key] = {"target_hash": h, "data_sha256": sha}
-        if _needs_shared_target(t.config):
-            # every other field of the trial (its run order among them) is kept as it is
-            t = dataclasses.replace(t, config=t.config.replace(target_path=shared[h]["path"]))
-        trials.append(t)
-    return dataclasses.replace(spec, trials=trials), tags, shared
+    """Address every trial's shared artifact (or take `addresses`, `shared.addresses(spec)`),
+    train those that storage lacks, and point each trial that uses one at its file.
+    Returns a new spec (the one given is left as it is), each trial's tags (DSpark:
+    `target_hash`, `data_sha256`) and the shared artifacts by hash."""
+    found = addresses if addresses is not None else shared.addresses(spec)
+    made = ensure_targets(spec.workload, shared.needed(spec, found), storage, spec.resources, cpus)
+    spec, tags = shared.bound(spec, found, {h: meta["path"] for h, meta in made.items()})
+    return spec, tags, made
 
 
-def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, float],
+def ensure_targets(workload: str, needed: dict[str, Any], storage: Path, resources: dict[str, float],
                    cpus: int | None = None) -> dict[str, dict]:
-    """target hash -> metadata with its `path`, for each config in `needed`: reused from
+    """artifact hash -> metadata with its `path`, for each config in `needed`: reused from
     storage, else trained once as a Ray task (all of them in parallel)."""
+    art = load_workload(workload).shared
     out: dict[str, dict] = {}
     pending = {}
     for h, cfg in needed.items():
-        path = targets.target_file(storage, h)
+        path = art.file(storage, h)
         if path.is_file():
-            _, meta = targets.load_target(path)
+            meta = art.read(path)
             out[h] = {**meta, "path": str(path), "reused": True}
             continue
         # nothing else runs while the shared targets train: a local sweep gives them every
@@ -91,20 +77,25 @@ def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, f
         n_cpu = max(resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
         opts = {"num_cpus": n_cpu, "num_gpus": resources.get("gpu", 0)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"shared target {h}: training {cfg.target_steps} steps of the {cfg.preset} LM on {n_cpu} core(s) "
+        print(f"shared target {h}: training {art.describe(cfg)} on {n_cpu} core(s) "
               "(once; every trial of this target reuses it)", flush=True)
         progress = path.with_name(f".{path.name}.progress.json")
         progress.unlink(missing_ok=True)
-        pending[h] = (path, shared_target_task.options(**opts).remote(cfg.to_dict(), str(path), str(progress)),
+        pending[h] = (path, shared_target_task.options(**opts).remote(workload, cfg.to_dict(), str(path), str(progress)),
                       time.monotonic())
     for h, (path, ref, t0) in pending.items():
         meta = _await_target(h, ref, path.with_name(f".{path.name}.progress.json"), t0)
-        print(f"shared target {h}: trained in {time.monotonic() - t0:.0f} s, val/bpb {meta['val/bpb']:.4f}",
-              flush=True)
-        if meta["target_hash"] != h:
+        print(f"shared target {h}: trained in {time.monotonic() - t0:.0f} s{_measured(meta)}", flush=True)
+        if meta.get("target_hash", h) != h:
             raise RuntimeError(f"shared target {h}: the task trained {meta['target_hash']}")
         out[h] = {**meta, "path": str(path), "reused": False}
     return out
+
+
+def _measured(meta: dict) -> str:
+    """", <metric> <value>" for each metric a shared artifact's metadata or progress holds."""
+    return "".join(f", {k} {v:.4f}" for k, v in meta.items()
+                   if "/" in k and isinstance(v, float) and not isinstance(v, bool))
 
 
 TARGET_PROGRESS_S = 30.0  # how often the driver says where a shared target's training is
@@ -127,7 +118,7 @@ def _await_target(h: str, ref, progress: Path, t0: float) -> dict:
         if p["step"] > shown:
             shown, spent = p["step"], time.monotonic() - t0
             left = spent * (p["of"] - p["step"]) / max(p["step"], 1)
-            print(f"shared target {h}: step {p['step']}/{p['of']}, val/bpb {p['val/bpb']:.4f}, "
+            print(f"shared target {h}: step {p['step']}/{p['of']}{_measured(p)}, "
                   f"{clock(spent)} elapsed, ~{clock(left)} left", flush=True)
 
 
@@ -154,22 +145,15 @@ def search_space(spec: SweepSpec, trials) -> tuple[dict, list[dict]]:
     return space, points
 
 
-def _key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()[:10]
-
-
-def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
-    """trial key -> its newest checkpoint directory under the sweep's storage (the trial
-    directories end in a hash of the key). Nothing is unpickled here: the trainer loads the
-    checkpoint's state.pt with weights_only=True."""
-    from dspark.train import checkpoint_problem
-
+def latest_checkpoints(exp_dir: Path, trials, workload: str = DEFAULT_WORKLOAD) -> dict[str, str]:
+    """trial key -> its newest intact checkpoint directory under the sweep's storage (the
+    trial directories end in a hash of the key). Nothing is unpickled here: the workload
+    checks its checkpoint files (DSpark: state.pt against its checksum)."""
+    wl = load_workload(workload)
     out = {}
     for t in trials:
-        found = [p.parent for d in exp_dir.glob(f"*_{_key_hash(t.key)}") if d.is_dir()
-                 for p in d.glob("checkpoint_*/state.pt")]
-        for ckpt in sorted(found, key=lambda c: (c / "state.pt").stat().st_mtime_ns, reverse=True):
-            problem = checkpoint_problem(ckpt)
+        for ckpt in layout.checkpoints(exp_dir, t.key, wl.checkpoint_file):
+            problem = wl.checkpoint_problem(ckpt)
             if problem is None:
                 out[t.key] = str(ckpt)
                 break
@@ -180,9 +164,7 @@ def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
 
 def _dirname_creator(spec: SweepSpec):
     def dirname(trial) -> str:
-        key = spec.trial_for(trial.config).key
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
-        return f"{trial.trial_id}_{safe[:80]}_{_key_hash(key)}"
+        return layout.trial_dirname(trial.trial_id, spec.trial_for(trial.config).key)
 
     return dirname
 
@@ -396,7 +378,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     probe_store(tracking_uri, store_timeout_s, writable=True)
     # one sweep per name per store: another storage or other trials under this name are refused
     check_same_sweep(spec, tracking_uri, root, command.split()[1] if command else "resume" if resume else "run")
-    check_storage(root, max(checkpoint_bytes(t.config) for t in spec.trials))
+    check_storage(root, max(spec.wl.checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
     with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
         if resume:
@@ -428,7 +410,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
     # for a large one) and let a new SQLite store create its tables (seconds too)
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweep-setup")
-    addressing = background.submit(target_addresses, spec)
+    addressing = background.submit(shared.addresses, spec)
     warming = background.submit(_warm_store, tracking_uri)
     identity = identity_tags(spec, root)  # of the spec as saved: bound targets lie in this storage
     started_ray = init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
@@ -436,10 +418,10 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
             cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
-            spec, tags, shared = bind_targets(spec, root, cpus, addressing.result())
+            spec, tags, made = bind_targets(spec, root, cpus, addressing.result())
             warming.result()
             ledger = opened["ledger"] = Ledger(tracking_uri, spec, identity)
-            tracker = _open_records(ledger, spec, tags, shared, exp_dir, resume, store_retry_s)
+            tracker = _open_records(ledger, spec, tags, made, exp_dir, resume, store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             results = _fit(spec, todo, resume_dirs, root, [tracker, *callbacks], signals, max_concurrent,
                            verbose) if todo else None
@@ -458,16 +440,17 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
             kill_local_ray() if signals.ray_lost else ray.shutdown()
 
 
-def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, shared: dict, exp_dir: Path, resume: bool,
+def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, made: dict, exp_dir: Path, resume: bool,
                   store_retry_s: float) -> SweepTracker:
     """Claim the parent for this driver, note the shared targets, and on a resume replay the
     points the store missed (it was down, or the driver died between writes)."""
     reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
     ledger.claim()
-    for h, meta in shared.items():
-        ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
+    layout.save_experiment(exp_dir, ledger.experiment_id, ledger.parent_id, write_atomic)
+    for h, meta in made.items():
+        ledger.client.set_tag(ledger.parent_id, f"{SHARED_PREFIX}{h}", meta["path"])
     commit = git_commit()
-    tracker = SweepTracker(ledger.uri, spec, {k: {**v, "git_commit": commit} for k, v in tags.items()},
+    tracker = SweepTracker(ledger.uri, spec, {k: {**v, GIT_COMMIT_TAG: commit} for k, v in tags.items()},
                            retry_s=store_retry_s)
     if resume:
         replay(ledger, tracker.tags_by_key, spec, exp_dir, close=False)
@@ -533,7 +516,7 @@ def _best_effort(call) -> bool:
 def _warm_store(tracking_uri: str) -> None:
     """Open the store once (MLflow creates a new SQLite store's tables on first use); any
     error is left for the Ledger to raise in the driver's thread."""
-    from dspark.record import tracking_client
+    from trials.store.client import tracking_client
 
     try:
         tracking_client(tracking_uri).search_experiments(max_results=1)
@@ -565,7 +548,7 @@ def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, d
     newest checkpoint, loaded with weights_only=True."""
     runs = ledger.child_runs()
     todo = [t for t in spec.trials if not (t.key in runs and runs[t.key].info.status == "FINISHED")]
-    return todo, latest_checkpoints(exp_dir, todo)
+    return todo, latest_checkpoints(exp_dir, todo, spec.workload)
 
 
 _AUTO_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
@@ -625,22 +608,3 @@ def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, in
         raise Interrupted(signals.signum or signal.SIGINT)
     ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
     return states
-
-
-def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
-    """`spec.yaml` and `sweep.json` beside Tune's experiment folder, each written whole."""
-    raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
-           "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
-           "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
-    if spec.primary_terms:
-        raw["primary_terms"] = spec.primary_terms
-    if spec.sequential:
-        raw["sequential"] = spec.sequential
-    if spec.generators:
-        raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
-    # each whole or not at all: a reader (status, list, resume) never meets half a file
-    write_atomic(exp_dir / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
-    write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent}))
-
-
-_save_sweep_files = save_sweep_files  # the name tests and benchmarks made sweeps with

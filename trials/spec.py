@@ -44,12 +44,11 @@ from typing import Any
 
 import yaml
 
-from dspark import metrics
-from dspark.config import FIELD_NAMES, Config, from_dict, role_of, smoke_overrides
-from dspark.record import (ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, RUN_ORDER_TAG, SEED_TAG,
-                           TRIAL_KEY_TAG)
+from . import workload as workloads
+from .registry import PRIMARY_FORM, Registry
+from trials.store.keys import ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, RUN_ORDER_TAG, SEED_TAG, TRIAL_KEY_TAG
 
-TOP_KEYS = {"name", "base", "factors", "replicates", "design", "controls", "resources",
+TOP_KEYS = {"workload", "name", "base", "factors", "replicates", "design", "controls", "resources",
             "max_concurrent", "max_failures", "description", "responses", "primary_terms", "sequential"}
 SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches"}
 # Sweep, factor, level and control names: they become trial keys (`F=level|G=level#r0`),
@@ -82,7 +81,7 @@ class Trial:
     seed: int
     levels: dict[str, str]  # factor -> level ("" for a control arm)
     arm: str  # "factorial" or "control:<name>"
-    config: Config
+    config: Any  # the workload's config
     run_order: int = 0  # launch position in the sweep (0-based), randomised inside each replicate block
 
     @property
@@ -107,6 +106,7 @@ class SweepSpec:
     name: str
     base: dict[str, Any]
     factors: dict[str, dict[str, dict[str, Any]]]
+    workload: str = workloads.DEFAULT  # the trainer swept (`trials.workload.load`)
     replicates: int = 1
     generators: dict[str, list[str]] = field(default_factory=dict)  # empty = full factorial
     controls: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -118,6 +118,10 @@ class SweepSpec:
     primary_terms: list[str] = field(default_factory=list)  # [] = every main effect and control
     sequential: dict[str, Any] = field(default_factory=dict)  # {max_replicates, alpha, ...}; {} = no plan
     trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def wl(self) -> workloads.Workload:
+        return workloads.load(self.workload)
 
     @property
     def design(self) -> str:
@@ -255,42 +259,51 @@ def parse(raw: Any) -> SweepSpec:
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         problems.append(f"name: required; {NAME_RULE}")
-    spec = SweepSpec(name=name if isinstance(name, str) else "", base=_parse_base(raw, problems),
-                     factors=_parse_factors(raw, problems))
+    wl = _parse_workload(raw)
+    fields = set(wl.fields)
+    spec = SweepSpec(name=name if isinstance(name, str) else "", base=_parse_base(raw, fields, problems),
+                     factors=_parse_factors(raw, fields, problems), workload=raw.get("workload", workloads.DEFAULT))
     spec.replicates = _parse_replicates(raw, spec.factors, problems)
     spec.generators = _parse_design(raw, spec.factors, problems)
-    spec.controls = _parse_controls(raw, problems)
+    spec.controls = _parse_controls(raw, fields, problems)
     spec.resources = {"cpu": 1, "gpu": 0, **_parse_resources(raw, problems)}
     spec.max_concurrent = _count(raw, "max_concurrent", 0, problems)
     spec.max_failures = _count(raw, "max_failures", 2, problems)
     spec.description = str(raw.get("description", ""))
-    spec.responses = _parse_responses(raw, problems)
+    spec.responses = _parse_responses(raw, workloads.registry(spec.workload), problems)
     spec.primary_terms = _parse_primary_terms(raw, spec.factors, spec.controls, problems)
     spec.sequential = _parse_sequential(raw, spec, problems)
     if problems:
         raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
     spec = build(spec)
-    problems = unmeasured_responses(spec.responses, [t.config for t in spec.trials if t.arm == "factorial"])
+    problems = unmeasured_responses(spec.responses, [t.config for t in spec.trials if t.arm == "factorial"], wl)
     problems += target_path_problems(spec) + sequential_problems(spec)
     if problems:
         raise SpecError(problems)
     return spec
 
 
-def target_path_problems(spec: SweepSpec) -> list[str]:
-    """A `target_path` must be a target that `dspark` saved: checked now rather than when
-    the first trial starts (loaded with weights_only=True, as the trainer will)."""
-    paths = sorted({t.config.target_path for t in spec.trials if t.config.target_path})
-    if not paths:
-        return []
-    from dspark.targets import load_target  # torch: only for a spec that names a target
+def _parse_workload(raw: dict) -> workloads.Workload:
+    """The workload the spec names (the default where it names none); a name that does not
+    load stops the check here, since every config field depends on it."""
+    name = raw.get("workload", workloads.DEFAULT)
+    if not isinstance(name, str) or not name:
+        raise SpecError([f"workload: a workload's name or `package.module:object`, got {str(name)[:60]!r}"])
+    try:
+        return workloads.load(name)
+    except workloads.WorkloadError as e:
+        raise SpecError([str(e)]) from None
 
-    out = []
-    for path in paths:
-        try:
-            load_target(path)
-        except ValueError as e:
-            out.append(str(e))
+
+def target_path_problems(spec: SweepSpec) -> list[str]:
+    """What the trials' configs name that is not there (DSpark: a `target_path` that is not
+    a target it saved), checked now rather than when the first trial starts."""
+    seen, out = set(), []
+    for t in spec.trials:
+        for problem in spec.wl.config_problems(t.config):
+            if problem not in seen:
+                seen.add(problem)
+                out.append(problem)
     return out
 
 
@@ -319,18 +332,18 @@ def local_problems(spec: SweepSpec) -> list[str]:
     return out
 
 
-def _parse_responses(raw: dict, problems: list[str]) -> dict[str, dict[str, Any]]:
+def _parse_responses(raw: dict, registry, problems: list[str]) -> dict[str, dict[str, Any]]:
     """The primary responses: a known metric each, its better direction (the registry's,
     which a spec may state but not contradict) and a finite margin > 0
-    (`dspark.metrics.primary_response`, which the analysis checks a recorded sweep with)."""
+    (`Registry.primary_response`, which the analysis checks a recorded sweep with)."""
     given = raw.get("responses", {}) or {}
     if not isinstance(given, dict):
-        problems.append(f"responses: must map metric names to {metrics.PRIMARY_FORM}")
+        problems.append(f"responses: must map metric names to {PRIMARY_FORM}")
         return {}
     clean = {}
     for name, decl in given.items():
         name = str(name)
-        ok, problem = metrics.primary_response(name, decl, f"responses.{name}")
+        ok, problem = registry.primary_response(name, decl, f"responses.{name}")
         if problem:
             problems.append(problem)
         else:
@@ -400,38 +413,38 @@ def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict
 def sequential_problems(spec: "SweepSpec") -> list[str]:
     """A plan's evaluation maxima below what the sweep's trials already evaluate."""
     out = []
-    for key, field_name in (("max_prompts", "spec_prompts"), ("max_eval_batches", "eval_batches")):
+    for key, field_name in spec.wl.sequential_fields.items():
         now = max((getattr(t.config, field_name) for t in spec.trials), default=0)
         if key in spec.sequential and spec.sequential[key] < now:
             out.append(f"sequential.{key}: {spec.sequential[key]} is fewer than the trials' {field_name} ({now})")
     return out
 
 
-def unmeasured_responses(responses: dict, configs: list[Config]) -> list[str]:
+def unmeasured_responses(responses: dict, configs: list, wl: workloads.Workload) -> list[str]:
     """Primary responses that some factorial arm cannot measure: not measured, degenerate or
-    constant in its stage, or a decoding response where no prompt is decoded."""
+    constant in its variant (the registry), or what the workload says it cannot give (DSpark:
+    a decoding response where no prompt is decoded)."""
+    registry = Registry(wl.metrics)
     out = []
     for name in responses:
         for cfg in configs:
-            why = metrics.unmeasured_reason(cfg.parallel_stage, name)
-            if why is None and name.startswith(("spec/", "conf/", "sched/")) and cfg.spec_prompts == 0:
-                why = "spec_prompts is 0, so no prompt is decoded"
+            why = registry.unmeasured_reason(wl.variant(cfg), name) or wl.unmeasured(cfg, name)
             if why:
                 out.append(f"responses.{name}: cannot be a primary response here: {why}")
                 break
     return out
 
 
-def _parse_base(raw: dict, problems: list[str]) -> dict:
+def _parse_base(raw: dict, fields: set[str], problems: list[str]) -> dict:
     base = raw.get("base", {})
     if not isinstance(base, dict):
         problems.append("base: must be a mapping of trainer config fields")
         return {}
-    problems += [f"base: unknown trainer config field {key!r}" for key in sorted(set(base) - set(FIELD_NAMES))]
+    problems += [f"base: unknown trainer config field {key!r}" for key in sorted(set(base) - fields)]
     return base
 
 
-def _parse_factors(raw: dict, problems: list[str]) -> dict[str, dict[str, dict]]:
+def _parse_factors(raw: dict, fields: set[str], problems: list[str]) -> dict[str, dict[str, dict]]:
     factors = raw.get("factors")
     if not isinstance(factors, dict) or not factors:
         problems.append("factors: required, a mapping of factor -> {level: {overrides}}")
@@ -459,7 +472,7 @@ def _parse_factors(raw: dict, problems: list[str]) -> dict[str, dict[str, dict]]
             if not NAME_RE.match(lname):
                 problems.append(f"factors.{fname}.{str(lname)[:80]}: a level name must be {NAME_RULE}")
                 continue
-            if _overrides_ok(f"factors.{fname}.{lname}", over, problems):
+            if _overrides_ok(f"factors.{fname}.{lname}", over, fields, problems):
                 clean[fname][lname] = over
     problems += clashing_factors(clean)
     return clean
@@ -538,7 +551,7 @@ def _low_resolution(names: list[str], generators: dict[str, list[str]]) -> list[
     return out
 
 
-def _parse_controls(raw: dict, problems: list[str]) -> dict[str, dict]:
+def _parse_controls(raw: dict, fields: set[str], problems: list[str]) -> dict[str, dict]:
     controls = raw.get("controls", {}) or {}
     if not isinstance(controls, dict):
         problems.append("controls: must map control names to config overrides")
@@ -548,18 +561,18 @@ def _parse_controls(raw: dict, problems: list[str]) -> dict[str, dict]:
         if not isinstance(cname, str) or not NAME_RE.match(cname):
             problems.append(f"controls.{str(cname)[:80]}: a control name must be {NAME_RULE}")
             continue
-        if _overrides_ok(f"controls.{cname}", over, problems):
+        if _overrides_ok(f"controls.{cname}", over, fields, problems):
             clean[cname] = over
     return clean
 
 
-def _overrides_ok(where: str, over: Any, problems: list[str]) -> bool:
+def _overrides_ok(where: str, over: Any, fields: set[str], problems: list[str]) -> bool:
     """A level's or a control's overrides: a mapping (else refused, and left out); every
     unknown field named."""
     if not isinstance(over, dict):
         problems.append(f"{where}: must map to config overrides")
         return False
-    problems += [f"{where}: unknown trainer config field {key!r}" for key in sorted(set(over) - set(FIELD_NAMES))]
+    problems += [f"{where}: unknown trainer config field {key!r}" for key in sorted(set(over) - fields)]
     return True
 
 
@@ -586,12 +599,13 @@ def _count(raw: dict, key: str, default: int, problems: list[str]) -> int:
 def _cell_problems(spec: SweepSpec) -> list[str]:
     """Every stage is checked: the cells are resolved from what is valid so far, so the
     problems of their configs are listed with the spec's own."""
-    known = set(FIELD_NAMES)
+    known = set(spec.wl.fields)
     factors = {f: {lv: {k: v for k, v in over.items() if k in known} for lv, over in levels.items()}
                for f, levels in spec.factors.items() if len(levels) >= 2}
     if not factors or clashing_factors(factors):
         return []
-    check = SweepSpec(name="check", base={k: v for k, v in spec.base.items() if k in known}, factors=factors,
+    check = SweepSpec(name="check", workload=spec.workload, factors=factors,
+                      base={k: v for k, v in spec.base.items() if k in known},
                       controls={c: {k: v for k, v in over.items() if k in known} for c, over in spec.controls.items()})
     try:
         _resolve_arms(check)
@@ -615,13 +629,13 @@ def clashing_factors(factors: dict[str, dict[str, dict]]) -> list[str]:
     return out
 
 
-def dead_factors(factors: dict[str, dict], cells: list[tuple[dict[str, str], Config]]) -> list[str]:
+def dead_factors(factors: dict[str, dict], cells: list[tuple[dict[str, str], Any]], role=lambda k: "") -> list[str]:
     """A factor two of whose levels give the same training objective (compared on the
     resolved values, e.g. the effective decay denominator) in some cell of the others.
     Levels that differ only in plumbing (`out_dir`, `device`, ...) are dead too."""
     out = []
     for f in factors:
-        seen: dict[tuple, dict[str, Config]] = {}
+        seen: dict[tuple, dict[str, Any]] = {}
         for levels, cfg in cells:
             rest = tuple((g, lv) for g, lv in levels.items() if g != f)
             seen.setdefault(rest, {})[levels[f]] = cfg
@@ -633,7 +647,7 @@ def dead_factors(factors: dict[str, dict], cells: list[tuple[dict[str, str], Con
                 where = f" where {', '.join(f'{g}={lv}' for g, lv in rest)}" if rest else ""
                 a, b = (by_level[x].to_dict() for x in dup)
                 differ = sorted(k for k in a if a[k] != b[k])
-                plumbing = differ and all(role_of(k) == "plumbing" for k in differ)
+                plumbing = differ and all(role(k) == "plumbing" for k in differ)
                 why = (f"they differ only in {', '.join(differ)}, which never changes a result" if plumbing
                        else "their resolved configs are equal")
                 out.append(f"factors.{f}: levels {dup[0]!r} and {dup[1]!r} train the same objective{where} "
@@ -702,7 +716,7 @@ def _check_identity(trials: list[Trial]) -> None:
         raise SpecError(problems[:5])
 
 
-def _resolve_arms(spec: SweepSpec) -> list[tuple[str, dict[str, str], str, Config]]:
+def _resolve_arms(spec: SweepSpec) -> list[tuple[str, dict[str, str], str, Any]]:
     """(cell, levels, arm, config) per arm; SpecError naming every cell that does not
     resolve, a control that trains a cell's objective, and every dead factor."""
     arms: list[tuple[str, dict[str, str], str, dict]] = []
@@ -713,10 +727,10 @@ def _resolve_arms(spec: SweepSpec) -> list[tuple[str, dict[str, str], str, Confi
         arms.append((f"control={cname}", {f: "" for f in spec.factors}, f"control:{cname}", _resolve(spec.base, over)))
     problems: list[str] = []
     seen: dict[str, str] = {}
-    resolved: list[tuple[str, dict[str, str], str, Config]] = []
+    resolved: list[tuple[str, dict[str, str], str, Any]] = []
     for cell, levels, arm, over in arms:
         try:
-            cfg = from_dict(over)
+            cfg = spec.wl.config(over)
         except ValueError as e:
             problems.append(f"cell {cell}: {e}")
             continue
@@ -726,7 +740,8 @@ def _resolve_arms(spec: SweepSpec) -> list[tuple[str, dict[str, str], str, Confi
         seen.setdefault(sig, cell)
         resolved.append((cell, levels, arm, cfg))
     if not problems:
-        problems += dead_factors(spec.factors, [(lv, cfg) for _, lv, arm, cfg in resolved if arm == "factorial"])
+        problems += dead_factors(spec.factors, [(lv, cfg) for _, lv, arm, cfg in resolved if arm == "factorial"],
+                                 spec.wl.role)
     if problems:
         raise SpecError(problems)
     return resolved
@@ -755,7 +770,7 @@ def smoke(spec: SweepSpec) -> SweepSpec:
     """Every trial shrunk to a few steps, for a quick end-to-end check; named
     `<name>-smoke` so it never mixes with the real sweep's runs."""
     spec = dataclasses.replace(spec, name=f"{spec.name}-smoke")
-    return spec.override(**smoke_overrides())
+    return spec.override(**spec.wl.smoke())
 
 
 def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
@@ -763,9 +778,8 @@ def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
     if spec.responses:
         return list(spec.responses)[:limit]
     configs = [t.config for t in spec.trials if t.arm == "factorial"]
-    stages = {c.parallel_stage for c in configs}
-    stage = stages.pop() if len(stages) == 1 else None
-    names = metrics.DEFAULT_RESPONSES.get(stage or "", metrics.HEADLINE)
+    variants = {spec.wl.variant(c) for c in configs}
+    names = workloads.registry(spec.workload).default_responses(variants.pop() if len(variants) == 1 else None)
     # never one an arm cannot measure (not measured, degenerate or constant in its stage, or a
     # decoding response where no prompt is decoded)
-    return [n for n in names if not unmeasured_responses({n: None}, configs)][:limit]
+    return [n for n in names if not unmeasured_responses({n: None}, configs, spec.wl)][:limit]

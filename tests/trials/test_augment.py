@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from trials import runner, spec as specmod
+from trials import runner, saved, spec as specmod
 from trials.augment import augment
 from tests.trials.conftest import D1_D9, write_spec
 
@@ -48,8 +48,8 @@ def test_augment_adds_blocks_with_new_seeds_and_order_rerunning_nothing(ray_loca
     new = [r for r in after if r.data.tags["replicate"] == "1"]
     assert {int(r.data.tags["seed"]) for r in new} == {specmod.replicate_seed("aug", 1)}
     assert sorted(int(r.data.tags["run_order"]) for r in new) == [4, 5, 6, 7]
-    saved, _ = runner.load_saved("aug", storage)
-    assert saved.replicates == 2 and saved.responses == {"tf/tau": {"better": "higher", "margin": 0.001}}
+    kept, _ = saved.load_saved("aug", storage)
+    assert kept.replicates == 2 and kept.responses == {"tf/tau": {"better": "higher", "margin": 0.001}}
     with pytest.raises(ValueError, match="--replicates N, or --until-decided"):
         augment("aug", storage)
     with pytest.raises(ValueError, match="fewer than the sweep's 2 blocks"):
@@ -259,7 +259,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     spec = specmod.with_replicates(specmod.load(path), 3)
     exp_dir = root / "grow"
     exp_dir.mkdir(parents=True)
-    runner.save_sweep_files(exp_dir, spec, uri, None)
+    saved.save_sweep_files(exp_dir, spec, uri, None)
     (exp_dir / TARGET_FILE).write_text(json.dumps({"replicates": 3, "command": "trials augment grow --replicates 1"}))
     ledger = Ledger(uri, spec, identity_tags(spec, root))
     first_new = min((t for t in spec.trials if t.replicate == 2), key=lambda t: t.run_order)
@@ -280,7 +280,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     assert len(runs) == 6 and len({r.data.tags["trial_key"] for r in runs}) == 6
     assert all(r.info.status == "FINISHED" for r in runs)
     assert {k: e for k, e in ((r.data.tags["trial_key"], r.info.end_time) for r in runs) if k in ended} == ended
-    assert runner.load_saved("grow", str(root))[0].replicates == 3 and not (exp_dir / TARGET_FILE).exists()
+    assert saved.load_saved("grow", str(root))[0].replicates == 3 and not (exp_dir / TARGET_FILE).exists()
     # the target reached, the same command is a new request: 3 + 1 blocks, past this sweep's plan, refused before
     # any work (without a plan it would add a fourth block)
     with pytest.raises(ValueError, match=r"^--replicates: 3 \+ 1 blocks pass the sweep's sequential plan of at most "

@@ -11,7 +11,7 @@ import ray
 import torch
 from mlflow.tracking import MlflowClient
 
-from dspark.record import store_key
+from trials.store.keys import store_key
 from dspark.train import train
 from tests.conftest import is_timing_metric
 from tests.trials.conftest import write_spec

@@ -9,8 +9,8 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from dspark.record import STORAGE_TAG, TRIALS_TAG, sweep_parent
-from trials import runner, spec as specmod
+from trials.store.keys import STORAGE_TAG, TRIALS_TAG, sweep_parent
+from trials import runner, saved, spec as specmod
 from trials.cli import main
 from trials.identity import check_same_sweep, fingerprint, identity_tags
 from trials.recover import recover
@@ -29,7 +29,7 @@ def _first_sweep(tmp_path, corpus_dir, uri):
                       responses={"val/bpb": {"better": "lower", "margin": 0.01}})
     spec, root = specmod.load(path), (tmp_path / "A").resolve()
     (root / "same").mkdir(parents=True)
-    runner.save_sweep_files(root / "same", spec, uri, None)
+    saved.save_sweep_files(root / "same", spec, uri, None)
     ledger = Ledger(uri, spec, identity_tags(spec, root))
     ledger.client.set_tag(ledger.parent_id, "target.0123456789abcdef", str(root / "targets" / "x.pt"))
     for i, t in enumerate(spec.trials):

@@ -48,7 +48,7 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
     import hashlib
 
     from dspark.train import CHECKSUM_FILE
-    from trials.runner import _save_sweep_files
+    from trials.saved import save_sweep_files
     from trials.tracking import Ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
@@ -56,7 +56,7 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
         "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE))
     exp_dir = tmp_path / "st" / name
     exp_dir.mkdir(parents=True)
-    _save_sweep_files(exp_dir, spec, uri, None)
+    save_sweep_files(exp_dir, spec, uri, None)
     ledger = Ledger(uri, spec)
     for t in spec.trials:
         run_id, _ = ledger.open_child(t, {})
@@ -158,7 +158,7 @@ def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path,
 
 def _check_against_the_checkpoint(spec, storage, runs):
     """One run's new val/bpb and a jack value, computed directly from its final checkpoint."""
-    root = runner.storage_root(storage)
+    root = saved.storage_root(storage)
     trial = next(t for t in spec.trials if t.replicate == 1)
     ckpt = runner.latest_checkpoints(root / spec.name, [trial])[trial.key]
     run = next(r for r in runs if r.data.tags["trial_key"] == trial.key)

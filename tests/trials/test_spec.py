@@ -150,7 +150,7 @@ def test_run_names_are_short_unique_and_show_the_cell():
 
 
 def test_relative_sqlite_uris_are_made_absolute(tmp_path, monkeypatch):
-    from dspark.record import absolute_uri
+    from trials.store.client import absolute_uri
 
     monkeypatch.chdir(tmp_path)
     assert absolute_uri("sqlite:///mlflow.db") == f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from trials import runner, spec as specmod
 from trials.reeval import REEVAL_TAG, reeval
-from trials.timing import PASS_TAG, SUMMARY_TAG, TimingSettings, round_order, schedule, time_sweep, values
+from dspark.timed import values
+from trials.timing import PASS_TAG, SUMMARY_TAG, TimingSettings, round_order, schedule, time_sweep
 from tests.trials.conftest import D1_D9, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ def test_settings_refuse_out_of_range_values_and_values_summarise_raw_times():
 def test_kept_records_round_trip_and_a_crafted_one_is_refused_naming_its_file(tmp_path):
     """What `trials recover` replays from storage is input: each bad record is one line
     naming its file, before anything is written to the store."""
-    from dspark.kept import key_dir, keep_parent_record, keep_run_record, read_records
+    from trials.store.kept import keep_parent_record, keep_run_record, key_dir, read_records
 
     keep_run_record(tmp_path, "D1=a|r0", "reeval", 7, {"spec/tau": 2.5, "x/nan": float("nan")}, {"reeval.n": "4"},
                     {"eval/per_prompt_4.json": b"[1]"})
@@ -196,7 +197,7 @@ def _held(uri, dest) -> dict:
 def _store_for(tmp_path, storage_copy) -> str:
     """A copy of the store whose sweep records `storage_copy` as its storage: one sweep per
     name per store, and the original store's sweep lives in the original storage."""
-    from dspark.record import STORAGE_TAG, sweep_parent
+    from trials.store.keys import STORAGE_TAG, sweep_parent
 
     db = tmp_path / f"{Path(storage_copy).name}.db"
     shutil.copy(tmp_path / "m.db", db)
@@ -307,7 +308,7 @@ def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ra
 
 
 def test_the_speedup_jackknife_leaves_out_each_group_of_timing_prompts():
-    from trials.timing import jack_values, values
+    from dspark.timed import jack_values, values
 
     rounds = [{"times": {"a": {"ar_s": [1.0, 2.0, 3.0], "spec_s": [0.5, 1.0, 2.0]}}},
               {"times": {"a": {"ar_s": [1.1, 2.1, 3.1], "spec_s": [0.6, 1.1, 2.1]}}}]

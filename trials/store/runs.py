@@ -1,6 +1,6 @@
 """MLflow records of a run, shared by `dspark train --tracking-uri` (one run) and the
 sweeps' tracker in `trials` (one run per trial): the same params (every config field),
-metric names (`dspark.record.store_key`), source tags and artifacts, so a single run and a
+metric names (`trials.store.keys.store_key`), source tags and artifacts, so a single run and a
 trial read the same in the MLflow UI. MLflow is imported only when a run is tracked.
 """
 
@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .record import store_key
+from .keys import store_key
 
 
 def git_commit() -> str:
@@ -78,9 +78,9 @@ class TrainRun:
     """One `dspark train` run as an MLflow run: params, tags and metric names as a trial's."""
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, config: dict, tags: dict[str, str]):
-        from .record import tracking_client
+        from .client import tracking_client
 
-        from .record import EXPERIMENT_KIND_TAG, MODEL_TRAINING
+        from .keys import EXPERIMENT_KIND_TAG, MODEL_TRAINING
 
         self.client = tracking_client(tracking_uri)
         exp = self.client.get_experiment_by_name(experiment)
