@@ -43,7 +43,7 @@ def build(folder: Path) -> tuple[str, Path, Path]:
     from trials.registry import split_name
     from trials.saved import save_sweep_files
     from trials.store.keys import DONE_KEY
-    from trials.spec import load
+    from trials.validate import load
     from trials.tracking import Ledger
 
     raw = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())

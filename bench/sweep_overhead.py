@@ -19,7 +19,7 @@ from dspark.train import train, train_shared_target
 from ray.tune import Callback
 
 from trials import runner
-from trials.spec import parse
+from trials.validate import parse
 
 PARALLEL = 2
 

@@ -40,7 +40,7 @@ def test_the_readme_is_short_and_its_annotated_spec_is_a_valid_spec():
 
     import yaml
 
-    from trials.spec import parse
+    from trials.validate import parse
 
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 300

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from dspark.config import from_dict
-from trials.spec import SpecError, parse
+from trials.spec import SpecError
+from trials.validate import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "tiny", "--set", "target_steps=4", "--set", "draft_steps=4", "--set", "eval_interval=2",

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from trials.store.keys import SEQUENTIAL_TAG, sweep_parent
 
-from . import saved, spec as specmod
+from . import expand, saved
 
 
 @dataclass
@@ -132,7 +132,7 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
             raise ValueError(f"--replicates: {spec.replicates} + {replicates} blocks pass the sweep's sequential "
                              f"plan of at most {planned}")
         record = json.dumps({"replicates": target, "command": kwargs["command"]})
-    spec = specmod.with_replicates(spec, target)
+    spec = expand.with_replicates(spec, target)
     out = runner.run(spec, **kwargs, leased=None if record is None else
                      (lambda d: write_atomic(d / TARGET_FILE, record)))
     _evaluate_like_the_rest(spec, kwargs)
@@ -161,7 +161,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     if pending is not None:  # an interrupted `--replicates` asked for these blocks: they come first
         say(f"{spec.name}: continuing to {pending['replicates']} replicate blocks, as the interrupted augment asked "
             f"(`{pending['command']}`)")
-        spec = specmod.with_replicates(spec, pending["replicates"])
+        spec = expand.with_replicates(spec, pending["replicates"])
     out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
     if pending is not None or _unevenly_measured(spec, kwargs["tracking_uri"]):  # interrupted before its evaluation
         _evaluate_like_the_rest(spec, kwargs)
@@ -232,7 +232,7 @@ def _add_block(spec, kwargs: dict):
     """One more replicate block, saved with the sweep and run; returns (spec, run's result, seconds)."""
     from . import runner
 
-    spec = specmod.with_replicates(spec, spec.replicates + 1)
+    spec = expand.with_replicates(spec, spec.replicates + 1)
     t0 = time.monotonic()
     out = runner.run(spec, **kwargs)
     _evaluate_like_the_rest(spec, kwargs)

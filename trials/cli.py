@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import layout, saved, spec as specmod
+from . import design, expand, layout, saved, spec as specmod, validate
 from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, is_store_error,
                                  quiet_broken_pipe, store_error)
 from trials.store.ui import default_ui_url, ui_url
@@ -33,9 +33,9 @@ def summary_counts(rows) -> str:
 
 
 def cmd_validate(args) -> int:
-    spec = specmod.load(args.spec)
+    spec = validate.load(args.spec)
     if not args.address:  # a local Ray is this machine: check now what it cannot give
-        problems = specmod.local_problems(spec)
+        problems = validate.local_problems(spec)
         if problems:
             raise specmod.SpecError(problems)
     n_cells = len({t.cell for t in spec.trials if t.arm == "factorial"})
@@ -47,7 +47,7 @@ def cmd_validate(args) -> int:
         print(f"  {spec.description}")
     for f, levels in spec.factors.items():
         print(f"  {f}: {', '.join(levels)}")
-    for line in specmod.alias_structure(spec):
+    for line in design.alias_structure(spec):
         print("  " + line)
     if spec.responses:
         print("  primary responses: " + ", ".join(f"{r} ({d['better']} is better, margin +-{d['margin']:g})"
@@ -131,9 +131,9 @@ def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None
 
 
 def cmd_run(args) -> int:
-    spec = specmod.load(args.spec)  # the whole spec is validated before anything starts
+    spec = validate.load(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
-        spec = specmod.smoke(spec)
+        spec = expand.smoke(spec)
     if args.local:
         return _run_local(spec, args)
     if args.out:

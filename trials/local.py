@@ -27,7 +27,7 @@ import pandas as pd
 from trials.store.runs import config_params
 
 from . import shared
-from .spec import SweepSpec
+from trials.spec import SweepSpec
 from .timing import TimingSettings
 
 DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)

@@ -26,7 +26,8 @@ from ray.tune import Callback
 
 from trials.store.keys import store_key
 
-from .spec import SweepSpec, columns
+from trials.expand import columns
+from trials.spec import SweepSpec
 from .workload import registry
 
 

@@ -30,7 +30,7 @@ from trials.store.runs import finite, log_run_files
 
 from . import layout, shared
 from .layout import read_results
-from .spec import SweepSpec, Trial
+from trials.spec import SweepSpec, Trial
 
 
 def trial_dirs(spec: SweepSpec, exp_dir: Path) -> dict[str, list[Path]]:

@@ -32,14 +32,14 @@ from trials.store.client import DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEO
 from trials.store.kept import write_atomic
 from trials.store.reader import probe_store
 
-from . import spec as specmod
+from . import spec as specmod, validate
 from .identity import check_same_sweep, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock
 from . import layout, shared
 from .recover import replay
 from .saved import save_sweep_files, saved_spec, storage_root
-from .spec import SweepSpec
+from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full
 from .workload import DEFAULT as DEFAULT_WORKLOAD
@@ -294,7 +294,7 @@ def check_resources(spec: SweepSpec, autoscaling: bool, wait_s: float = DEFAULT_
 
 def check_local_resources(spec: SweepSpec) -> None:
     """The local Ray will hold this machine's cores and CUDA devices: refuse what it cannot."""
-    problems = specmod.local_problems(spec)
+    problems = validate.local_problems(spec)
     if problems:
         raise ValueError(problems[0])
 

@@ -15,9 +15,11 @@ from trials.store.kept import read_records, write_atomic
 from trials.store.keys import DONE_KEY, is_metric
 
 from . import layout
-from . import spec as specmod
+from . import spec as specmod, validate
 from .lease import holder_alive, holder_of, reap_dead_driver
-from .spec import SweepSpec, columns
+from trials.expand import columns
+from trials.spec import SweepSpec
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 
 DEFAULT_STORAGE = "ray_results"
 
@@ -41,7 +43,7 @@ def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple
 def saved_spec(path: Path, command: str) -> SweepSpec:
     """A sweep's saved spec, or one line naming the file and its first problem."""
     try:
-        return specmod.load(path)
+        return validate.load(path)
     except specmod.SpecError as e:
         first = e.problems[0]
         more = f" (and {len(e.problems) - 1} more problem(s))" if len(e.problems) > 1 else ""
@@ -148,7 +150,7 @@ def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_conc
     raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
            "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
            "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
-    if spec.workload != specmod.workloads.DEFAULT:
+    if spec.workload != DEFAULT_WORKLOAD:
         raw = {"workload": spec.workload, **raw}
     if spec.primary_terms:
         raw["primary_terms"] = spec.primary_terms

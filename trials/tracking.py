@@ -30,7 +30,8 @@ from trials.store.ui import RUNS_VIEW_TAG, runs_view
 from trials.store.runs import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
 from .layout import persist_results
-from .spec import SweepSpec, Trial, columns
+from trials.expand import columns
+from trials.spec import SweepSpec, Trial
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
     tags = {PARENT_TAG: parent_id, SWEEP_TAG: spec.name, "mlflow.runName": trial.run_name, **trial.tags}

@@ -300,7 +300,8 @@ def test_alias_structure_read_off_the_runs_matches_the_spec():
     import pandas as pd
 
     from analysis.report import alias_structure
-    from trials.spec import alias_structure as spec_aliases, parse
+    from trials.design import alias_structure as spec_aliases
+    from trials.validate import parse
 
     spec = parse({"name": "frac", "base": {"preset": "tiny"},
                   "factors": {"A": {"lo": {"lr": 1e-3}, "hi": {"lr": 2e-3}},
@@ -322,7 +323,7 @@ def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
     import mlflow
 
     from tests.analysis.conftest import FACTORS
-    from trials.spec import parse
+    from trials.validate import parse
     from trials.tracking import Ledger
 
     spec = parse({"name": "margins", "base": {"preset": "tiny"}, "factors": FACTORS, "replicates": 2,

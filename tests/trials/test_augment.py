@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from trials import runner, saved, spec as specmod
+from trials import expand, runner, saved, spec as specmod, validate
 from trials.augment import augment
 from tests.trials.conftest import D1_D9, write_spec
 
@@ -33,7 +33,7 @@ def kids(uri, name):
 def test_augment_adds_blocks_with_new_seeds_and_order_rerunning_nothing(ray_local, tmp_path, corpus_dir):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "aug", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "aug", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     _, before = kids(uri, "aug")
     ended = {r.data.tags["trial_key"]: r.info.end_time for r in before}
@@ -65,7 +65,7 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "look", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "look", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     said = []
     out = augment("look", storage, until_decided=True, max_replicates=2, say=said.append)
@@ -162,7 +162,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     _, before = kids(uri, "again")
     old = {r.data.tags["trial_key"]: (r.data.metrics["spec/tau"], r.data.metrics["split/prompts"]) for r in before}
@@ -213,7 +213,7 @@ def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_t
     from trials.tracking import Ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = specmod.parse({"name": "uneven", "base": {"preset": "tiny", "parallel_stage": "backbone"},
+    spec = validate.parse({"name": "uneven", "base": {"preset": "tiny", "parallel_stage": "backbone"},
                           "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}},
                           "replicates": 2})
     ledger = Ledger(uri, spec)
@@ -256,7 +256,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     uri, root = f"sqlite:///{tmp_path / 'm.db'}", (tmp_path / "st").resolve()
     path = write_spec(tmp_path / "s.yaml", corpus_dir, "grow", {"D1": D1_D9["D1"]}, base=BACKBONE, replicates=2,
                       responses={"val/bpb": {"better": "lower", "margin": 0.01}}, sequential={"max_replicates": 3})
-    spec = specmod.with_replicates(specmod.load(path), 3)
+    spec = expand.with_replicates(validate.load(path), 3)
     exp_dir = root / "grow"
     exp_dir.mkdir(parents=True)
     saved.save_sweep_files(exp_dir, spec, uri, None)

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from dspark.evaluate import lm_bpb
 from dspark.train import Trainer
-from trials import runner, spec as specmod
+from trials import runner, validate
 from trials.augment import augment
 from trials.cli import main
 from trials.reeval import BATCHES_TAG, reeval
@@ -52,7 +52,7 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
     from trials.tracking import Ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
         "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE))
     exp_dir = tmp_path / "st" / name
     exp_dir.mkdir(parents=True)
@@ -123,7 +123,7 @@ def test_a_refused_reeval_names_the_command_that_holds_the_sweep_and_says_nothin
 def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path, corpus_dir, capsys):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "bb", {"D1": {
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "bb", {"D1": {
         "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE, replicates=2))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     before = {r.data.tags["trial_key"]: r.data.metrics["val/bpb"] for r in trials_of(uri, "bb")}

@@ -112,7 +112,7 @@ def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_pa
 
     from mlflow.tracking import MlflowClient
 
-    from trials.spec import parse
+    from trials.validate import parse
     from trials.tracking import SweepTracker
 
     spec = parse({"name": "t", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
@@ -139,7 +139,7 @@ def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_pa
 def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
     from trials.layout import key_hash
     from trials.runner import latest_checkpoints
-    from trials.spec import parse
+    from trials.validate import parse
 
     spec = parse({"name": "c", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
     t = spec.trials[0]
@@ -378,7 +378,7 @@ def _saved_sweep(root: Path, name: str, uri: str) -> None:
     import yaml
 
     from trials.saved import save_sweep_files
-    from trials.spec import load
+    from trials.validate import load
 
     (root / name).mkdir(parents=True)
     spec_file = root / f"{name}.yaml"
@@ -508,7 +508,7 @@ def test_storage_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     the write and the replace leaves the older files whole and no temporary behind. A lease
     gets its name only once its content is whole (os.link of a written file)."""
     from trials.saved import save_sweep_files
-    from trials.spec import load
+    from trials.validate import load
 
     _saved_sweep(tmp_path / "st", "s", "sqlite:///old.db")
     exp_dir = tmp_path / "st" / "s"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from trials import runner, spec as specmod
+from trials import runner, validate
 from trials.reeval import REEVAL_TAG, reeval
 from dspark.timed import values
 from trials.timing import PASS_TAG, SUMMARY_TAG, TimingSettings, round_order, schedule, time_sweep
@@ -105,7 +105,7 @@ def _pass_file(client, parent, tmp_path) -> dict:
 
 def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_local, tmp_path, corpus_dir, capsys):
     uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "timed", D1_D9, base=DRAFTER,
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "timed", D1_D9, base=DRAFTER,
                                    responses={"spec/speedup": {"better": "higher", "margin": 0.05}}))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     said = []
@@ -288,7 +288,7 @@ def _refusals(tmp_path, uri, storage, client, runs):
 
 def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ray_local, tmp_path, corpus_dir):
     uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "b.yaml", corpus_dir, "steps", {"D9": D1_D9["D9"]}, base=BACKBONE,
+    spec = validate.load(write_spec(tmp_path / "b.yaml", corpus_dir, "steps", {"D9": D1_D9["D9"]}, base=BACKBONE,
                                    controls={"pure_ce": {"aux_weight": 0.0}},
                                    responses={"train/step_ms": {"better": "lower", "margin": 12}}))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
