@@ -14,36 +14,21 @@ import pandas as pd
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from dspark import metrics
+from trials.registry import Registry
 
 from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_balanced
 from .design import factorial_rows, levels, plain, with_value, without_value
-from .effects import factorial_effects
+from .effects import effects_with_levels
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 
-# Which metrics a stage can rank follows from its parallel stage (README "Two questions").
-# What each metric means (better direction, degenerate stages, default responses) is
-# dspark.metrics' registry; these names are kept for the callers that import them here.
-DEFAULT_RESPONSES_BY_STAGE = metrics.DEFAULT_RESPONSES
-DEFAULT_RESPONSES = tuple(dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
-
-
-def stage_of(df: pd.DataFrame) -> str | None:
-    """The parallel stage of the sweep's runs, or None when mixed or unknown."""
-    if "parallel_stage" not in df.columns:
+def stage_of(df: pd.DataFrame, rules: Registry) -> str | None:
+    """The variant of the sweep's runs (DSpark: their parallel stage, which decides what a
+    metric can rank, README "Two questions"), or None when mixed or unknown."""
+    if not rules.variant_field or rules.variant_field not in df.columns:
         return None
-    stages = set(df["parallel_stage"].dropna().astype(str))
+    stages = set(df[rules.variant_field].dropna().astype(str))
     return stages.pop() if len(stages) == 1 else None
-
-
-def degenerate_reason(stage: str | None, response: str) -> str | None:
-    return metrics.degenerate_reason(stage, response)
-
-
-def better_direction(response: str) -> str:
-    """'lower' or 'higher' is better."""
-    return metrics.better(response)
 
 
 @dataclass
@@ -56,6 +41,7 @@ class ResponseResult:
     warnings: list[str] = field(default_factory=list)
     block: str | None = None
     fit: ModelFit | None = None  # S, R², adjusted R², the residuals
+    levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # each factor's (low, high) in `effects`
 
 
 def empty_cells(df: pd.DataFrame, factors: list[str]) -> list[str]:
@@ -109,8 +95,8 @@ def _analyse_one(data: pd.DataFrame, r: str, factors: list[str], typ: int | None
         notes.append("not estimable here: " + ", ".join(fit.dropped))
     two_level = all(rows[f].dropna().nunique() == 2 for f in factors)
     kept = [t for t in table.index if t not in ("Residual", block)]
-    eff = factorial_effects(rows, r, factors, terms=kept, block=block) if two_level else None
-    return ResponseResult(r, table, eff, use_typ, balanced, notes, fit=fit)
+    eff, used = effects_with_levels(rows, r, factors, terms=kept, block=block) if two_level else (None, {})
+    return ResponseResult(r, table, eff, use_typ, balanced, notes, fit=fit, levels=used)
 
 
 def _adjust(results: dict[str, ResponseResult], method: str | None, skip: set) -> None:

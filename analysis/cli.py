@@ -59,9 +59,9 @@ def _export(args) -> int:
     from .load import check_writable, load_runs, to_parquet
 
     check_writable(args.path)
-    df = load_runs(args.experiment, args.tracking_uri)
-    to_parquet(df, args.path)
-    print(f"{len(df)} runs written to {args.path}")
+    sweep = load_runs(args.experiment, args.tracking_uri)
+    to_parquet(sweep, args.path)
+    print(f"{len(sweep.runs)} runs written to {args.path}")
     return 0
 
 
@@ -134,16 +134,16 @@ def _recap(args) -> int:
 
     from trials.store.reader import probe_store
 
-    from .load import SweepRecord, load_runs
+    from .load import load_runs
     from .render import BRIEF_WIDTH, answer_lines
     from .report import build_report
 
     probe_store(args.tracking_uri)
     frames = [load_runs(e, args.tracking_uri) for e in args.experiments]  # every sweep read before any is printed
-    for i, df in enumerate(frames):
-        rep = build_report(df, None)
-        _record(rep.look, df, args)  # verdicts printed are a look, as `analysis report`'s are
-        record = SweepRecord.of(df)
+    for i, sweep in enumerate(frames):
+        rep = build_report(sweep, None)
+        _record(rep.look, sweep, args)  # verdicts printed are a look, as `analysis report`'s are
+        record = sweep.record
         head = f"=== {record.experiment}: "
         print(("\n" if i else "") + head + textwrap.shorten(record.description or "(no description)",
                                                           BRIEF_WIDTH - len(head) - 4, placeholder=" ...") + " ===")
@@ -164,14 +164,14 @@ def _report_or_plan(args) -> int:
         from trials.store.reader import probe_store
 
         probe_store(args.tracking_uri)
-    df = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
+    sweep = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
     unrecorded = "read from a parquet export" if args.parquet else ""
     if args.command == "plan":
         from .plan import plan_with_look
 
-        text, look = plan_with_look(df, args.effect, args.response, args.alpha, args.power, margins, unrecorded)
+        text, look = plan_with_look(sweep, args.effect, args.response, args.alpha, args.power, margins, unrecorded)
         print(text)
-        _record(look, df, args)
+        _record(look, sweep, args)
         return 0
     from trials.store.ui import default_ui_url
 
@@ -181,11 +181,11 @@ def _report_or_plan(args) -> int:
     # its own folder, nothing logged, no look recorded
     what_if = bool(margins or args.responses or args.alpha is not None or args.adjust != "bonferroni")
     out = Path(args.out) / args.experiment / ("what-if" if what_if else "")
-    rep = build_report(df, out, args.responses, args.adjust, alpha=args.alpha, margins=margins,
+    rep = build_report(sweep, out, args.responses, args.adjust, alpha=args.alpha, margins=margins,
                        ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri),
                        unrecorded=unrecorded, what_if=what_if)
     print(rep.summary if args.verbose else rep.brief)
-    _record(rep.look, df, args)
+    _record(rep.look, sweep, args)
     shown = os.path.relpath(rep.html_path)
     print(f"report: {rep.html_path if shown.startswith('..') else shown} (and {rep.markdown_path.name}; every "
           "term's detail: --verbose)")
@@ -193,22 +193,22 @@ def _report_or_plan(args) -> int:
         print("what-if (margins, responses, alpha or adjustment given): nothing logged on the parent run;\n"
               "  the sweep's own report is `analysis report " + args.experiment + "`")
     elif not args.no_log and not args.parquet:
-        from .load import SweepRecord, log_to_parent
+        from .publish import log_to_parent
 
-        n = log_to_parent(rep, df, args.tracking_uri)
+        n = log_to_parent(rep, sweep, args.tracking_uri)
         print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
-              f"{SweepRecord.of(df).parent_run_id}")
+              f"{sweep.record.parent_run_id}")
     return 0
 
 
-def _record(look, df, args) -> None:
+def _record(look, sweep, args) -> None:
     """A new look of the sweep, read from its store, is recorded on the parent run (what-ifs
     and parquet exports are not)."""
     if look is None or not look.new or look.what_if or getattr(args, "parquet", None):
         return
-    from .load import record_look
+    from .publish import record_look
 
-    record_look(df, args.tracking_uri, look.plan.to_json(), look.label(), look.index)
+    record_look(sweep, args.tracking_uri, look.plan.to_json(), look.label(), look.index)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,10 +67,18 @@ def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
                       levels: dict[str, tuple[str, str]] | None = None, alpha: float = 0.05,
                       terms: list[str] | None = None, block: str | None = None) -> pd.DataFrame:
     """One row per main effect and interaction that the design can estimate: effect (high
-    mean minus low mean), se, ci_low, ci_high, t, p, and the low/high levels used.
-    `terms` restricts the model (the rest pooled into the residual), e.g. to the terms an
-    ANOVA kept so that both report from one model. `block` (e.g. replicate) enters as a
-    fixed nuisance effect, as in the blocked ANOVA."""
+    mean minus low mean), se, ci_low, ci_high, t, p. `terms` restricts the model (the rest
+    pooled into the residual), e.g. to the terms an ANOVA kept so that both report from one
+    model. `block` (e.g. replicate) enters as a fixed nuisance effect, as in the blocked
+    ANOVA. `effects_with_levels` also says which level of each factor was low and high."""
+    return effects_with_levels(df, response, factors, levels, alpha, terms, block)[0]
+
+
+def effects_with_levels(df: pd.DataFrame, response: str, factors: list[str],
+                        levels: dict[str, tuple[str, str]] | None = None, alpha: float = 0.05,
+                        terms: list[str] | None = None,
+                        block: str | None = None) -> tuple[pd.DataFrame, dict[str, tuple[str, str]]]:
+    """`factorial_effects`' table and the (low, high) levels it used per factor."""
     factors = list(factors)
     check_design(df, response, factors)
     data = factorial_rows(df, factors)
@@ -108,10 +116,7 @@ def factorial_effects(df: pd.DataFrame, response: str, factors: list[str],
         rows.append({"term": name, "effect": effect, "se": se, "ci_low": effect - tcrit * se,
                      "ci_high": effect + tcrit * se, "t": t, "p": p, "df_resid": fit.df_resid,
                      "order": name.count(":") + 1})
-    out = pd.DataFrame(rows).set_index("term")
-    out.attrs["levels"] = used
-    out.attrs["response"] = response
-    return out
+    return pd.DataFrame(rows).set_index("term"), used
 
 
 def lenth(effects, alpha: float = 0.05) -> dict:

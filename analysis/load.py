@@ -5,10 +5,12 @@ per factor (from the `factor.<name>` tags, levels in the spec's order), every tr
 config field under its own name (MLflow params are strings; they are typed here, once),
 and every final metric under the trainer's name (`tf/accept@3`: the store holds
 `tf/accept:3`, since MLflow refuses '@'). Runs that failed, were killed or never finished
-are not dropped silently: `incomplete_runs(df)` lists them, and reports name them.
+are not dropped silently: the frame's `incomplete_runs()` lists them, and reports name them.
+The table travels in a `SweepFrame` (`analysis.frame`) with the factors and the sweep's
+record from its parent run.
 
-The store's other side is here too: `log_to_parent` writes a report's verdicts to the
-sweep's parent run, and `to_parquet`/`read_parquet` keep the runs without a store.
+`to_parquet`/`read_parquet` keep the runs without a store. What the analysis writes back to
+the store (a look, a report's verdicts) is `analysis.publish`.
 """
 
 from __future__ import annotations
@@ -18,23 +20,24 @@ import json
 import math
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from dspark import metrics
 from trials.store.client import StoreReadError, check_store
 from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTORS_PARAM, FACTOR_PREFIX,
                                NOTE_TAG, PRIMARY_TERMS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
-                               SEQUENTIAL_TAG, metric_name, sweep_parent)
+                               SEQUENTIAL_TAG, WORKLOAD_TAG, metric_name, sweep_parent)
 
-META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
+from .frame import META_COLUMNS, SweepFrame, SweepRecord
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
+from trials.workload import WorkloadError, registry
+from trials.registry import PRIMARY_FORM
+
 INCOMPLETE_KEY = "incomplete"
+PARQUET_KEY = b"dspark.attrs"  # the exports' metadata key, named when the record rode in pandas attrs
 
-if TYPE_CHECKING:
-    from .report import Report
 
 
 def _typed(value: str):
@@ -65,37 +68,12 @@ def _factor_levels(parent) -> dict[str, list[str]]:
     return {f: list(levels) for f, levels in factors.items()}
 
 
-@dataclass(frozen=True)
-class SweepRecord:
-    """What a sweep's parent run says about it, carried with its runs' frame (in the
-    frame's attrs, so that it survives pandas operations and the parquet export). The one
-    writer of those attrs: `attach`; `of` reads them back typed."""
-    experiment: str = ""
-    description: str = ""
-    experiment_id: str = ""
-    parent_run_id: str = ""
-    design: str = ""  # full | 2^(k-p)
-    responses: dict = field(default_factory=dict)  # the primary responses and their margins
-    sequential: str = ""  # JSON of analysis.sequential.Plan: the declared plan and the looks so far
-    primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
-
-    @classmethod
-    def of(cls, source) -> SweepRecord:
-        """From a frame's attrs, or from a mapping (a parquet export's metadata)."""
-        given = source.attrs if isinstance(source, pd.DataFrame) else source
-        blank = cls()
-        return cls(**{f.name: given.get(f.name) or getattr(blank, f.name) for f in fields(cls)})
-
-    def attach(self, df: pd.DataFrame) -> pd.DataFrame:
-        df.attrs.update(asdict(self))
-        return df
-
-
-def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
-    """One row per FINISHED child run of `experiment`; the others in attrs["incomplete"]."""
-    from trials.store.reader import reading_client
+def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
+    """One row per FINISHED child run of `experiment` (the frame's `runs`), the others in its
+    `incomplete`, the parent run's record in its `record`."""
     from trials.store.client import tracking_client
     from trials.store.keys import sweep_trials
+    from trials.store.reader import reading_client
 
     check_store(tracking_uri)
     client = reading_client(tracking_uri) if tracking_uri else tracking_client(None)
@@ -106,24 +84,22 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> pd.DataFrame:
     order = _factor_levels(parent)
     df = pd.DataFrame([_row(r) for r in sweep_trials(client, exp.experiment_id)])
     if df.empty:
-        out = pd.DataFrame(columns=list(META_COLUMNS))
-        out.attrs[INCOMPLETE_KEY] = []
-        out.attrs["factors"] = []
-        return SweepRecord(experiment=experiment).attach(out)
-    df = finished_frame(df, order)
+        return SweepFrame(pd.DataFrame(columns=list(META_COLUMNS)), record=SweepRecord(experiment=experiment))
+    sweep = finished_frame(df, order)
     if parent is None:
-        return SweepRecord(experiment=experiment, experiment_id=exp.experiment_id).attach(df)
+        return replace(sweep, record=SweepRecord(experiment=experiment, experiment_id=exp.experiment_id))
     record = SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
                          experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
                          design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
                          sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
-                         primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")))
+                         primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
+                         workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
     try:  # the parent's tags are input too: checked as a parquet export's metadata is
-        check_record({"factors": df.attrs.get("factors", []), **asdict(record)}, df.columns)
+        check_record({"factors": sweep.factors, **asdict(record)}, sweep.runs.columns)
     except ValueError as e:
         raise ValueError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}, parent run "
                          f"{parent.info.run_id}: {e}") from None
-    return record.attach(df)
+    return replace(sweep, record=record)
 
 
 def _json_list(text: str) -> list:
@@ -143,19 +119,19 @@ def _responses(parent) -> dict:
     return given if isinstance(given, dict) else {}
 
 
-def finished_frame(df: pd.DataFrame, order: dict[str, list[str]]) -> pd.DataFrame:
+def finished_frame(df: pd.DataFrame, order: dict[str, list[str]]) -> SweepFrame:
     """Rows of runs (tags, params as strings, metrics) -> the analysis frame: the FINISHED
-    runs with typed columns, the others kept in attrs["incomplete"]. The MLflow reader and
-    the Ray-free local runner (`trials run --local`) build their frames here alike."""
+    runs with typed columns, the others kept as its `incomplete` records; its record is
+    the caller's to fill. The MLflow reader and the Ray-free local runner (`trials run
+    --local`) build their frames here alike."""
     done = df["status"] == "FINISHED"
     inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].astype(str).to_dict(orient="records")
     df = df.loc[done].reset_index(drop=True)
-    df = type_columns(df, order)
+    df, factors = type_columns(df, order)
     for col in df.columns:  # a knob whose values mix types (decay_gamma: 4.0 | "block") stays text
         if df[col].dtype == object and df[col].map(type).nunique() > 1:
             df[col] = df[col].astype(str)
-    df.attrs[INCOMPLETE_KEY] = inc
-    return df
+    return SweepFrame(df, factors=factors, incomplete=inc)
 
 
 def run_row(run_id: str, run_name: str, status: str, tags: dict[str, str], params: dict[str, str],
@@ -185,8 +161,9 @@ def _row(r) -> dict:
     return row
 
 
-def type_columns(df: pd.DataFrame, order: dict[str, list[str]] | None = None) -> pd.DataFrame:
-    """`factor.X` tag columns -> ordered categorical column X (empty = not in the factorial)."""
+def type_columns(df: pd.DataFrame, order: dict[str, list[str]] | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """`factor.X` tag columns -> ordered categorical column X (empty = not in the factorial);
+    returns the frame and the factors' names."""
     order = order or {}
     factors = []
     for col in [c for c in df.columns if c.startswith(FACTOR_PREFIX)]:
@@ -197,18 +174,11 @@ def type_columns(df: pd.DataFrame, order: dict[str, list[str]] | None = None) ->
         df[name] = pd.Categorical(values, categories=seen, ordered=True)
         df = df.drop(columns=[col])
         factors.append(name)
-    df.attrs["factors"] = factors
-    return df
+    return df, factors
 
 
-def incomplete_runs(df: pd.DataFrame) -> pd.DataFrame:
-    """The failed, killed and unfinished runs that `load_runs` kept out of the frame
-    (held in `df.attrs["incomplete"]` as records, since attrs must stay plain data)."""
-    return pd.DataFrame(df.attrs.get(INCOMPLETE_KEY, []), columns=list(META_COLUMNS))
-
-
-def report_incomplete(df: pd.DataFrame) -> str:
-    inc = incomplete_runs(df)
+def report_incomplete(sweep: SweepFrame) -> str:
+    inc = sweep.incomplete_runs()
     if len(inc) == 0:
         return ""
     counts = inc["status"].value_counts().to_dict()
@@ -216,19 +186,16 @@ def report_incomplete(df: pd.DataFrame) -> str:
             + " (" + "; ".join(f"{r.cell} r{r.replicate}: {r.status}" for r in inc.itertuples()) + ")")
 
 
-def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
-    """The frame and its incomplete runs, factor order kept (pyarrow)."""
+def to_parquet(sweep: SweepFrame, path: str | Path) -> None:
+    """The runs, factor order kept (pyarrow), with the rest of the frame as the file's
+    metadata (`SweepFrame.metadata`, as JSON under PARQUET_KEY)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
-    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = pa.Table.from_pandas(sweep.runs, preserve_index=False)
     meta = dict(table.schema.metadata or {})
-    meta[b"dspark.attrs"] = json.dumps({
-        "factors": df.attrs.get("factors", []), **asdict(SweepRecord.of(df)),
-        "local_rows": df.attrs.get("local_rows", []),
-        "incomplete": list(df.attrs.get(INCOMPLETE_KEY, [])),
-    }).encode()
+    meta[PARQUET_KEY] = json.dumps(sweep.metadata()).encode()
     # whole or not at all: a full disk leaves any older export, never half of one
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -253,7 +220,7 @@ def check_writable(path: str | Path) -> Path:
     return path
 
 
-def read_parquet(path: str | Path) -> pd.DataFrame:
+def read_parquet(path: str | Path) -> SweepFrame:
     """A parquet export (`to_parquet`, `trials run --local`) back as the analysis frame. The
     export's metadata is input like a spec: each field is checked (`check_record`) and its
     numbers (`_numeric_columns`), so that a crafted or damaged file is refused in one line
@@ -268,27 +235,38 @@ def read_parquet(path: str | Path) -> pd.DataFrame:
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"parquet: {path} is not a parquet export ({type(e).__name__})") from None
     try:
-        attrs = json.loads((table.schema.metadata or {}).get(b"dspark.attrs", b"{}"))
+        given = json.loads((table.schema.metadata or {}).get(PARQUET_KEY, b"{}"))
     except ValueError:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not JSON") from None
     except RecursionError:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata nests too deep to be an export's") from None
-    if not isinstance(attrs, dict):
+    if not isinstance(given, dict):
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not an analysis export's (not an object)")
-    df = _numeric_columns(table.to_pandas(), path)
+    df = _numeric_columns(_without_pandas_attrs(table).to_pandas(), path)
     try:
-        check_record(attrs, df.columns)
+        check_record(given, df.columns)
     except ValueError as e:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
-    df.attrs["factors"] = attrs.get("factors", [])
-    SweepRecord.of(attrs).attach(df)
-    if attrs.get("local_rows"):  # what `trials run --local` resumes from
-        df.attrs["local_rows"] = attrs["local_rows"]
-    df.attrs[INCOMPLETE_KEY] = attrs.get(INCOMPLETE_KEY, [])
-    return df
+    return SweepFrame.from_metadata(df, given)
 
 
-TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential")
+def _without_pandas_attrs(table):
+    """The table without the pandas attrs pyarrow stored with it: exports written while the
+    record rode in attrs hold a second copy of it there, which `to_pandas` would restore and
+    pandas would then deep-copy at every operation. The record is read from PARQUET_KEY."""
+    meta = dict(table.schema.metadata or {})
+    try:
+        described = json.loads(meta.get(b"pandas", b"{}"))
+    except (ValueError, RecursionError):
+        return table  # not ours to judge: pyarrow reads it, or says what is wrong, as before
+    if not isinstance(described, dict) or "attributes" not in described:
+        return table
+    del described["attributes"]
+    meta[b"pandas"] = json.dumps(described).encode()
+    return table.replace_schema_metadata(meta)
+
+
+TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "workload")
 
 
 def _short(value) -> str:
@@ -298,7 +276,7 @@ def _short(value) -> str:
 def check_record(given: dict, columns) -> None:
     """A recorded sweep's fields (a parquet export's metadata, a parent run's tags) checked as
     a spec's are: ValueError naming the first field that is wrong. The primary responses go
-    through `dspark.metrics.primary_response`, the spec's own check."""
+    through the workload's registry (`Registry.primary_response`), the spec's own check."""
     factors = given.get("factors", [])
     if not isinstance(factors, list) or not all(isinstance(f, str) for f in factors):
         raise ValueError(f"factors: a list of column names, got {_short(factors)}")
@@ -313,9 +291,13 @@ def check_record(given: dict, columns) -> None:
         raise ValueError(f"primary_terms: a list of term names, got {_short(terms)}")
     responses = given.get("responses") or {}
     if not isinstance(responses, dict):
-        raise ValueError(f"responses: must map metric names to {metrics.PRIMARY_FORM}, got {_short(responses)}")
+        raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
+    try:
+        rules = registry(given.get("workload") or DEFAULT_WORKLOAD)
+    except WorkloadError as e:
+        raise ValueError(str(e)) from None
     for name, decl in responses.items():
-        problem = metrics.primary_response(name, decl, f"responses.{name}")[1]
+        problem = rules.primary_response(name, decl, f"responses.{name}")[1]
         if problem:
             raise ValueError(problem)
     _check_records(given.get(INCOMPLETE_KEY) or [], INCOMPLETE_KEY, set(META_COLUMNS), ())
@@ -384,73 +366,3 @@ def responses(df: pd.DataFrame) -> list[str]:
             if len(vals) and bool((vals.astype(float).abs() < math.inf).all()):  # vectorised: 3,200 runs x 100 metrics
                 out.append(c)
     return out
-
-
-def record_look(df: pd.DataFrame, tracking_uri: str | None, plan_json: str, look_text: str, index: int) -> None:
-    """A look on the sweep's parent run: the sequential record with every look so far (the
-    tag `analysis.sequential` reads back) and the look's own line (`look.<k>`). Kept in the
-    sweep's storage first where this machine sees it (`trials.store.kept`), so that `trials
-    recover` rebuilds the looks, and the alpha they spent, with the sweep."""
-    from trials.store.kept import keep_parent_record, sweep_storage
-    from trials.store.client import tracking_client
-    from trials.store.keys import LOOK_PREFIX
-
-    record = SweepRecord.of(df)
-    if not record.parent_run_id:
-        return
-    client = tracking_client(tracking_uri)
-    tags = {SEQUENTIAL_TAG: plan_json, f"{LOOK_PREFIX}{index}": look_text[:5000]}
-    exp_dir = sweep_storage(client.get_run(record.parent_run_id).data.tags, record.experiment)
-    if exp_dir is not None:
-        keep_parent_record(exp_dir, "look", tags)
-    for k, v in tags.items():
-        client.set_tag(record.parent_run_id, k, v)
-
-
-def log_to_parent(rep: Report, df: pd.DataFrame, tracking_uri: str | None) -> int:
-    """The attribution on the sweep's parent run: a tag per verdict
-    (`verdict.<response>.<term>` = one of the four states), replacing every verdict tag an
-    earlier analysis left, the verdict table as one artifact (`attribution/verdicts.csv`)
-    beside the report files, and four headline metrics (how many of the family's verdicts are
-    in each state, `verdicts/matters_beyond`, ...). Returns how many tags were set."""
-    import tempfile
-    import time
-
-    from mlflow.entities import Metric, RunTag
-
-    from trials.store.client import tracking_client
-    from trials.store.keys import VERDICT_PREFIX, tag_key
-
-    from .anova import AnalysisError
-
-    parent = SweepRecord.of(df).parent_run_id
-    if not parent:
-        raise AnalysisError("these runs have no parent run to log the attribution on")
-    client = tracking_client(tracking_uri)
-    d = rep.decision
-    from .verdicts import COUNT_METRICS
-
-    tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
-    for stale in set(client.get_run(parent).data.tags) - {t.key for t in tags}:
-        if stale.startswith(VERDICT_PREFIX):
-            client.delete_tag(parent, stale)
-    # what the verdicts rest on: the margins, the alpha and the family
-    used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
-    tags.append(RunTag("attribution.margins", json.dumps(used)[:5000]))
-    tags.append(RunTag("attribution.alpha", json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
-                                                         "family": d.family, "terms": d.primary_terms})))
-    from .render import parent_note
-
-    tags.append(RunTag(NOTE_TAG, parent_note(rep, df)))  # the run page's description
-    ts = int(time.time() * 1000)
-    counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
-    for i in range(0, max(len(tags), 1), 90):
-        client.log_batch(parent, metrics=counts if i == 0 else [], tags=tags[i:i + 90])
-    with tempfile.TemporaryDirectory() as tmp:
-        table = Path(tmp) / "verdicts.csv"
-        d.table().to_csv(table, index=False)
-        client.log_artifact(parent, str(table), artifact_path="attribution")
-    for path in (rep.html_path, rep.markdown_path):
-        if path is not None:
-            client.log_artifact(parent, str(path), artifact_path="attribution")
-    return len(tags)

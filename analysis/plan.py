@@ -17,10 +17,10 @@ import pandas as pd
 from . import power
 from .anova import AnalysisError
 from .attribution import analyse
-from dspark import metrics
+from trials.registry import Registry
 
 from .design import factorial_rows
-from .load import SweepRecord
+from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
 from .sequential import LookResult, look_for
 from .variance import prompts_to_decide, split, why_not_items
@@ -37,29 +37,29 @@ def check_arguments(effect: float | None, alpha: float, target_power: float) -> 
         raise AnalysisError(f"--power: must lie in (0, 1), got {target_power!r}")
 
 
-def plan_text(df: pd.DataFrame, effect: float | None, responses: list[str] | None = None,
+def plan_text(sweep: SweepFrame, effect: float | None, responses: list[str] | None = None,
               alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None) -> str:
     """`alpha` None: the report's (the current look's under the sweep's plan)."""
-    return plan_with_look(df, effect, responses, alpha, target_power, margins)[0]
+    return plan_with_look(sweep, effect, responses, alpha, target_power, margins)[0]
 
 
-def plan_with_look(df: pd.DataFrame, effect: float | None, responses: list[str] | None = None,
+def plan_with_look(sweep: SweepFrame, effect: float | None, responses: list[str] | None = None,
                    alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None,
                    unrecorded: str = "") -> tuple[str, LookResult | None]:
     """The plan's text and, without `--effect`, the look its verdicts are (None with it)."""
-    factors = list(df.attrs.get("factors") or [])
+    df, factors, record = sweep.runs, list(sweep.factors), sweep.record
     check_arguments(effect, 0.05 if alpha is None else alpha, target_power)
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
-    declared = margins_for(df, margins)
+    declared = margins_for(record, margins)
     if effect is None:
-        return _decision_plan(df, factors, responses, alpha, declared, bool(margins), unrecorded)
+        return _decision_plan(sweep, responses, alpha, declared, bool(margins), unrecorded)
     alpha = 0.05 if alpha is None else alpha
-    chosen, _ = choose_responses(df, responses, factors)
+    chosen, _ = choose_responses(df, responses, factors, experiment=record.experiment, rules=sweep.registry)
     data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
     results = analyse(df, chosen, factors, block=block, adjust="none")
-    lines = [f"{SweepRecord.of(df).experiment}: replicates needed to detect a main effect of {effect:g} "
+    lines = [f"{record.experiment}: replicates needed to detect a main effect of {effect:g} "
              f"(high minus low, two-level factor) with {target_power:.0%} power at alpha {alpha}"]
     for r, res in results.items():
         s = sensitivity(data, res, factors, alpha)
@@ -78,32 +78,34 @@ def plan_with_look(df: pd.DataFrame, effect: float | None, responses: list[str] 
     return "\n".join(lines), None
 
 
-def _decision_plan(df: pd.DataFrame, factors: list[str], responses: list[str] | None, alpha: float | None,
+def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float | None,
                    declared: dict[str, dict], what_if: bool, unrecorded: str) -> tuple[str, LookResult]:
     """Per undecided term, the two ways to decide it, each priced: more replicate blocks
     (retraining, with the measured time per trial) and more evaluation items on the existing
     checkpoints (`trials reeval`, possible only where the runs carry jackknife records); then
     the cheapest way to decide every primary term. The verdicts are the current look's (the
     alpha the report tests this data at)."""
-    chosen, _ = choose_responses(df, responses, factors, primary=list(declared))
-    noise = {r: sp for r in chosen if (sp := split(df, r, factors)) is not None}
+    df, factors, record = sweep.runs, list(sweep.factors), sweep.record
+    chosen, _ = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment,
+                                 rules=sweep.registry)
+    noise = {r: sp for r in chosen if (sp := split(df, r, factors, sweep.registry)) is not None}
     shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
-    look = look_for(df, shares, alpha, what_if)
+    look = look_for(sweep, shares, alpha, what_if)
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
-                   primary_terms=SweepRecord.of(df).primary_terms or None, block_tests=False)
+                   primary_terms=record.primary_terms or None, block_tests=False, rules=sweep.registry)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")
     cost = (f"blocks priced at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
             "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
-    lines = [f"{SweepRecord.of(df).experiment}: what would decide each undecided term ({look.label()}; "
+    lines = [f"{record.experiment}: what would decide each undecided term ({look.label()}; "
              f"{d.method()}; {cost})",
              "  items (prompts, held-out batches) are priced per term from its jackknife: k times the items divide "
              "the evaluation's part of its variance by k and leave the seeds' part, so a term whose se is mostly "
              "the seeds' is not decided by items at any k"]
-    more, blocks_all, item_multiples = _undecided_lines(d, noise)
+    more, blocks_all, item_multiples = _undecided_lines(d, noise, sweep.registry)
     lines += more
     if blocks_all:
         price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
@@ -134,7 +136,7 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
     return out
 
 
-def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
+def _undecided_lines(d, noise: dict, rules: Registry) -> tuple[list[str], int, dict]:
     """Per response, its undecided terms with what would decide each; the blocks that would
     decide every primary term and, per undecided primary term, the multiple of evaluation
     items that would (None where more items alone would not)."""
@@ -148,7 +150,7 @@ def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
         sp = noise.get(r)
         lines.append(f"  {r} ({tag}): {len(undecided)} undecided" + (
             f"; {sp.text()}" if sp else "; timed: more prompts do not reduce its noise (re-time it with trials time, "
-            "or add blocks)" if metrics.is_timed(r) else "; no jackknife records: the evaluation's share of the "
+            "or add blocks)" if rules.is_timed(r) else "; no jackknife records: the evaluation's share of the "
             "noise is unknown"))
         for v in undecided:
             step = v.next_step or _blocks_step(v, check)

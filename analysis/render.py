@@ -10,7 +10,6 @@ import html
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -22,11 +21,10 @@ from . import plots
 from .attribution import ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
-from .load import SweepRecord, report_incomplete
+from .frame import SweepFrame
+from .load import report_incomplete
+from .types import Report
 from .verdicts import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision
-
-if TYPE_CHECKING:
-    from .report import Report
 
 
 def _fmt(x, digits=4):
@@ -104,7 +102,7 @@ def simple_lines(decision: Decision, response: str) -> list[str]:
     return out
 
 
-def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str, dunnett: bool,
+def notes(sweep: SweepFrame, data: pd.DataFrame, chosen: list[str], fraction: str, dunnett: bool,
           skipped: list[str]) -> str:
     """The summary's closing lines: the design's aliases, runs a response lacks, mixed
     evaluations, the sequential look, incomplete runs and what was skipped."""
@@ -121,7 +119,7 @@ def notes(df: pd.DataFrame, data: pd.DataFrame, chosen: list[str], fraction: str
                      "responses")
     if dunnett:
         lines.append("each arm against the control (Dunnett): see the report")
-    incomplete = report_incomplete(df)
+    incomplete = report_incomplete(sweep)
     if incomplete:
         lines.append(incomplete)
     if skipped:
@@ -207,7 +205,7 @@ def next_step(decision: Decision, experiment: str) -> str:
             f"is as estimated): trials augment {experiment} --replicates {v.blocks}; {tail}")
 
 
-def brief_text(rep: Report, df: pd.DataFrame, header: str, closing: str) -> str:
+def brief_text(rep: Report, sweep: SweepFrame, header: str, closing: str) -> str:
     """The answer in one screen, lines of at most BRIEF_WIDTH characters: the question and the
     look (`header`), each primary response's verdicts of its primary terms with the interval
     each decision used, a sentence per primary response, the cheapest next step, and the
@@ -218,7 +216,7 @@ def brief_text(rep: Report, df: pd.DataFrame, header: str, closing: str) -> str:
     for i, line in enumerate(header.splitlines()):
         lines += _wrap(textwrap.shorten(line, 3 * BRIEF_WIDTH, placeholder=" [...]") if i == 0 else line, "  ", "")
     lines += answer_lines(d)
-    step = next_step(d, SweepRecord.of(df).experiment)
+    step = next_step(d, sweep.record.experiment)
     if step:
         lines += _wrap(step, "  ", "")
     kind = "the family's verdicts" if any(c.margin is not None for c in d.checks.values()) else "verdicts"
@@ -232,11 +230,11 @@ def brief_text(rep: Report, df: pd.DataFrame, header: str, closing: str) -> str:
 NOTE_LIMIT = 5000  # characters of a run note MLflow's UI shows comfortably (its tags hold 8000)
 
 
-def parent_note(rep: Report, df: pd.DataFrame) -> str:
+def parent_note(rep: Report, sweep: SweepFrame) -> str:
     """The parent run's description in the MLflow UI (its `mlflow.note.content`, shown on
     the run's page): the look, the verdict table as Markdown, the sentences, and a link to
     the report among the run's artifacts (relative: it opens in whichever UI shows it)."""
-    d, record = rep.decision, SweepRecord.of(df)
+    d, record = rep.decision, sweep.record
     report = f"#/experiments/{record.experiment_id}/runs/{record.parent_run_id}/artifactPath/attribution/report.html"
     look = rep.look.label() if rep.look is not None else ""
     lines = [f"**Attribution**{f' ({look})' if look else ''}. [The full report]({report}) (attribution/report.html).", "",
@@ -289,10 +287,10 @@ def shown_description(text: str) -> str:
     return f"{text[:DESCRIPTION_SHOWN]} [... cut: {len(text) - DESCRIPTION_SHOWN} more characters not shown]"
 
 
-def header_text(df: pd.DataFrame, stage: str | None, factors: list[str], look: str = "") -> str:
+def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: str = "") -> str:
+    df, record = sweep.runs, sweep.record
     data = factorial_rows(df, factors)
     # the question is the sweep's own, as its spec describes it (the analysis knows no workload's questions)
-    record = SweepRecord.of(df)
     where = f"{stage} stage" if stage else "parallel stage mixed or unknown"
     lines = [f"experiment {record.experiment}: " + (f"{shown_description(record.description)} ({where})"
                                                     if record.description else f"its spec gives no description ({where})")]
@@ -323,10 +321,10 @@ def run_table(df: pd.DataFrame) -> pd.DataFrame:
     return df[cols].sort_values("run_order" if "run_order" in cols else cols[0]).reset_index(drop=True)
 
 
-def _run_table_html(df: pd.DataFrame, ui: str) -> str:
+def _run_table_html(sweep: SweepFrame, ui: str) -> str:
     """The runs in launch order, each name linked to its run in the MLflow UI at `ui`."""
-    t = run_table(df)
-    exp_id = SweepRecord.of(df).experiment_id
+    t = run_table(sweep.runs)
+    exp_id = sweep.record.experiment_id
     rows = ["<table class='t'><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr>"]
     for rec in t.itertuples(index=False):
         cells = []
@@ -425,16 +423,16 @@ def _col_note(check) -> str:
     return f"{check.better} is better; {margin}"
 
 
-def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui: str = UI_URL) -> Path:
+def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui: str = UI_URL) -> Path:
     """One self-contained file: every plot is embedded (written atomically). The question
     and the verdict table come first."""
     out.mkdir(parents=True, exist_ok=True)
+    df, record = sweep.runs, sweep.record
     data = factorial_rows(df, factors)
-    esc = html.escape
-    d = rep.decision
-    header = header_text(df, rep.stage, factors)
+    esc, d = html.escape, rep.decision
+    header = header_text(sweep, rep.stage, factors)
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
-    parts = [f"<h1>Attribution: {esc(SweepRecord.of(df).experiment)}</h1>",
+    parts = [f"<h1>Attribution: {esc(record.experiment)}</h1>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
              _look_html(rep),
              _verdict_table_html(d),
@@ -457,11 +455,11 @@ def write_html(df: pd.DataFrame, rep: Report, factors: list[str], out: Path, ui:
             parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
     coded = design_matrix(data, factors)
     parts.append("<h2>Design</h2>" + _table_html(coded))
-    parts.append(f"<p>Design {esc(SweepRecord.of(df).design or 'full')}; alias structure (aliased terms are "
+    parts.append(f"<p>Design {esc(record.design or 'full')}; alias structure (aliased terms are "
                  "left out of the ANOVA, noted per response):</p><pre>"
                  + esc("\n".join(alias_structure(coded))) + "</pre>")
     parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI at "
-                 f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>" + _run_table_html(df, ui))
+                 f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>" + _run_table_html(sweep, ui))
     parts.append(f"<h2>The terminal summary</h2><p>As <code>analysis report</code> printed it.</p><pre>{esc(body)}</pre>")
     parts = _with_contents(parts, at=5)
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
@@ -580,14 +578,14 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path) -> Path:
-    data = factorial_rows(df, factors)
-    d = rep.decision
-    header = header_text(df, rep.stage, factors)
+def write_markdown(sweep: SweepFrame, rep: Report, factors: list[str], path: Path) -> Path:
+    data = factorial_rows(sweep.runs, factors)
+    d, record = rep.decision, sweep.record
+    header = header_text(sweep, rep.stage, factors)
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
     grid = verdict_grid(d)
     grid.columns = [f"{c} ({_col_note(d.checks[c])})" for c in grid.columns]
-    parts = [f"# Attribution: {SweepRecord.of(df).experiment}", "", header, "", "## Verdicts", "",
+    parts = [f"# Attribution: {record.experiment}", "", header, "", "## Verdicts", "",
              _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Model fit", "",
              _md_table(model_fit_table(rep.results)), "", "## Summary", "", "```", body, "```"]
     for r, res in rep.results.items():
@@ -607,7 +605,7 @@ def write_markdown(df: pd.DataFrame, rep: Report, factors: list[str], path: Path
             parts += ["Each arm against the control (Dunnett's p, adjusted over the arms):", "",
                       _md_table(rep.dunnett[r]), ""]
     coded = design_matrix(data, factors)
-    parts += ["", "## Design", "", f"Design {SweepRecord.of(df).design or 'full'}, coded (-1/+1: first/second level):",
+    parts += ["", "## Design", "", f"Design {record.design or 'full'}, coded (-1/+1: first/second level):",
               "", _md_table(coded), "", "Alias structure:", "", "```", *alias_structure(coded), "```"]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, "\n".join(parts) + "\n")

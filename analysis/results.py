@@ -34,8 +34,8 @@ def rebuild(folder: str | Path) -> Path:
     folder = Path(folder)
     if not (folder / RUNS).is_file():
         raise AnalysisError(f"results: {folder} holds no {RUNS}")
-    df = read_parquet(folder / RUNS)
-    rep = build_report(df, folder, unrecorded="read from a parquet export")
-    text = rep.summary + "\n\n" + plan_text(df, None)
+    sweep = read_parquet(folder / RUNS)
+    rep = build_report(sweep, folder, unrecorded="read from a parquet export")
+    text = rep.summary + "\n\n" + plan_text(sweep, None)
     write_atomic(folder / SUMMARY, text + "\n")
     return folder / SUMMARY

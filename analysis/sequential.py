@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .anova import AnalysisError
-from .load import SweepRecord
+from .frame import SweepFrame
 
 RULE = "Lan-DeMets alpha spending, Pocock-type, on the information scale; Bonferroni across looks"
 # the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
@@ -200,12 +200,11 @@ def fingerprint(data: pd.DataFrame) -> tuple[str, int, dict]:
     return digest, blocks, evaluation
 
 
-def timed_digest(data: pd.DataFrame) -> str:
-    """A digest of the timed responses' values (the timing pass's): a pass run again with
-    the same settings gives other numbers, so the analysis after it is a new look."""
-    from dspark.metrics import TIMED
-
-    cols = sorted(c for c in TIMED if c in data.columns)
+def timed_digest(data: pd.DataFrame, timed: tuple[str, ...]) -> str:
+    """A digest of the timed responses' values (the timing pass's; `timed`: the workload's,
+    `Registry.timed`): a pass run again with the same settings gives other numbers, so the
+    analysis after it is a new look."""
+    cols = sorted(c for c in timed if c in data.columns)
     if not cols:
         return ""
     parts = [data["cell"].astype(object).map(str), data["replicate"].astype(object).map(str)]
@@ -281,16 +280,17 @@ def plan_of(record_json: str, alpha: float = 0.05) -> Plan:
     return Plan.from_json(record_json) if record_json else Plan(None, alpha, declared=False)
 
 
-def look_for(df: pd.DataFrame, shares: dict[str, tuple[str, float]], alpha: float | None = None,
+def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: float | None = None,
              what_if: bool = False) -> LookResult:
-    """This analysis as a look of the sweep's plan (`shares`: see information_fraction). A
-    given `alpha` or `what_if` (margins from the command line) makes it a what-if: computed
-    as the look would be, tested at the given alpha, never recorded."""
-    plan = plan_of(SweepRecord.of(df).sequential)
-    key, blocks, evaluation = fingerprint(df)
+    """This analysis of the sweep's runs as a look of the plan its record holds (`shares`:
+    see information_fraction). A given `alpha` or `what_if` (margins from the command line)
+    makes it a what-if: computed as the look would be, tested at the given alpha, never
+    recorded."""
+    plan = plan_of(sweep.record.sequential)
+    key, blocks, evaluation = fingerprint(sweep.runs)
     try:
         look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
-                              timed_digest(df))
+                              timed_digest(sweep.runs, sweep.registry.timed()))
     except ValueError as e:
         raise AnalysisError(f"sequential plan: {e}") from None
     index = plan.looks.index(look) + 1

@@ -22,17 +22,19 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.load import SweepRecord, read_parquet  # noqa: E402
+from analysis.frame import SweepFrame  # noqa: E402
+from analysis.load import read_parquet  # noqa: E402
 from analysis.plan import plan_text  # noqa: E402
 from analysis.report import build_report  # noqa: E402
 
 GOAL_S = 30.0
 
 
-def grown(df: pd.DataFrame, blocks: int, seed: int = 0) -> pd.DataFrame:
-    """`df`'s cells in `blocks` replicate blocks: block k copies block k mod B, every numeric
-    response column jittered by 5% of its spread across runs."""
+def grown(sweep: SweepFrame, blocks: int, seed: int = 0) -> SweepFrame:
+    """The sweep's cells in `blocks` replicate blocks: block k copies block k mod B, every
+    numeric response column jittered by 5% of its spread across runs."""
     rng = np.random.default_rng(seed)
+    df = sweep.runs
     have = sorted(df["replicate"].unique())
     numeric = [c for c in df.columns if "/" in c and pd.api.types.is_numeric_dtype(df[c])]
     parts = []
@@ -48,9 +50,8 @@ def grown(df: pd.DataFrame, blocks: int, seed: int = 0) -> pd.DataFrame:
             part["trial_key"] = [f"{t}-{k}" for t in part["trial_key"]]
         parts.append(part)
     out = pd.concat(parts, ignore_index=True)
-    out.attrs = dict(df.attrs)
     # a fixed-sample analysis: the study's own plan stops at 6 blocks
-    return dataclasses.replace(SweepRecord.of(df), sequential="").attach(out)
+    return dataclasses.replace(sweep, runs=out, record=dataclasses.replace(sweep.record, sequential=""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,27 +63,28 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     base = read_parquet(args.parquet)
     if args.profile:
-        df = grown(base, args.profile)
-        cProfile.runctx("build_report(df, None); plan_text(df, None)", globals(), {"df": df}, "/tmp/blocks.prof")
+        sweep = grown(base, args.profile)
+        cProfile.runctx("build_report(sweep, None); plan_text(sweep, None)", globals(), {"sweep": sweep},
+                        "/tmp/blocks.prof")
         pstats.Stats("/tmp/blocks.prof").sort_stats("cumulative").print_stats(25)
         return 0
     for n in args.blocks:
-        df = grown(base, n)
+        sweep = grown(base, n)
         t0 = time.perf_counter()
-        build_report(df, None)
+        build_report(sweep, None)
         t1 = time.perf_counter()
-        plan_text(df, None)
+        plan_text(sweep, None)
         t2 = time.perf_counter()
-        line = f"{n:4d} blocks ({len(df):5d} runs): report {t1 - t0:6.1f} s, plan {t2 - t1:6.1f} s"
+        line = f"{n:4d} blocks ({len(sweep.runs):5d} runs): report {t1 - t0:6.1f} s, plan {t2 - t1:6.1f} s"
         if n == 400:
             line += f"; each against the {GOAL_S:g} s goal: {(t1 - t0) / GOAL_S:.2f}, {(t2 - t1) / GOAL_S:.2f}"
         print(line, flush=True)
         if args.cli:
-            print("       as the commands: " + commands(df), flush=True)
+            print("       as the commands: " + commands(sweep), flush=True)
     return 0
 
 
-def commands(df: pd.DataFrame) -> str:
+def commands(sweep: SweepFrame) -> str:
     """`analysis report` (its HTML and plots written) and `analysis plan` on the frame as a
     parquet export, each a fresh process, whole wall times."""
     import subprocess
@@ -92,8 +94,8 @@ def commands(df: pd.DataFrame) -> str:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "runs.parquet"
-        to_parquet(df, path)
-        name = SweepRecord.of(df).experiment
+        to_parquet(sweep, path)
+        name = sweep.record.experiment
         out = []
         for cmd in (["report", name, "--parquet", str(path), "--out", tmp], ["plan", name, "--parquet", str(path)]):
             t0 = time.perf_counter()

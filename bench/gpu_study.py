@@ -71,7 +71,7 @@ def probe(log: Log, cpu: bool, steps: int, storage: Path, overrides: dict) -> tu
     spec = study_spec(cpu, 1, steps, overrides)
     one = dataclasses.replace(spec, trials=spec.trials[:1])
     t0 = time.monotonic()
-    df = run_local(one, storage / "probe.parquet", storage, say=log)
+    df = run_local(one, storage / "probe.parquet", storage, say=log).runs
     wall = time.monotonic() - t0
     per_step = float(df["train/step_ms_sweep"].iloc[0]) / 1000.0
     log(f"probe: {steps} drafter steps, one trial in {wall:.1f} s ({per_step * 1000:.1f} ms per step)")
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     spec = study_spec(args.cpu, args.replicates, steps, overrides)
     df = run_local(spec, out / "runs.parquet", storage, deadline_s=log.left(total) - 10.0, say=log,
-                   timing=TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8))
+                   timing=TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8)).runs
     log(f"gpu_study: done, {len(df)} of {n} trials in {out / 'runs.parquet'}")
     return 0 if len(df) == n else 1
 

@@ -103,7 +103,7 @@ def analysis_seconds(s, uri: str) -> float:
 
     t0 = time.perf_counter()
     try:
-        analyse(load_runs(s.name, uri), ["tf/tau", "spec/tau"], list(s.factors))
+        analyse(load_runs(s.name, uri).runs, ["tf/tau", "spec/tau"], list(s.factors))
     except AnalysisError:  # one replicate of a 2x2 leaves no residual: timed all the same
         pass
     return time.perf_counter() - t0

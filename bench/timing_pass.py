@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.load import load_runs
 
     try:
-        df = load_runs(args.name, args.tracking_uri)
-        rows = residual_sigmas(df, list(df.attrs.get("factors") or []))
+        sweep = load_runs(args.name, args.tracking_uri)
+        df, factors = sweep.runs, list(sweep.factors)
+        rows = residual_sigmas(df, factors)
     except (AnalysisError, ValueError) as e:
         print(f"timing_pass: error: {e}", file=sys.stderr)
         return 2
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["sweep"] in first:  # a re-evaluation timed it again: the trials' own figure is the first point
             df2 = df.copy()
             df2[r["sweep"]] = df2["run_id"].map(first[r["sweep"]])
-            again = {x["sweep"]: x for x in residual_sigmas(df2, list(df.attrs.get("factors") or []))}[r["sweep"]]
+            again = {x["sweep"]: x for x in residual_sigmas(df2, factors)}[r["sweep"]]
             print(f"  {r['sweep']} is the re-evaluation's (one or two runs at a time, after training); the "
                   f"trials' own figure, timed while they trained: {again['sigma_sweep']:.4g}, ratio pass / that "
                   f"{r['sigma_pass'] / again['sigma_sweep']:.3f}")

@@ -30,12 +30,13 @@ def test_gpu_study_runs_on_cpu_within_its_minutes(tmp_path):
     from analysis.load import read_parquet
     from analysis.report import build_report
 
-    df = read_parquet(out / "runs.parquet")
-    assert len(df) == 16 and set(df.attrs["factors"]) == {"D1", "D2", "D9"}  # 2^3 cells x 2 replicates
+    sweep = read_parquet(out / "runs.parquet")
+    df = sweep.runs
+    assert len(df) == 16 and set(sweep.factors) == {"D1", "D2", "D9"}  # 2^3 cells x 2 replicates
     steps = int(re.search(r"-> (-?\d+) drafter steps each", log).group(1))
     assert 1 <= steps <= 20  # sized to the time left, capped
-    assert df.attrs["responses"]["spec/tau"]["margin"] == 0.1
+    assert sweep.record.responses["spec/tau"]["margin"] == 0.1
     # the timed primary response comes from the interleaved pass after the trials, in-process
     assert df["spec/speedup"].notna().all() and set(df["timing/rounds"]) == {2.0}
-    rep = build_report(df, None)
+    rep = build_report(sweep, None)
     assert "spec/tau (+-0.1)" in rep.summary

@@ -171,10 +171,10 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
     while True:
-        df = load_runs(spec.name, uri)
-        block_s = block_s or _block_estimate_s(df, spec)
+        sweep = load_runs(spec.name, uri)
+        block_s = block_s or _block_estimate_s(sweep.runs, spec)
         try:
-            rep, why_not = _report(df), ""
+            rep, why_not = _report(sweep), ""
         except AnalysisError as e:
             rep, why_not = None, str(e)
         if rep is None:  # not a look: nothing is decided, and no alpha is spent
@@ -184,7 +184,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
             say(f"{spec.name}: {spec.replicates} replicate block(s) cannot be analysed yet ({why_not}) "
                 "-> add one replicate block")
         else:
-            stop = _look(rep, df, spec, plan, uri, client, parent, budget_minutes, started, block_s, looks, say)
+            stop = _look(rep, sweep, spec, plan, uri, client, parent, budget_minutes, started, block_s, looks, say)
             if stop:
                 return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
         spec, out, block_s = _add_block(spec, kwargs)
@@ -192,11 +192,11 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
             return _failed(out, looks, spec)
 
 
-def _look(rep, df, spec, plan, uri: str, client, parent: str, budget_minutes: float | None, started: float,
+def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes: float | None, started: float,
           block_s: float | None, looks: list, say) -> str:
     """One look: its verdicts counted, recorded on the parent (when new) and said; returns
     why to stop, or ""."""
-    from analysis.load import record_look
+    from analysis.publish import record_look
 
     counts = rep.decision.counts()
     stop = _stop_reason(rep.decision.undecided(), spec.replicates, plan.max_replicates, budget_minutes, started,
@@ -204,7 +204,7 @@ def _look(rep, df, spec, plan, uri: str, client, parent: str, budget_minutes: fl
     look = Look(spec.replicates, rep.look.alpha, counts, stop or "add one replicate block", rep.look.label())
     looks.append(look)
     if rep.look.new:
-        record_look(df, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
+        record_look(sweep, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
     _keep_on_parent(client, parent, spec.name, "look", {}, {"augment/undecided": rep.decision.undecided()},
                     rep.look.index)
     client.log_metric(parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
@@ -332,12 +332,11 @@ def _block_estimate_s(df, spec) -> float | None:
     return None if minutes is None else 60.0 * minutes * sum(1 for t in spec.trials if t.replicate == 0)
 
 
-def _report(df):
+def _report(sweep):
     """The analysis of the primary responses at this data: a look of the sweep's plan."""
-    from analysis.load import SweepRecord
     from analysis.report import build_report
 
-    return build_report(df, None, responses=list(SweepRecord.of(df).responses))
+    return build_report(sweep, None, responses=list(sweep.record.responses))
 
 
 def _stop_reason(undecided: int, replicates: int, max_replicates: int, budget_minutes: float | None,

@@ -149,10 +149,10 @@ def _run_local(spec, args) -> int:
 
     if not args.out:
         raise ValueError("--local: give --out PATH.parquet for the results")
-    df = run_local(spec, args.out, args.storage, deadline_s=args.deadline_s)
-    print(f"{spec.name}: {len(df)} of {len(spec.trials)} trials in {args.out}; attribute them with:\n"
+    done = len(run_local(spec, args.out, args.storage, deadline_s=args.deadline_s).runs)
+    print(f"{spec.name}: {done} of {len(spec.trials)} trials in {args.out}; attribute them with:\n"
           f"  analysis report {spec.name} --parquet {args.out}")
-    return 0 if len(df) == len(spec.trials) else 1
+    return 0 if done == len(spec.trials) else 1
 
 
 def cmd_resume(args) -> int:

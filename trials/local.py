@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from analysis.frame import SweepFrame
 from trials.store.runs import config_params
 
 from . import shared
@@ -34,7 +36,7 @@ DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: non
 
 
 def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_results", deadline_s: float | None = None,
-              say=print, timing=DEFAULT_TIMING) -> pd.DataFrame:
+              say=print, timing=DEFAULT_TIMING) -> SweepFrame:
     """Run the spec's trials in run order, writing `out` after each; returns the frame."""
     from analysis.load import read_parquet
 
@@ -61,7 +63,7 @@ def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_resul
     if len(rows) == len(spec.trials) and timing is not None:
         time_locally(spec, rows, configs, timing, say)
         _write(spec, list(rows.values()), out)
-    return _frame(spec, list(rows.values())) if rows else pd.DataFrame()
+    return _frame(spec, list(rows.values())) if rows else SweepFrame(pd.DataFrame())
 
 
 def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print) -> None:
@@ -123,34 +125,32 @@ def _train_one(spec: SweepSpec, t, cfg, storage: Path) -> dict:
             "run_s": time.time() - t0, "checkpoint": str(keep)}
 
 
-def _rows_done(df: pd.DataFrame, spec: SweepSpec) -> dict:
+def _rows_done(sweep: SweepFrame, spec: SweepSpec) -> dict:
     """The trials an earlier run of the same sweep already wrote (kept as rows to rewrite)."""
-    from analysis.load import SweepRecord
-
-    held = SweepRecord.of(df).experiment
+    held = sweep.record.experiment
     if held != spec.name:
         raise ValueError(f"--out: it holds sweep {held!r}, not {spec.name!r}")
     keys = {t.key: t for t in spec.trials}
     done = {}
-    for rec in df.attrs.get("local_rows", []):
+    for rec in sweep.local_rows:
         if rec["tags"].get("trial_key") in keys:
             done[rec["tags"]["trial_key"]] = rec
     return done
 
 
-def _frame(spec: SweepSpec, rows: list[dict]) -> pd.DataFrame:
-    from analysis.load import SweepRecord, finished_frame, run_row
+def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
+    from analysis.frame import SweepRecord
+    from analysis.load import finished_frame, run_row
 
     order = {f: list(levels) for f, levels in spec.factors.items()}
     flat = []
     for r in rows:
         row = run_row(r["run_id"], r["run_name"], r["status"], r["tags"], r["params"], r["metrics"])
         flat.append({**row, "run_s": r["run_s"]})
-    df = finished_frame(pd.DataFrame(flat), order)
-    SweepRecord(experiment=spec.name, description=spec.description, design=spec.design,
-                responses=spec.responses).attach(df)
-    df.attrs["local_rows"] = json.loads(json.dumps(rows))  # what a rerun resumes from
-    return df
+    record = SweepRecord(experiment=spec.name, description=spec.description, design=spec.design,
+                         responses=spec.responses)
+    # the rows as a parquet export gives them back (plain JSON data): what a rerun resumes from
+    return replace(finished_frame(pd.DataFrame(flat), order), record=record, local_rows=json.loads(json.dumps(rows)))
 
 
 def _write(spec: SweepSpec, rows: list[dict], out: Path) -> None:

@@ -51,8 +51,10 @@ def margin_problem(margin) -> str | None:
 
 @dataclass(frozen=True)
 class Registry:
-    """The rules over one workload's metric rows (`metrics`: see the module docstring)."""
+    """The rules over one workload's metric rows (`metrics`: see the module docstring), and
+    the config field that names a run's variant (DSpark: `parallel_stage`; "" where none)."""
     metrics: object
+    variant_field: str = ""
 
     def lookup(self, name: str):
         return self.metrics.lookup(name)

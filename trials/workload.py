@@ -150,4 +150,5 @@ def load(name: str = DEFAULT) -> Workload:
 
 def registry(name: str = DEFAULT) -> Registry:
     """The rules over a workload's metric registry (`trials.registry.Registry`)."""
-    return Registry(load(name).metrics)
+    wl = load(name)
+    return Registry(wl.metrics, wl.variant_field)

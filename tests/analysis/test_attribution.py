@@ -11,7 +11,7 @@ import pytest
 from analysis.anova import AnalysisError
 from analysis.attribution import analyse, dunnett_vs_control
 from analysis.effects import factorial_effects, lenth
-from analysis.load import incomplete_runs, load_runs, read_parquet, to_parquet
+from analysis.load import load_runs, read_parquet, to_parquet
 from analysis.report import build_report
 from tests.analysis.conftest import TRUE, synthetic_sweep
 
@@ -20,14 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_synthetic_sweep_recovers_known_effects(store):
     synthetic_sweep(store, failed=0)
-    df = load_runs("synthetic", store)
-    assert df.attrs["factors"] == ["D1", "D2", "D9"]
+    sweep = load_runs("synthetic", store)
+    df = sweep.runs
+    assert sweep.factors == ["D1", "D2", "D9"]
     assert list(df["D1"].cat.categories) == ["shifted", "aligned"] and df["D1"].cat.ordered
     assert set(df["decay_gamma"]) == {"4.0", "block"} and df["block_size"].dtype.kind == "i"
     res = analyse(df, ["spec/tau"], ["D1", "D2", "D9"], block="replicate")["spec/tau"]
     eff = res.effects
-    assert eff.attrs["levels"] == {"D1": ("shifted", "aligned"), "D2": ("const4", "block"),
-                                   "D9": ("hidden", "markov")}
+    assert res.levels == {"D1": ("shifted", "aligned"), "D2": ("const4", "block"), "D9": ("hidden", "markov")}
     for term, true in TRUE.items():
         assert eff.loc[term, "ci_low"] <= true <= eff.loc[term, "ci_high"], term
         assert eff.loc[term, "p_adj"] < 0.01
@@ -38,36 +38,37 @@ def test_synthetic_sweep_recovers_known_effects(store):
 
 def test_failed_runs_are_listed_not_dropped(store):
     synthetic_sweep(store, failed=2)
-    df = load_runs("synthetic", store)
-    inc = incomplete_runs(df)
-    assert len(df) == 22 and len(inc) == 2 and set(inc["status"]) == {"FAILED"}
-    rep = build_report(df, None, ["spec/tau"])
+    sweep = load_runs("synthetic", store)
+    inc = sweep.incomplete_runs()
+    assert len(sweep.runs) == 22 and len(inc) == 2 and set(inc["status"]) == {"FAILED"}
+    rep = build_report(sweep, None, ["spec/tau"])
     assert "2 run(s) not analysed: 2 FAILED" in rep.summary
     assert "unbalanced design" in rep.summary and rep.results["spec/tau"].typ == 3
 
 
 def test_parquet_round_trip(store, tmp_path):
     synthetic_sweep(store, failed=1)
-    df = load_runs("synthetic", store)
-    to_parquet(df, tmp_path / "runs.parquet")
+    sweep = load_runs("synthetic", store)
+    to_parquet(sweep, tmp_path / "runs.parquet")
     back = read_parquet(tmp_path / "runs.parquet")
-    pd.testing.assert_frame_equal(back, df, check_categorical=True)
-    assert back.attrs["factors"] == df.attrs["factors"] and len(incomplete_runs(back)) == 1
-    assert back["D9"].cat.ordered and list(back["D9"].cat.categories) == ["hidden", "markov"]
+    pd.testing.assert_frame_equal(back.runs, sweep.runs, check_categorical=True)
+    assert back.factors == sweep.factors and len(back.incomplete_runs()) == 1
+    assert back.runs["D9"].cat.ordered and list(back.runs["D9"].cat.categories) == ["hidden", "markov"]
 
 
 def test_report_refusals(store):
     synthetic_sweep(store, failed=0)
-    df = load_runs("synthetic", store)
+    sweep = load_runs("synthetic", store)
+    df = sweep.runs
     with pytest.raises(AnalysisError, match="response 'val/bpb' is constant"):
-        build_report(df, None, ["val/bpb"])
-    one_level = df[df["D2"] == "block"].copy()
+        build_report(sweep, None, ["val/bpb"])
+    one_level = sweep.with_runs(df[df["D2"] == "block"].copy())
     with pytest.raises(AnalysisError, match="factor 'D2' has one level"):
         build_report(one_level, None, ["spec/tau"])
-    empty = df[~((df["D1"] == "aligned") & (df["D2"] == "block") & (df["D9"] == "markov"))].copy()
+    empty = sweep.with_runs(df[~((df["D1"] == "aligned") & (df["D2"] == "block") & (df["D9"] == "markov"))].copy())
     with pytest.raises(AnalysisError, match="1 empty cell"):
         build_report(empty, None, ["spec/tau"])
-    few = df.groupby("cell").head(1).iloc[:5].copy()
+    few = sweep.with_runs(df.groupby("cell").head(1).iloc[:5].copy())
     with pytest.raises(AnalysisError):
         build_report(few, None, ["spec/tau"])
 
@@ -76,10 +77,11 @@ def test_dunnett_against_the_control_arm(store):
     # (aux_weight would be no control here: the drafter stage ignores it, and validation
     # refuses a control that trains the same objective as a cell)
     synthetic_sweep(store, failed=0, controls={"dflash": {"head": "none", "confidence_input": "hidden"}})
-    df = load_runs("synthetic", store)
+    sweep = load_runs("synthetic", store)
+    df = sweep.runs
     d = dunnett_vs_control(df, "spec/tau", "control=dflash")
     assert len(d) == 8 and (d["diff"] > 0.3).all() and (d["p"] < 0.01).all()
-    rep = build_report(df, None, ["spec/tau"])
+    rep = build_report(sweep, None, ["spec/tau"])
     assert "spec/tau" in rep.dunnett
     # every factorial arm pooled against the control: 3.0 - 1.5 in the synthetic model
     c = rep.control["spec/tau"]
@@ -101,8 +103,7 @@ def test_dunnett_against_the_control_arm(store):
 
 def test_report_gives_every_term_a_verdict_that_agrees_with_its_interval(store):
     synthetic_sweep(store, failed=0)
-    df = load_runs("synthetic", store)
-    rep = build_report(df, None, ["spec/tau"], margins={"spec/tau": 0.2})
+    rep = build_report(load_runs("synthetic", store), None, ["spec/tau"], margins={"spec/tau": 0.2})
     d = rep.decision
     assert d.family == 3 and d.alpha_star == pytest.approx(0.05 / 3)  # the main effects
     verdict = {v.term: v.verdict for v in d.of("spec/tau")}
@@ -134,9 +135,9 @@ def test_report_drift_check_sees_a_trend_over_the_run_order(store):
     for r in client.search_runs([exp.experiment_id], "tags.trial_key != ''"):
         order = int(r.data.tags["run_order"])
         client.log_metric(r.info.run_id, "tf/tau", r.data.metrics["spec/tau"] + 0.05 * order, step=20)
-    df = load_runs("synthetic", store)
-    assert sorted(df["run_order"]) == list(range(24))
-    rep = build_report(df, None, ["spec/tau", "tf/tau"])
+    sweep = load_runs("synthetic", store)
+    assert sorted(sweep.runs["run_order"]) == list(range(24))
+    rep = build_report(sweep, None, ["spec/tau", "tf/tau"])
     slope, p = rep.drift["tf/tau"]
     assert slope > 0 and p < 0.01  # blocks and cell means absorb part of the trend, not all
     assert rep.drift["spec/tau"][1] > 0.01
@@ -145,7 +146,7 @@ def test_report_drift_check_sees_a_trend_over_the_run_order(store):
 
 def test_holm_adjustment_is_not_smaller_than_raw(store):
     synthetic_sweep(store, failed=0)
-    df = load_runs("synthetic", store)
+    df = load_runs("synthetic", store).runs
     res = analyse(df, ["spec/tau", "tf/tau"], ["D1", "D2", "D9"], adjust="holm")
     for r in res.values():
         a = r.anova.drop(index="Residual")
@@ -194,12 +195,12 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     for text in (md, html):  # the coded design and its alias structure (here: none)
         assert "full factorial: no effect is aliased" in text
     # run names link to their runs; the attribution is logged on the parent run
-    df = load_runs("synthetic", store)
-    assert f"#/experiments/{df.attrs['experiment_id']}/runs/{df['run_id'].iloc[0]}" in html
+    sweep = load_runs("synthetic", store)
+    assert f"#/experiments/{sweep.record.experiment_id}/runs/{sweep.runs['run_id'].iloc[0]}" in html
     import mlflow
 
     client = mlflow.tracking.MlflowClient(store)
-    parent = client.get_run(df.attrs["parent_run_id"])
+    parent = client.get_run(sweep.record.parent_run_id)
     assert parent.data.tags["verdict.spec/tau.D1"] == "matters, size unsure"
     assert parent.data.tags["verdict.spec/tau.D2"] in ("undecided", "negligible")
     assert not [k for k in parent.data.metrics if k.startswith("attribution/")]  # no metric flood
@@ -218,17 +219,17 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
                             "--out", str(tmp_path / "rep"), "--no-log"],
                            capture_output=True, text=True, cwd=tmp_path)
     assert again.returncode == 0 and "fixed-sample analysis (no sequential plan declared)" in again.stdout
-    plan = json.loads(client.get_run(df.attrs["parent_run_id"]).data.tags["sequential"])
+    plan = json.loads(client.get_run(sweep.record.parent_run_id).data.tags["sequential"])
     assert len(plan["looks"]) == 1
     # a what-if (a margin of one's own) goes to its own folder and leaves the logged results as they were
-    before = client.get_run(df.attrs["parent_run_id"]).data
+    before = client.get_run(sweep.record.parent_run_id).data
     html_before = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
     what = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                            "--out", str(tmp_path / "rep"), "--margin", "spec/tau=0.05"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert what.returncode == 0 and "what-if (margins, responses, alpha or adjustment given): nothing logged" in \
         what.stdout
-    after = client.get_run(df.attrs["parent_run_id"]).data
+    after = client.get_run(sweep.record.parent_run_id).data
     assert after.tags == before.tags and after.metrics == before.metrics
     assert (tmp_path / "rep" / "synthetic" / "report.html").read_text() == html_before
     assert "margin ±0.05" in (tmp_path / "rep" / "synthetic" / "what-if" / "report.html").read_text()
@@ -253,19 +254,20 @@ def test_lenth_flags_the_large_effects():
 
 def test_backbone_stage_ranks_val_bpb_and_step_cost_and_names_degenerate_responses(store):
     synthetic_sweep(store, failed=0)
-    df = load_runs("synthetic", store)
+    sweep = load_runs("synthetic", store)
+    df = sweep.runs
     df["parallel_stage"] = "backbone"  # the seed's system
     rng = np.random.default_rng(3)
     df["val/bpb"] = 2.5 + rng.normal(0, 0.01, len(df))
     df["train/step_ms"] = 50 + rng.normal(0, 1, len(df))
-    rep = build_report(df, None)
+    rep = build_report(sweep, None)
     assert list(rep.results) == ["val/bpb", "train/step_ms"]
     assert "(backbone stage)" in rep.summary.splitlines()[0]
     assert any(s.startswith("tf/tau (not ranked: degenerate in the backbone stage") for s in rep.skipped)
-    rep = build_report(df, None, ["tf/tau", "val/bpb"])  # asked for: still not ranked, and said so
+    rep = build_report(sweep, None, ["tf/tau", "val/bpb"])  # asked for: still not ranked, and said so
     assert list(rep.results) == ["val/bpb"] and "tf/tau (not ranked" in rep.summary
     with pytest.raises(AnalysisError, match="degenerate"):
-        build_report(df, None, ["tf/tau"])
+        build_report(sweep, None, ["tf/tau"])
 
 
 def test_plan_cli_prints_the_replicates_needed(store):
@@ -275,8 +277,7 @@ def test_plan_cli_prints_the_replicates_needed(store):
     r = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
                         "--effect", "0.05", "--response", "spec/tau"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    df = load_runs("synthetic", store)
-    sigma = build_report(df, None, ["spec/tau"]).decision.checks["spec/tau"].sigma
+    sigma = build_report(load_runs("synthetic", store), None, ["spec/tau"]).decision.checks["spec/tau"].sigma
     need = replicates_needed(0.05, sigma, 8)
     assert f"spec/tau: sigma {sigma:.4g} over 8 cells" in r.stdout and f"needed: {need} replicates" in r.stdout
     bad = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
@@ -299,7 +300,7 @@ def test_alias_structure_read_off_the_runs_matches_the_spec():
     the one `trials validate` derives from the generators (2^(4-1), D = A*B*C)."""
     import pandas as pd
 
-    from analysis.report import alias_structure
+    from analysis.design import alias_structure
     from trials.design import alias_structure as spec_aliases
     from trials.validate import parse
 
@@ -338,9 +339,9 @@ def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
     ledger.finish(ledger.parent_id, "FINISHED")
     parent = mlflow.tracking.MlflowClient(store).get_run(ledger.parent_id)
     assert json.loads(parent.data.tags["responses"]) == {"spec/tau": {"better": "higher", "margin": 0.25}}
-    df = load_runs("margins", store)
-    assert df.attrs["responses"] == {"spec/tau": {"better": "higher", "margin": 0.25}}
-    to_parquet(df, tmp_path / "runs.parquet")
+    sweep = load_runs("margins", store)
+    assert sweep.record.responses == {"spec/tau": {"better": "higher", "margin": 0.25}}
+    to_parquet(sweep, tmp_path / "runs.parquet")
     back = read_parquet(tmp_path / "runs.parquet")
     rep = build_report(back, None)  # the spec's margin, from the parquet alone
     assert list(rep.decision.checks) == ["spec/tau", "tf/tau"] and rep.decision.family == 3
@@ -356,7 +357,7 @@ def test_the_model_fit_is_stated_per_response_as_statsmodels_fits_it():
     import statsmodels.formula.api as smf
 
     from analysis.anova import anova_with_fit
-    from analysis.report import model_fit_table
+    from analysis.diagnostics import model_fit_table
 
     rng = np.random.default_rng(3)
     rows = [{"A": a, "B": b, "replicate": r, "y": 1.0 + 0.5 * (a == "a2") + rng.normal(0, 0.2)}

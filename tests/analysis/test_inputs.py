@@ -4,13 +4,14 @@ response some runs lack, a parquet written by another tool, out-of-range plan ar
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from analysis import power
 from analysis.anova import AnalysisError
+from analysis.frame import SweepFrame, SweepRecord
 from analysis.load import read_parquet, to_parquet
 from analysis.report import build_report
 from tests.conftest import fill_up
@@ -18,7 +19,7 @@ from tests.conftest import fill_up
 from .test_verdicts import design
 
 
-def _sweep(fraction: bool, replicates: int = 2) -> pd.DataFrame:
+def _sweep(fraction: bool, replicates: int = 2) -> SweepFrame:
     df = design({"A": 0.5, "B": 0.0, "C": 0.2}, replicates=replicates)
     if fraction:  # the half with A*B*C = +1: a 2^(3-1) with C = AB
         sign = lambda v: -1 if v == "lo" else 1  # noqa: E731
@@ -29,9 +30,9 @@ def _sweep(fraction: bool, replicates: int = 2) -> pd.DataFrame:
     df["parallel_stage"] = "drafter"
     df["spec/tau"] = df.pop("y")
     df["val/bpb"] = 2.0 + 0.01 * (df["A"] == "hi") + np.random.default_rng(1).normal(0, 0.002, len(df))
-    df.attrs.update(factors=list("ABC"), experiment="inputs", design="2^(3-1)" if fraction else "full",
-                    responses={"spec/tau": {"better": "higher", "margin": 0.1}})
-    return df
+    record = SweepRecord(experiment="inputs", design="2^(3-1)" if fraction else "full",
+                         responses={"spec/tau": {"better": "higher", "margin": 0.1}})
+    return SweepFrame(df, factors=list("ABC"), record=record)
 
 
 def test_a_fractional_design_is_analysed_with_its_aliases_named():
@@ -43,24 +44,23 @@ def test_a_fractional_design_is_analysed_with_its_aliases_named():
     assert "fractional design 2^(3-1)" in rep.summary and "A = B:C" in rep.summary
     # a fraction that lost a cell is refused with one line, not analysed as if complete
     short = _sweep(fraction=True)
-    short = short[short["cell"] != short["cell"].iloc[0]]
-    short.attrs.update(_sweep(fraction=True).attrs)
+    short = short.with_runs(short.runs[short.runs["cell"] != short.runs["cell"].iloc[0]])
     with pytest.raises(AnalysisError, match=r"fractional design 2\^\(3-1\): 3 of its 4 cells"):
         build_report(short, None)
 
 
 def test_a_full_factorial_with_an_empty_cell_is_still_refused():
-    df = _sweep(fraction=False)
-    cut = df[df["cell"] != "A=lo|B=lo|C=lo"]
-    cut.attrs.update(df.attrs)
+    sweep = _sweep(fraction=False)
+    cut = sweep.with_runs(sweep.runs[sweep.runs["cell"] != "A=lo|B=lo|C=lo"])
     with pytest.raises(AnalysisError, match="empty cell"):
         build_report(cut, None)
 
 
 def test_a_response_some_runs_lack_is_analysed_on_the_others_and_they_are_named():
-    df = _sweep(fraction=False)
+    sweep = _sweep(fraction=False)
+    df = sweep.runs
     df.loc[[0, 3], "val/bpb"] = np.nan  # two runs whose evaluation left no value
-    rep = build_report(df, None, responses=["spec/tau", "val/bpb"])
+    rep = build_report(sweep, None, responses=["spec/tau", "val/bpb"])
     assert {"spec/tau", "val/bpb"} <= set(rep.results)  # the other response still reports
     names = ", ".join(df.loc[[0, 3], "run_name"])
     assert f"warning: val/bpb is analysed on {len(df) - 2} of {len(df)} runs; without a value: {names}" in rep.summary
@@ -70,20 +70,20 @@ def test_a_response_some_runs_lack_is_analysed_on_the_others_and_they_are_named(
     assert "pooled (HC2 undefined: a cell seen once) errors (unbalanced design)" in rep.summary
     # the default responses: one that no run holds is skipped, the report still answers
     df["conf/ece_mean"] = np.nan
-    rep = build_report(df, None)
+    rep = build_report(sweep, None)
     assert "spec/tau" in rep.results
 
 
 def test_a_parquet_of_numeric_strings_is_read_and_other_values_are_refused(tmp_path):
-    df = _sweep(fraction=False)
+    sweep = _sweep(fraction=False)
+    df = sweep.runs
     as_text = df.copy()
     as_text["spec/tau"] = as_text["spec/tau"].map(repr)
-    as_text.attrs.update(df.attrs)
-    to_parquet(as_text, tmp_path / "text.parquet")
-    back = read_parquet(tmp_path / "text.parquet")
+    to_parquet(sweep.with_runs(as_text), tmp_path / "text.parquet")
+    back = read_parquet(tmp_path / "text.parquet").runs
     assert back["spec/tau"].dtype == float and np.allclose(back["spec/tau"], df["spec/tau"])
     as_text.loc[2, "spec/tau"] = "n/a"
-    to_parquet(as_text, tmp_path / "bad.parquet")
+    to_parquet(sweep.with_runs(as_text), tmp_path / "bad.parquet")
     r = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "x", "--parquet",
                         str(tmp_path / "bad.parquet"), "--out", str(tmp_path / "rep")],
                        capture_output=True, text=True)
@@ -94,8 +94,7 @@ def test_a_parquet_of_numeric_strings_is_read_and_other_values_are_refused(tmp_p
 
 def test_plan_arguments_out_of_range_give_one_line_and_huge_effects_have_power_one(tmp_path):
     assert power.t_power(-1e9, 0.01, 7, 0.05) == 1.0 and power.t_power(1e-300, 0.01, 7, 0.05) < 0.06
-    df = _sweep(fraction=False)
-    to_parquet(df, tmp_path / "runs.parquet")
+    to_parquet(_sweep(fraction=False), tmp_path / "runs.parquet")
     for arg, message in (("--power=1.5", "--power: must lie in (0, 1), got 1.5"),
                          ("--effect=nan", "--effect: must be a finite non-zero number, got nan"),
                          ("--alpha=0", "--alpha: must lie in (0, 1)")):
@@ -112,11 +111,11 @@ def test_plan_arguments_out_of_range_give_one_line_and_huge_effects_have_power_o
 def test_the_plan_of_a_sweep_without_decoded_responses_names_blocks_only():
     from analysis.plan import plan_text
 
-    df = _sweep(fraction=False)
-    df["parallel_stage"] = "backbone"
-    df["run_s"] = 60.0
-    df.attrs["responses"] = {"val/bpb": {"better": "lower", "margin": 0.0001}}  # small: stays undecided
-    text = plan_text(df, None)
+    sweep = _sweep(fraction=False)
+    sweep.runs["parallel_stage"] = "backbone"
+    sweep.runs["run_s"] = 60.0
+    small = {"val/bpb": {"better": "lower", "margin": 0.0001}}  # small: stays undecided
+    text = plan_text(replace(sweep, record=replace(sweep.record, responses=small)), None)
     assert "val/bpb (primary): " in text and "no jackknife records: the evaluation's share of the noise is unknown" in text
     assert "trials reeval" not in text  # nothing prices a re-evaluation without the records
 
@@ -126,33 +125,34 @@ def test_the_plan_uses_the_alpha_of_the_reports_look():
     from analysis.plan import plan_text, plan_with_look
     from analysis.sequential import Plan
 
-    df = _sweep(fraction=False, replicates=3)
-    df["run_s"] = 60.0
-    df.attrs["sequential"] = Plan(6, 0.05).to_json()  # declared, no look yet
-    text, look = plan_with_look(df, None)
-    rep = build_report(df, None)
+    sweep = _sweep(fraction=False, replicates=3)
+    sweep.runs["run_s"] = 60.0
+    sweep = replace(sweep, record=replace(sweep.record, sequential=Plan(6, 0.05).to_json()))  # declared, no look yet
+    text, look = plan_with_look(sweep, None)
+    rep = build_report(sweep, None)
     assert look.new and look.index == 1 and look.alpha < 0.05
     assert f"alpha {look.alpha:.3g}" in text and f"alpha {look.alpha:.3g}" in rep.summary
     assert rep.look.alpha == look.alpha and rep.look.look.data == look.look.data  # the same data: the same look
-    what_if = plan_text(df, None, alpha=0.05)  # an explicit --alpha: a what-if at that alpha, not a look
+    what_if = plan_text(sweep, None, alpha=0.05)  # an explicit --alpha: a what-if at that alpha, not a look
     assert "alpha 0.05," in what_if and "what-if" in what_if
 
 
 def test_algorithm_1_on_a_curve_where_it_verifies_one_length_everywhere_is_not_ranked():
     from analysis.diagnostics import why_degenerate
 
-    df = _sweep(fraction=False)
+    sweep = _sweep(fraction=False)
+    df = sweep.runs
     df["sched/alg1_throughput@R16"] = 1000 + 50 * (df["A"] == "hi") + np.random.default_rng(2).normal(0, 5, len(df))
     df["sched/alg1_fixed@R16"] = 1.0
     df["sched/alg1_len@R16"] = 7.0  # the flat part of the curve: every request verifies all K
     assert "verifies 7 token(s) for every request of every run at R16" in why_degenerate(df, "drafter",
                                                                                             "sched/alg1_throughput@R16")
-    rep = build_report(df, None, responses=["spec/tau", "sched/alg1_throughput@R16"])
+    rep = build_report(sweep, None, responses=["spec/tau", "sched/alg1_throughput@R16"])
     assert "sched/alg1_throughput@R16" not in rep.results and "not ranked: degenerate on this capacity curve" in \
         rep.summary
-    df.attrs["responses"] = {"sched/alg1_throughput@R16": {"better": "higher", "margin": 10}}
+    primary = {"sched/alg1_throughput@R16": {"better": "higher", "margin": 10}}
     with pytest.raises(AnalysisError, match="primary response sched/alg1_throughput@R16 cannot be ranked"):
-        build_report(df, None)
+        build_report(replace(sweep, record=replace(sweep.record, responses=primary)), None)
     df.loc[0, "sched/alg1_len@R16"] = 6.5  # one run's scheduler chose otherwise: it ranks
     assert why_degenerate(df, "drafter", "sched/alg1_throughput@R16") is None
 
@@ -167,8 +167,7 @@ def _crafted(tmp_path, meta=None, frame=None, raw=None) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    df = _sweep(fraction=False)
-    to_parquet(df, tmp_path / "good.parquet")
+    to_parquet(_sweep(fraction=False), tmp_path / "good.parquet")
     table = pq.read_table(tmp_path / "good.parquet")
     attrs = json.loads(table.schema.metadata[b"dspark.attrs"])
     if frame is not None:
@@ -242,19 +241,18 @@ def test_deep_metadata_a_nan_replicate_and_non_finite_responses_are_named(tmp_pa
     path = _crafted(tmp_path, frame=lambda df: df.loc.__setitem__((2, "spec/tau"), np.inf))
     _one_line_refusal(capsys, tmp_path, path, "column 'spec/tau' holds 1 infinite value(s)", "inf in run")
     # a secondary response with an infinite value: the report names it and analyses the others
-    df = read_parquet(_crafted(tmp_path, frame=lambda df: df.loc.__setitem__((2, "val/bpb"), -np.inf)))
-    rep = build_report(df, None, responses=["spec/tau"])
+    sweep = read_parquet(_crafted(tmp_path, frame=lambda df: df.loc.__setitem__((2, "val/bpb"), -np.inf)))
+    rep = build_report(sweep, None, responses=["spec/tau"])
     assert "spec/tau" in rep.results
     with pytest.raises(AnalysisError, match=r"response val/bpb: column 'val/bpb' holds 1 infinite value\(s\), "
                                             r"e.g. -inf"):
-        build_report(df, None, responses=["val/bpb"])
+        build_report(sweep, None, responses=["val/bpb"])
 
 
 def test_a_long_description_is_cut_in_the_reports(tmp_path):
     from analysis.render import DESCRIPTION_SHOWN
 
-    df = read_parquet(_crafted(tmp_path, meta=_set(description="d" * 50_000)))
-    rep = build_report(df, tmp_path / "rep")
+    rep = build_report(read_parquet(_crafted(tmp_path, meta=_set(description="d" * 50_000))), tmp_path / "rep")
     cut = f"{'d' * DESCRIPTION_SHOWN} [... cut: {50_000 - DESCRIPTION_SHOWN} more characters not shown]"
     for text in (rep.summary, rep.html_path.read_text(), rep.markdown_path.read_text()):
         assert cut in text and "d" * (DESCRIPTION_SHOWN + 1) not in text
@@ -263,10 +261,11 @@ def test_a_long_description_is_cut_in_the_reports(tmp_path):
 def test_the_plan_prices_terms_outside_the_family_in_blocks_too():
     from analysis.plan import plan_text
 
-    df = _sweep(fraction=False, replicates=3)
+    sweep = _sweep(fraction=False, replicates=3)
+    df = sweep.runs
     df["run_s"] = 60.0
     df["spec/tau_greedy"] = df["spec/tau"] + np.random.default_rng(5).normal(0, 0.3, len(df))  # a secondary response
-    text = plan_text(df, None, responses=["spec/tau_greedy"])
+    text = plan_text(sweep, None, responses=["spec/tau_greedy"])
     assert "spec/tau_greedy (secondary): " in text and "unreplicated" not in text
     assert "more block(s)" in text.split("spec/tau_greedy (secondary): ", 1)[1]
 
@@ -297,6 +296,6 @@ def test_a_full_disk_under_report_and_export_ends_in_one_line_and_leaves_nothing
     # with room again, the same commands write both whole
     (small / "filler").unlink()
     assert _cli("export", "full", str(small / "runs.parquet"), "--tracking-uri", store, cwd=tmp_path)[0] == 0
-    assert len(read_parquet(small / "runs.parquet")) == 24
+    assert len(read_parquet(small / "runs.parquet").runs) == 24
     assert _cli("report", "full", "--tracking-uri", store, "--out", str(small), "--no-log", cwd=tmp_path)[0] == 0
     assert (small / "full" / "report.html").read_text().endswith("</html>")

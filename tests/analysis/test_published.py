@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from analysis.anova import factorial_anova
-from analysis.effects import factorial_effects, lenth
+from analysis.effects import effects_with_levels, factorial_effects, lenth
 
 
 def example_6_1():
@@ -99,7 +99,7 @@ def test_default_levels_follow_the_coding_not_the_row_order():
     df = example_6_1().iloc[::-1].copy()  # rows start at the high level
     df["A"] = df["A"].astype(str)  # plain strings: no category order to lean on
     df["B"] = df["B"].map({"-": -1, "+": 1})  # numeric coding
-    eff = factorial_effects(df, "y", ["A", "B"])
-    assert eff.attrs["levels"] == {"A": ("-", "+"), "B": ("-1", "1")}
+    eff, used = effects_with_levels(df, "y", ["A", "B"])
+    assert used == {"A": ("-", "+"), "B": ("-1", "1")}
     assert eff.loc["A", "effect"] == pytest.approx(8.33, abs=0.005)
     assert eff.loc["B", "effect"] == pytest.approx(-5.00, abs=0.005)

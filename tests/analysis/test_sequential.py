@@ -240,10 +240,10 @@ def test_the_report_says_post_hoc_on_the_committed_paper_study():
 
     from analysis.load import read_parquet
 
-    df = read_parquet(Path(__file__).resolve().parents[2] / "results" / "paper-drafter-v1" / "runs.parquet")
-    res = look_for(df, {})
+    sweep = read_parquet(Path(__file__).resolve().parents[2] / "results" / "paper-drafter-v1" / "runs.parquet")
+    res = look_for(sweep, {})
     assert res.look.post_hoc and res.label().startswith("POST HOC") and not res.new
-    key, blocks, evaluation = fingerprint(df)
+    key, blocks, evaluation = fingerprint(sweep.runs)
     assert blocks == 3 and evaluation["prompts"] == 96 and len(key) == 16
 
 

@@ -248,15 +248,16 @@ def test_the_planner_prices_prompts_as_simulated_sweeps_decide():
 
 
 def test_plan_prices_more_prompts_against_more_blocks():
+    from analysis.frame import SweepFrame, SweepRecord
     from analysis.plan import plan_text
     from analysis.report import build_report
 
     df = sweep(0.005, 0.8, prompts=32, replicates=3, effect=0.0, seed=1)  # the evaluation's noise dominates
     df["run_s"] = 120.0
     df["split/decode_s_per_prompt"] = 0.5
-    df.attrs.update(factors=["A", "B"], experiment="constructed",
-                    responses={"spec/tau": {"better": "higher", "margin": 0.1}})
-    text = plan_text(df, None)
+    constructed = SweepFrame(df, factors=["A", "B"], record=SweepRecord(
+        experiment="constructed", responses={"spec/tau": {"better": "higher", "margin": 0.1}}))
+    text = plan_text(constructed, None)
     assert "spec/tau (primary): 2 undecided" in text and "the evaluation's share of its variance" in text
     assert "x the prompts (" in text and ") on the existing checkpoints" in text
     # B's estimate sits near a boundary: no multiple of the prompts decides it, and the plan says why
@@ -264,7 +265,7 @@ def test_plan_prices_more_prompts_against_more_blocks():
     assert "more evaluation items alone cannot decide every primary term" in text
     assert "blocks priced at 2 min per trial" in text and "every primary term decided by blocks alone" in text
     assert "items (prompts, held-out batches) are priced per term from its jackknife" in text
-    rep = build_report(df, None)
+    rep = build_report(constructed, None)
     assert "    noise: spec/tau: residual sigma " in rep.summary
 
 

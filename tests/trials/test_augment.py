@@ -183,7 +183,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     # the analysis reads the new evaluation, with its prompt groups
     from analysis.load import load_runs
 
-    df = load_runs("again", uri)
+    df = load_runs("again", uri).runs
     # the new evaluation's jackknife groups: G = min(6 prompts, 16), and no split/ groups any more
     assert set(df["split/prompts"]) == {6.0} and "jack/spec/tau@g5" in df.columns and "jack/spec/tau@g6" not in df
     assert "split/spec/tau@g3" not in df.columns
@@ -194,7 +194,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     from trials.augment import augment
 
     augment("again", storage, uri, replicates=1)
-    df = load_runs("again", uri)
+    df = load_runs("again", uri).runs
     assert len(df) == 8 and set(df["split/prompts"]) == {6.0}
     import shutil
 

@@ -27,27 +27,28 @@ def test_local_run_matches_a_ray_sweep_of_the_same_spec(ray_local, tmp_path, cor
     out = tmp_path / "runs.parquet"
     said = []
     local = run_local(spec, out, tmp_path / "local-st", deadline_s=0.0, say=said.append)  # stops after one
-    assert len(local) == 1 and len(read_parquet(out)) == 1 and "stopping before" in said[-1]
-    first = read_parquet(out).iloc[0]
+    assert len(local.runs) == 1 and len(read_parquet(out).runs) == 1 and "stopping before" in said[-1]
+    first = read_parquet(out).runs.iloc[0]
     local = run_local(spec, out, tmp_path / "local-st", say=said.append)  # resumes: the other seven
-    assert len(local) == 8
-    back = read_parquet(out)
+    assert len(local.runs) == 8
+    sweep = read_parquet(out)
+    back = sweep.runs
     assert back.loc[back["run_id"] == first["run_id"], "run_s"].item() == first["run_s"]  # not rerun
-    assert back.attrs["factors"] == ["D1", "D9"] and list(back["D1"].cat.categories) == list(spec.factors["D1"])
-    assert sorted(back["run_order"]) == list(range(8)) and back.attrs["responses"]["tf/tau"]["margin"] == 0.05
+    assert sweep.factors == ["D1", "D9"] and list(back["D1"].cat.categories) == list(spec.factors["D1"])
+    assert sorted(back["run_order"]) == list(range(8)) and sweep.record.responses["tf/tau"]["margin"] == 0.05
     assert {(r.cell, r.run_order) for r in back.itertuples()} == {(t.cell, t.run_order) for t in spec.trials}
 
     runner.run(spec, tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", storage=str(tmp_path / "st"), verbose=0)
-    ray_df = load_runs("same", f"sqlite:///{tmp_path / 'm.db'}")
+    ray_sweep = load_runs("same", f"sqlite:///{tmp_path / 'm.db'}")
     key = ["cell", "replicate"]
-    a, b = back.set_index(key).sort_index(), ray_df.set_index(key).sort_index()
+    a, b = back.set_index(key).sort_index(), ray_sweep.runs.set_index(key).sort_index()
     metrics = [c for c in a.columns if "/" in c and not is_timing_metric(c) and c in b.columns]
     assert "tf/tau" in metrics and "spec/tau" in metrics and "val/bpb" in metrics
     pd.testing.assert_frame_equal(a[metrics], b[metrics], check_dtype=False)
     assert (a["seed"] == b["seed"]).all()
     # the same analysis: the same verdicts with the same estimates
-    va = build_report(back, None).decision.table()
-    vb = build_report(ray_df, None).decision.table()
+    va = build_report(sweep, None).decision.table()
+    vb = build_report(ray_sweep, None).decision.table()
     cols = ["response", "term", "verdict", "estimate", "ci_low", "ci_high"]
     pd.testing.assert_frame_equal(va[va["response"] == "tf/tau"][cols].reset_index(drop=True),
                                   vb[vb["response"] == "tf/tau"][cols].reset_index(drop=True))
@@ -63,7 +64,7 @@ def test_the_local_command_imports_neither_ray_nor_mlflow(tmp_path, corpus_dir):
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert "loaded: [] rc 0" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
     assert "analysis report bare --parquet" in r.stdout
-    assert len(read_parquet(out)) == 2
+    assert len(read_parquet(out).runs) == 2
     bad = subprocess.run([sys.executable, "-m", "trials.cli", "run", str(path), "--local"], cwd=tmp_path,
                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and "--local: give --out" in bad.stderr and bad.stderr.count("\n") == 1

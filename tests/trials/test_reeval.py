@@ -152,7 +152,7 @@ def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path,
     augment("bb", storage, uri, replicates=1)
     from analysis.load import load_runs
 
-    df = load_runs("bb", uri)
+    df = load_runs("bb", uri).runs
     assert len(df) == 6 and set(df["split/eval_batches"]) == {4.0} and "jack/val/bpb@g3" in df.columns
 
 

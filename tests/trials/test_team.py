@@ -97,13 +97,13 @@ def test_a_deleted_store_is_refused_by_resume_and_rebuilt_by_recover(tmp_path, c
     rc, out, err = trials("recover", "lost", *args, cwd=tmp_path)
     assert rc == 0 and "4 of 4 trials finished" in out, err[-2000:]
     after = load_runs("lost", uri)
-    assert len(after) == 4 and set(after["run_name"]) == set(before["run_name"])
+    assert len(after.runs) == 4 and set(after.runs["run_name"]) == set(before.runs["run_name"])
     assert _histories(uri, "lost") == histories  # every point back at its step, none twice
     again = build_report(after, None, responses=["tf/tau"]).decision.table()
     assert again[["term", "verdict", "estimate"]].equals(verdicts[["term", "verdict", "estimate"]])
     rc, _, err = trials("resume", "lost", *args, cwd=tmp_path)  # nothing left to run, nothing duplicated
     assert rc == 0, err[-2000:]
-    assert len(load_runs("lost", uri)) == 4
+    assert len(load_runs("lost", uri).runs) == 4
 
 
 def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_path):

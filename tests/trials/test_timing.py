@@ -152,7 +152,8 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
     recover`: every metric point, tag and artifact that the re-evaluation, the two passes
     and the look wrote is back as the store held it. Recover once said "4 of 4 trials
     finished" with all of them gone, and the analysis fell back to the sweep's own figures."""
-    from analysis.load import load_runs, record_look
+    from analysis.load import load_runs
+    from analysis.publish import record_look
     from analysis.sequential import Plan
     from trials.cli import main
 
@@ -170,7 +171,7 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
             assert held["tags"][REEVAL_TAG] == "4" and set(held["eval"]) == {"eval/per_prompt_4.json",
                                                                          "eval/rounds_4.npz"}
             assert len(held["points"]["spec/speedup"]) == 2 and held["points"]["split/prompts"][-1][1] == 4.0
-    assert set(load_runs("timed", rebuilt)["split/prompts"]) == {4.0}
+    assert set(load_runs("timed", rebuilt).runs["split/prompts"]) == {4.0}
 
 
 def _held(uri, dest) -> dict:
@@ -213,7 +214,7 @@ def _bench(uri, capsys):
     interaction, so sigma = |y_aa - y_ab - y_ba + y_bb| / 2 for either response."""
     from analysis.load import load_runs
 
-    df = load_runs("timed", uri)
+    df = load_runs("timed", uri).runs
     assert df["spec/speedup"].notna().all()  # the analysis reads the pass's values
     bench = runpy.run_path(str(ROOT / "bench" / "timing_pass.py"))
     capsys.readouterr()
