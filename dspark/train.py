@@ -343,25 +343,20 @@ class Trainer:
         return self.final_metrics()
 
     def train_target(self) -> None:
-        """The target stage: next-byte CE on the corpus until target_steps."""
+        """The target stage: next-byte CE on the corpus until target_steps, one `step` each."""
         cfg = self.cfg
-        self.target.train()
         tokens, t0 = 0, time.perf_counter()
         while self.stage_step < cfg.target_steps:
             x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.target_data_gen).to(self.device)
-            with self.autocast():
-                logits = self.target(x[:, :-1]).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-            self._optimizer_step(loss, list(self.target.parameters()))
+            stats = self.step(x)
             self.stage_step += 1
             tokens += x[:, :-1].numel()
-            self._tick(cfg.target_steps, {"loss": loss.item()})
+            self._tick(cfg.target_steps, {"loss": stats["loss"]})
             if self.stage_step % cfg.eval_interval == 0 or self.stage_step == cfg.target_steps:
-                self.target.eval()
-                m = {"target/loss": loss.item(),
+                self.target.eval()  # the next step puts it back in training mode
+                m = {"target/loss": stats["loss"],
                      "val/bpb": lm_bpb(self.target, self.val_batches, self.device, self.autocast),
                      "target/tokens_per_s": tokens / (time.perf_counter() - t0), "step": self.stage_step}
-                self.target.train()
                 self._emit(m, checkpoint=True, stage_end=self.stage_step == cfg.target_steps)
         self.target.eval()
 
@@ -411,18 +406,36 @@ class Trainer:
                 self._emit(m, checkpoint=True, stage_end=self.stage_step == total)
         self._train_mode(False)
 
-    def step(self, x: torch.Tensor, anchors: torch.Tensor) -> dict[str, float]:
-        """One optimizer step of the head stage (draft, or the backbone's joint stage) on a
-        batch x (B, T + 1) with its block anchors (B, A), the device synchronised after it:
-        the loss and its logged parts, as floats. Advances neither the stage's step count
-        nor any data stream: the caller owns both (train_head, or the timing pass)."""
-        if self.stage not in ("draft", "joint"):
-            raise ValueError(f"step: the trainer is in stage {self.stage!r}; a step needs the draft or joint stage")
-        self._train_mode(True)
-        loss, parts = self.head_loss(x, anchors)
-        self._optimizer_step(loss, trainable_parameters(self.models))
+    def step(self, x: torch.Tensor, anchors: torch.Tensor | None = None) -> dict[str, float]:
+        """One training step of the stage the trainer is in, on a batch x (B, T + 1): the
+        loss, its backward pass, gradient clipping, the optimizer's and the schedule's step,
+        the device synchronised after it. The target stage trains the LM on next-byte CE;
+        a head stage (draft, or the backbone's joint stage) needs the batch's block anchors
+        (B, A). Returns the step's statistics as floats: `loss` and, in a head stage, its
+        logged parts. Advances neither the stage's step count nor any data stream: the
+        caller owns both (the stage loops, the benches, the timing pass)."""
+        if self.stage == "target":
+            self.target.train()
+            loss, parts = self._target_loss(x), {}
+            params = list(self.target.parameters())
+        elif self.stage in ("draft", "joint"):
+            if anchors is None:
+                raise ValueError(f"step: the {self.stage} stage needs the batch's block anchors (B, A)")
+            self._train_mode(True)
+            loss, parts = self.head_loss(x, anchors)
+            params = trainable_parameters(self.models)
+        else:
+            raise ValueError(f"step: the trainer is in stage {self.stage!r}; a step needs the target, draft "
+                             "or joint stage")
+        self._optimizer_step(loss, params)
         sync(self.device)
         return {"loss": loss.item(), **{k: v.item() for k, v in parts.items()}}
+
+    def _target_loss(self, x: torch.Tensor) -> torch.Tensor:
+        """The target stage's loss on x (B, T + 1): the LM's next-byte CE."""
+        with self.autocast():
+            logits = self.target(x[:, :-1]).logits  # (B, T, V)
+        return F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
 
     def head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """One batch's loss and its logged parts. Draft stage: the DSpark loss on the frozen
