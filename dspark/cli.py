@@ -102,7 +102,8 @@ def _write_run_files(trainer, final: dict, save_target_to: str | None) -> Path:
 
 
 def cmd_train(args) -> int:
-    from .train import Trainer, load_target, read_checkpoint
+    from .checkpoint import read_checkpoint
+    from .train import Trainer, load_target
 
     cfg = build_config(args)
     # refuse a bad checkpoint, target or store before any work starts

@@ -129,7 +129,7 @@ def check_checkpoints(checkpoints: dict[str, str], configs: dict, command: str =
     """Every checkpoint a pass will load, loaded here first (weights_only, its tensors
     memory-mapped, not read): one line naming the first that cannot be loaded, or is not a
     finished trial's, before Ray starts (a Ray task's failure comes back as its traceback)."""
-    from dspark.train import read_checkpoint
+    from dspark.checkpoint import read_checkpoint
 
     for key, ckpt in checkpoints.items():
         try:

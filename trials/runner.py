@@ -162,7 +162,7 @@ def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
     """trial key -> its newest checkpoint directory under the sweep's storage (the trial
     directories end in a hash of the key). Nothing is unpickled here: the trainer loads the
     checkpoint's state.pt with weights_only=True."""
-    from dspark.train import checkpoint_problem
+    from dspark.checkpoint import checkpoint_problem
 
     out = {}
     for t in trials:
