@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
 import ray
 from ray import tune
@@ -46,16 +45,10 @@ def _injected_crash(trial_key: str):
 
 
 def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
-    """One DSpark training run inside Tune's trainable. Besides the trainer's metrics
-    it reports what the sweep costs the trial: `trial/import_s` (torch and dspark imports
-    in this worker) and `trial/report_s` (seconds in `tune.report`, which persists each
-    checkpoint to the sweep's storage), so far."""
-    entered = time.perf_counter()
+    """One DSpark training run inside Tune's trainable."""
     import torch
 
     from dspark.train import train
-
-    cost = {"trial/import_s": time.perf_counter() - entered, "trial/report_s": 0.0}
 
     torch.set_num_threads(max(1, int(cpus)))
     out_dir = tempfile.mkdtemp(prefix="dspark-trial-")
@@ -67,14 +60,12 @@ def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         lead = {k: metrics.get(k, float("nan")) for k in TABLE_METRICS}
-        metrics = {**lead, **metrics, **cost, **node}  # node: where the trial ran, for the run's tags
+        metrics = {**lead, **metrics, **node}  # node: where the trial ran, for the run's tags
         last.update(metrics)
-        t0 = time.perf_counter()
         if checkpoint_dir is None:
             tune.report(metrics)
         else:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
-        cost["trial/report_s"] += time.perf_counter() - t0
 
     checkpoint = tune.get_checkpoint()
     hook = _injected_crash(trial_key)
