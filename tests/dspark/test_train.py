@@ -155,6 +155,19 @@ def test_no_code_outside_the_trainer_calls_its_private_methods():
     assert offenders == []
 
 
+def test_no_bench_takes_a_step_of_its_own_or_swaps_a_trainers_parts():
+    """The benches time Trainer.step: none runs a backward pass or an optimizer of its own,
+    or assigns a trainer's models, optimizer or stage (as aux_step once set trainer.target
+    and models.head), so what they time is what a run trains with."""
+    import re
+    from pathlib import Path
+
+    own = re.compile(r"\.backward\(|torch\.optim\.|\.(target|head|drafter|models|opt|sched|stage)(\.\w+)*\s*=(?!=)")
+    root = Path(__file__).resolve().parents[2]
+    offenders = [f"{p.relative_to(root)}:{i}" for p in sorted((root / "bench").glob("*.py"))
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if own.search(line)]
+    assert offenders == []
+
 def test_step_is_one_optimizer_update_on_the_batch_given(corpus_dir, tmp_path):
     """Trainer.step, which the stage loops run and the benches and the timing pass time: one
     optimizer update on the batch given, its loss parts as floats; it advances neither the
