@@ -102,15 +102,24 @@ def _write_run_files(trainer, final: dict, save_target_to: str | None) -> Path:
     return out
 
 
-def cmd_train(args) -> int:
-    from .train import Trainer, load_target, read_checkpoint
+def refuse_bad_inputs(args, cfg: Config) -> None:
+    """A checkpoint to resume from that this config cannot resume, or a target_path that
+    holds no target, refused in one line."""
+    from .checkpoint import read_checkpoint
+    from .targets import load_target
 
-    cfg = build_config(args)
-    # refuse a bad checkpoint, target or store before any work starts
     if args.resume:
         read_checkpoint(args.resume, cfg)
     if cfg.target_path:
         load_target(cfg.target_path)
+
+
+def cmd_train(args) -> int:
+    from .train import Trainer
+
+    cfg = build_config(args)
+    # refuse a bad checkpoint, target or store before any work starts
+    refuse_bad_inputs(args, cfg)
     uri = absolute_uri(args.tracking_uri) if args.tracking_uri else None
     if uri:
         from trials.store.reader import probe_store

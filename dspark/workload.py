@@ -142,14 +142,14 @@ class DSparkWorkload:
         return int(4 * (target + 3 * (target + draft)) + 8e6)
 
     def checkpoint_problem(self, folder) -> str | None:
-        from .train import checkpoint_problem
+        from .checkpoint import checkpoint_problem
 
         return checkpoint_problem(folder)
 
     def finished_problem(self, folder, cfg: Config) -> str | None:
         """Why a checkpoint cannot be re-evaluated or timed as a finished trial's (loaded
         weights_only, its tensors memory-mapped, not read), or None."""
-        from .train import read_checkpoint
+        from .checkpoint import read_checkpoint
 
         try:
             state = read_checkpoint(folder, cfg, mmap=True)

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
 import ray
 from ray import tune
@@ -42,11 +41,7 @@ def _injected_crash(trial_key: str):
 
 
 def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
-    """One training run of the workload inside Tune's trainable. Besides the trainer's
-    metrics it reports what the sweep costs the trial: `trial/import_s` (torch and the
-    workload's imports in this worker) and `trial/report_s` (seconds in `tune.report`, which
-    persists each checkpoint to the sweep's storage), so far."""
-    entered = time.perf_counter()
+    """One training run of the workload inside Tune's trainable."""
     import torch
 
     train = load(workload).train
@@ -54,7 +49,6 @@ def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | N
     # result leads with the registry's headline metrics, NaN until measured (the tracker logs
     # no NaN to MLflow)
     table = registry(workload).headline()
-    cost = {"trial/import_s": time.perf_counter() - entered, "trial/report_s": 0.0}
 
     torch.set_num_threads(max(1, int(cpus)))
     out_dir = tempfile.mkdtemp(prefix=f"{workload}-trial-")
@@ -66,14 +60,12 @@ def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | N
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         lead = {k: metrics.get(k, float("nan")) for k in table}
-        metrics = {**lead, **metrics, **cost, **node}  # node: where the trial ran, for the run's tags
+        metrics = {**lead, **metrics, **node}  # node: where the trial ran, for the run's tags
         last.update(metrics)
-        t0 = time.perf_counter()
         if checkpoint_dir is None:
             tune.report(metrics)
         else:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
-        cost["trial/report_s"] += time.perf_counter() - t0
 
     checkpoint = tune.get_checkpoint()
     hook = _injected_crash(trial_key)

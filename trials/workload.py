@@ -54,8 +54,9 @@ from .registry import Registry
 DEFAULT = "dspark"
 BUILTIN = {"dspark": "dspark.workload:WORKLOAD"}  # the workloads the engine knows by a short name
 REQUIRED = ("name", "fields", "config", "role", "smoke", "variant", "variant_field", "metrics", "unmeasured",
-            "sequential_fields", "config_problems", "train", "checkpoint_file", "final_checkpoint", "checkpoint_bytes", "checkpoint_problem", "finished_problem", "shared", "reeval_problem", "reevaluate",
-            "eval_files", "timing", "questions")
+            "sequential_fields", "config_problems", "train", "checkpoint_file", "final_checkpoint", "checkpoint_bytes",
+            "checkpoint_problem", "finished_problem", "shared", "reeval_problem", "reevaluate", "eval_files", "timing",
+            "questions")
 
 
 class SharedArtifacts(Protocol):

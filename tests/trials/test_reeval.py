@@ -47,7 +47,7 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
     (what a copy from another tool, or an altered file with its checksum redone, looks like)."""
     import hashlib
 
-    from dspark.train import CHECKSUM_FILE
+    from dspark.checkpoint import CHECKSUM_FILE
     from trials.saved import save_sweep_files
     from trials.tracking import Ledger
 
