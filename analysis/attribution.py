@@ -19,6 +19,7 @@ from trials.registry import Registry
 from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_balanced
 from .design import factorial_rows, levels, plain, with_value, without_value
 from .effects import effects_with_levels
+from .verdicts import control_contrast as contrast
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 
@@ -146,8 +147,6 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
     (`analysis.verdicts.control_contrast`), and the difference relative to the control
     mean. With a pure-CE control in the backbone stage this is "what the aux head costs or
     buys", whatever its D1/D2/D9 levels."""
-    from .verdicts import control_contrast as contrast
-
     c = contrast(df, response, control, block)
     half = stats.t.ppf(1 - alpha / 2, c.df) * c.se
     arm = df["arm"].astype(str) if "arm" in df.columns else pd.Series("factorial", index=df.index)

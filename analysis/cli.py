@@ -7,9 +7,14 @@ import os
 import sys
 from pathlib import Path
 
-from trials.store.client import DEFAULT_TRACKING_URI
+from trials.store.client import DEFAULT_TRACKING_URI, is_store_error, quiet_broken_pipe, store_error
+from trials.store.ui import default_ui_url
+from trials.store.reader import probe_store
 
 from .anova import AnalysisError
+from .load import check_writable, load_runs, read_parquet, to_parquet
+from .notebook import answer, execute
+from .results import rebuild, study_folders
 
 
 EXP_HELP = "the sweep's MLflow experiment (its name)"
@@ -56,8 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _export(args) -> int:
-    from .load import check_writable, load_runs, to_parquet
-
     check_writable(args.path)
     sweep = load_runs(args.experiment, args.tracking_uri)
     to_parquet(sweep, args.path)
@@ -103,8 +106,6 @@ def _add_results(sub, fmt) -> None:
 
 
 def _results(args) -> int:
-    from .results import rebuild, study_folders
-
     folders = [Path(f) for f in args.folders] or study_folders()
     if not folders:
         raise AnalysisError("results: no study folder (results/*/runs.parquet) here")
@@ -114,12 +115,10 @@ def _results(args) -> int:
 
 
 def _notebook(args) -> int:
-    from .notebook import execute
     from .verdicts import parse_margins
 
     path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
                    margins=parse_margins(args.margin))
-    from .notebook import answer
 
     shown = answer(path)
     if shown:
@@ -132,9 +131,6 @@ def _recap(args) -> int:
     """Each sweep's question in a line, its verdicts and a sentence per primary response."""
     import textwrap
 
-    from trials.store.reader import probe_store
-
-    from .load import load_runs
     from .render import BRIEF_WIDTH, answer_lines
     from .report import build_report
 
@@ -154,14 +150,12 @@ def _recap(args) -> int:
 
 
 def _report_or_plan(args) -> int:
-    from .load import load_runs, read_parquet
     from .verdicts import parse_margins
 
     margins = parse_margins(args.margin)  # refused before any work
     if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
         raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
     if not args.parquet:  # before any work: the store answers, within a bounded time
-        from trials.store.reader import probe_store
 
         probe_store(args.tracking_uri)
     sweep = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
@@ -173,7 +167,6 @@ def _report_or_plan(args) -> int:
         print(text)
         _record(look, sweep, args)
         return 0
-    from trials.store.ui import default_ui_url
 
     from .report import build_report
 
@@ -220,7 +213,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
         return code
     except BrokenPipeError:  # the reader of our output went away (`analysis plan | head`)
-        from trials.store.client import quiet_broken_pipe
 
         return quiet_broken_pipe()
     except AnalysisError as e:
@@ -230,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        from trials.store.client import is_store_error, store_error
 
         if is_store_error(e):
             print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)

@@ -25,15 +25,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from trials.store.client import StoreReadError, check_store
-from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTORS_PARAM, FACTOR_PREFIX,
+from trials.store.client import StoreReadError, check_store, tracking_client
+from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM,
                                NOTE_TAG, PRIMARY_TERMS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
-                               SEQUENTIAL_TAG, WORKLOAD_TAG, metric_name, sweep_parent)
+                               SEQUENTIAL_TAG, WORKLOAD_TAG, metric_name, sweep_parent, sweep_trials)
 
 from .frame import META_COLUMNS, SweepFrame, SweepRecord
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 from trials.workload import WorkloadError, registry
 from trials.registry import PRIMARY_FORM
+from trials.store.reader import reading_client
 
 INCOMPLETE_KEY = "incomplete"
 PARQUET_KEY = b"dspark.attrs"  # the exports' metadata key, named when the record rode in pandas attrs
@@ -71,10 +72,6 @@ def _factor_levels(parent) -> dict[str, list[str]]:
 def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
     """One row per FINISHED child run of `experiment` (the frame's `runs`), the others in its
     `incomplete`, the parent run's record in its `record`."""
-    from trials.store.client import tracking_client
-    from trials.store.keys import sweep_trials
-    from trials.store.reader import reading_client
-
     check_store(tracking_uri)
     client = reading_client(tracking_uri) if tracking_uri else tracking_client(None)
     exp = client.get_experiment_by_name(experiment)

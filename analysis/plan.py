@@ -24,7 +24,7 @@ from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
 from .sequential import LookResult, look_for
 from .variance import prompts_to_decide, split, why_not_items
-from .verdicts import UNDECIDED, decide_all, margins_for
+from .verdicts import DECISION_POWER, MAX_BLOCKS, UNDECIDED, blocks_to_decide, decide_all, margins_for
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:
@@ -171,8 +171,6 @@ def _undecided_lines(d, noise: dict, rules: Registry) -> tuple[list[str], int, d
 def _blocks_step(v, check) -> str:
     """What more replicate blocks would do for a term the verdicts did not price (one outside
     the family), or that the sweep is unreplicated."""
-    from .verdicts import DECISION_POWER, MAX_BLOCKS, blocks_to_decide
-
     if check.replicates < 2:
         return "unreplicated: run at least 2 replicate blocks first"
     k = blocks_to_decide(v, check.replicates, check.n_cells)

@@ -59,6 +59,7 @@ from . import power
 from .anova import AnalysisError, estimable_terms, model_formula, safe_names
 from .design import factorial_rows, levels, plain, with_value
 from .frame import SweepRecord
+from .effects import default_levels
 
 ADJUSTMENTS = ("bonferroni", "none")
 DECISION_POWER = 0.8  # the planner's target: the probability that the next step decides a term
@@ -440,8 +441,6 @@ def _design(rows: tuple[tuple[str, ...], ...], factors: tuple[str, ...], block: 
 def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
     """(low, high, pairwise) level pairs of a factor: its one pair in the effects'
     convention for two levels, every pair in the spec's order for more."""
-    from .effects import default_levels
-
     seen = {str(v) for v in pd.unique(data[factor])}  # unique first: thousands of runs, few levels
     present = [str(v) for v in levels(data, factor) if str(v) in seen]
     if len(present) == 2:

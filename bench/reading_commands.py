@@ -23,6 +23,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from trials.store.keys import DONE_KEY
+from trials.registry import split_name
+from trials import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,10 +42,7 @@ def build(folder: Path) -> tuple[str, Path, Path]:
 
     import json
 
-    from trials import layout
-    from trials.registry import split_name
     from trials.saved import save_sweep_files
-    from trials.store.keys import DONE_KEY
     from trials.validate import load
     from trials.tracking import Ledger
 

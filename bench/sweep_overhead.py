@@ -24,8 +24,10 @@ import torch
 from dspark.train import train, train_shared_target
 from ray.tune import Callback
 
-from trials import runner
+from trials import runner, tracking
 from trials.validate import parse
+from dspark import targets
+from trials.trainable import trial_fn
 
 PARALLEL = 2
 
@@ -115,9 +117,8 @@ def stopwatch_trainable(cost_dir: str):
         def fn(params):
             entered = time.perf_counter()
             import torch  # noqa: F401
-            import dspark.train  # noqa: F401
+            import dspark.train  # noqa: F401  (in the trial: the import is what is timed)
             cost = {"import": time.perf_counter() - entered, "report": 0.0}
-            from trials.trainable import trial_fn
             report = tune.report
 
             def timed_report(*args, **kwargs):
@@ -145,8 +146,6 @@ def stopwatch_trainable(cost_dir: str):
 def stopwatches(cost_dir: Path):
     """For a sweep run inside it: the driver's MLflow calls timed (their seconds in the list
     it yields) and each trial's imports and reports (`stopwatch_trainable`, in cost_dir)."""
-    from trials import tracking
-
     spent = [0.0]
     plain_client, plain_trainable = tracking.tracking_client, runner.trainable
     tracking.tracking_client = lambda uri: TimedClient(plain_client(uri), spent)
@@ -179,8 +178,6 @@ def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool 
     import shutil
 
     import ray
-
-    from dspark import targets
 
     h, _ = targets.address(s.trials[0].config)
     dest = targets.target_file(Path(tmp) / f"st-{tag}", h)

@@ -17,6 +17,8 @@ from .config import PRESETS, Config, from_dict, parse_overrides
 from .metrics import DEFAULT_RESPONSES, HEADLINE
 from trials.store.client import absolute_uri
 from trials.store.ui import ui_url
+from trials.store.runs import TrainRun, git_commit
+from trials.store.reader import probe_store
 
 
 def load_config_file(path: str) -> dict:
@@ -122,8 +124,6 @@ def cmd_train(args) -> int:
     refuse_bad_inputs(args, cfg)
     uri = absolute_uri(args.tracking_uri) if args.tracking_uri else None
     if uri:
-        from trials.store.reader import probe_store
-
         probe_store(uri, writable=True)
     console = Console()
     tracked = None
@@ -137,8 +137,6 @@ def cmd_train(args) -> int:
     print(f"corpus sha256 {trainer.data_sha256[:16]}  docs {trainer.corpus.n_docs}  "
           f"target {trainer.target_hash}  device {trainer.device}  out {cfg.out_dir}", file=sys.stderr)
     if uri:
-        from trials.store.runs import TrainRun, git_commit
-
         tracked = TrainRun(uri, args.experiment, args.run_name or Path(cfg.out_dir).name, cfg.to_dict(),
                            {"seed": str(cfg.seed), "target_hash": trainer.target_hash,
                             "data_sha256": trainer.data_sha256, "git_commit": git_commit()})

@@ -39,6 +39,7 @@ from .loss import dspark_loss
 from .model import Drafter, TargetLM, sync
 from .targets import load_target, save_target, target_hash, write_atomic
 from .windows import random_anchors, strided_anchors
+from .speculative_eval import evaluate_speculative
 
 Report = Callable[[dict, "str | None"], None]
 BeforeStep = Callable[[int, bool], None]  # (head-stage step, resumed): e.g. a test's injected fault
@@ -407,8 +408,6 @@ class Trainer:
         return m
 
     def speculative(self, n_prompts: int, full: bool) -> dict:
-        from .speculative_eval import evaluate_speculative
-
         # the final evaluation takes minutes: its phases show as progress of their own
         phases = None
         if full and self.progress is not None:

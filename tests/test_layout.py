@@ -207,3 +207,47 @@ def test_one_place_opens_mlflow_and_nothing_reads_its_tables():
         if "sqlite3" in text or sql.search(text) or "latest_metrics" in text or "alembic_version" in text:
             readers.append(name)
     assert not builders and not readers, (builders, readers)
+
+
+HEAVY = ("ray", "torch", "mlflow", "matplotlib", "statsmodels", "scipy", "pandas", "numpy", "pyarrow", "nbclient",
+         "nbformat", "sqlalchemy", "requests", "psutil", "yaml")
+
+
+def _top_level_imports(name: str, path: Path) -> list[tuple[str, list[str]]]:
+    """(module, the project's submodules taken from it) for each import at the file's top level."""
+    mods = _modules()
+    top = {n.lineno for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return [(m, [f"{m}.{n}" for n in names if f"{m}.{n}" in mods]) for m, names, line in _imports(name, path)
+            if line in top]
+
+
+def test_a_function_imports_the_project_only_to_put_off_a_heavy_dependency():
+    """A function-level import of one of the project's modules is there for one reason: the
+    module loads a heavy dependency (Ray, torch, MLflow, matplotlib, ...) that the importer
+    does not, so a command that does not need it does not pay for it. Any other goes at the
+    top of the file, where a reader sees the graph."""
+    mods = _modules()
+    heavy: dict[str, set] = {}
+
+    def weight(name: str) -> set:
+        if name not in heavy:
+            heavy[name] = set()
+            for module, subs in _top_level_imports(name, mods[name]):
+                if module.split(".")[0] in HEAVY:
+                    heavy[name].add(module.split(".")[0])
+                for target in [module, *subs]:
+                    if target in mods and target != name:
+                        heavy[name] |= weight(target)
+        return heavy[name]
+
+    bad, lines = [], {name: path.read_text().splitlines() for name, path in mods.items()}
+    for name, path in mods.items():
+        top = {line for _, _, line in _imports(name, path)} - {
+            n.lineno for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for module, names, line in _imports(name, path):
+            if line not in top or module.split(".")[0] not in PACKAGES or "#" in lines[name][line - 1]:
+                continue
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in mods] or [module]
+            if all(t in mods and not (weight(t) - weight(name)) for t in targets):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module} in a function (nothing heavy)")
+    assert not bad, bad

@@ -40,9 +40,13 @@ import json
 import time
 from dataclasses import dataclass
 
-from trials.store.keys import SEQUENTIAL_TAG, sweep_parent
+from trials.store.keys import SEQUENTIAL_TAG, sweep_parent, sweep_trials
+from trials.store.client import tracking_client
+from trials.store.kept import keep_parent_record, sweep_storage
 
 from . import expand, saved
+from .timing import PASS_TAG, SUMMARY_TAG, TimingSettings, time_sweep
+from .lease import write_atomic
 
 
 @dataclass
@@ -117,7 +121,6 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
     """`--replicates N`: to the target an interrupted augment recorded, else to N more
     blocks, recorded (under the lease, before anything is added) and cleared once reached."""
     from . import runner
-    from .lease import write_atomic
 
     if pending is not None:
         target = pending["replicates"]
@@ -143,8 +146,6 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
 
 def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
                    alpha: float, say, post_hoc: bool, pending: dict | None = None) -> dict:
-    from trials.store.client import tracking_client
-
     from analysis.anova import AnalysisError
     from analysis.load import load_runs
 
@@ -216,8 +217,6 @@ def _keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metri
                     step: int = 0) -> None:
     """What is about to be written to the parent, kept in the sweep's storage first
     (`trials.store.kept`), so that `trials recover` rebuilds it."""
-    from trials.store.kept import keep_parent_record, sweep_storage
-
     exp_dir = sweep_storage(client.get_run(parent).data.tags, name)
     if exp_dir is not None:
         keep_parent_record(exp_dir, kind, tags, metrics, step)
@@ -243,11 +242,7 @@ def _unevenly_measured(spec, uri: str) -> bool:
     """Whether the sweep's finished runs differ in their re-evaluation counts or lack the
     last timing pass: what an augment interrupted between a block's trials and its
     evaluation leaves."""
-    from trials.store.client import tracking_client
-    from trials.store.keys import sweep_trials
-
     from .reeval import BATCHES_TAG, REEVAL_TAG
-    from .timing import PASS_TAG, SUMMARY_TAG
 
     client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
@@ -265,9 +260,6 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
     block's trials get the same evaluation, so that every run of a look decodes the same
     number of prompts and scores the same batches (the spec's own counts would mix two
     evaluations in one analysis)."""
-    from trials.store.client import tracking_client
-    from trials.store.keys import sweep_trials
-
     from .reeval import BATCHES_TAG, REEVAL_TAG, reeval
 
     client = tracking_client(kwargs["tracking_uri"])
@@ -287,8 +279,6 @@ def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict) -> None:
     """A sweep whose timed responses came from a timing pass is timed again, whole, with the
     same settings: one pass times every arm interleaved, so the new block's runs are never
     compared with values from another pass."""
-    from .timing import SUMMARY_TAG, TimingSettings, time_sweep
-
     parent = sweep_parent(client, experiment_id)
     last = json.loads(parent.data.tags[SUMMARY_TAG]) if parent is not None and SUMMARY_TAG in parent.data.tags else None
     if not last:

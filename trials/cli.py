@@ -9,9 +9,15 @@ import sys
 from pathlib import Path
 
 from . import design, expand, layout, saved, spec as specmod, validate
-from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, is_store_error,
-                                 quiet_broken_pipe, store_error)
-from trials.store.ui import default_ui_url, ui_url
+from .timing import TimingSettings, TimingSettings as S, time_sweep
+from .augment import augment
+from .recover import recover
+from .lease import Lease
+from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, check_store,
+                                 is_store_error, quiet_broken_pipe, retrying, store_error, tracking_client)
+from trials.store.ui import RUNS_VIEW_TAG, default_ui_url, ui_url
+from trials.store.reader import probe_store, reading_client
+from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -85,8 +91,6 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
               f"{'there is room again' if full else 'the store answers'}, resume with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 3
-    from trials.store.client import retrying, tracking_client
-    from trials.store.keys import TRIAL_KEY_TAG, sweep_trials
 
     from .progress import arms_table
 
@@ -104,9 +108,6 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
 def experiment_link(uri: str, name: str, ui: str | None = None) -> str:
     """The UI link of a sweep's experiment in its store ("" when the store lacks it): its
     saved runs view where the sweep wrote one."""
-    from trials.store.reader import reading_client
-    from trials.store.ui import RUNS_VIEW_TAG
-
     exp = reading_client(uri).get_experiment_by_name(name)
     if exp is None:
         return ""
@@ -168,11 +169,7 @@ def cmd_resume(args) -> int:
 
 def cmd_recover(args) -> int:
     """Rebuild a sweep's MLflow records from Tune's result files in storage."""
-    from trials.store.reader import probe_store
-
     from . import runner
-    from .lease import Lease
-    from .recover import recover
 
     spec, meta = saved.load_saved(args.name, args.storage, "recover")
     uri = absolute_uri(args.tracking_uri or meta["tracking_uri"])
@@ -201,7 +198,6 @@ def _exit_interrupted(e) -> int:
 def cmd_augment(args) -> int:
     """More replicate blocks, or looks until every primary term is decided."""
     from . import runner
-    from .augment import augment
 
     try:
         out = augment(args.name, args.storage, args.tracking_uri, args.address, args.replicates, args.until_decided,
@@ -240,7 +236,6 @@ def cmd_reeval(args) -> int:
 def cmd_time(args) -> int:
     """The interleaved timing pass of every finished trial (the timed responses)."""
     from . import runner
-    from .timing import TimingSettings, time_sweep
 
     settings = TimingSettings(rounds=args.rounds, warmup=args.warmup, prompts=args.prompts, steps=args.steps,
                               seed=args.seed)
@@ -256,8 +251,6 @@ def cmd_time(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from trials.store.reader import probe_store
-
 
     spec, meta = saved.load_saved(args.name, args.storage, "status")
     uri = args.tracking_uri or meta["tracking_uri"]
@@ -303,11 +296,6 @@ def cmd_list(args) -> int:
 
 def _list_store(uri: str, ui: str | None = None) -> int:
     """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
-    from trials.store.reader import reading_client
-    from trials.store.client import check_store
-    from trials.store.keys import sweep_parent
-    from trials.store.reader import probe_store
-
     check_store(uri)
     probe_store(uri)
     client = reading_client(uri)
@@ -419,8 +407,6 @@ def _add_augment(sub) -> None:
 
 
 def _add_time(sub) -> None:
-    from .timing import TimingSettings as S  # no Ray or torch there: the parser stays light
-
     t = _named(sub, "time", "time every finished trial's timed response (spec/speedup or train/step_ms) "
                "in interleaved rounds on one node", cmd_time)
     t.add_argument("--rounds", type=int, default=S.rounds,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from trials.store.client import SQLITE, sqlite_path
 from trials.store.keys import STORAGE_TAG, TRIALS_TAG, sweep_parent
+from trials.store.reader import reading_client
 
 
 def fingerprint(spec) -> str:
@@ -62,8 +63,6 @@ def stored_parent_tags(tracking_uri: str, name: str) -> dict[str, str] | None:
     no such sweep (a SQLite store that does not exist yet, or is an empty file, holds none).
     Read through `trials.store.reader` (MLflow's REST API for a server: this runs before
     every sweep)."""
-    from trials.store.reader import reading_client
-
     if tracking_uri.startswith(SQLITE):
         path = sqlite_path(tracking_uri)
         if not path.is_file() or path.stat().st_size == 0:

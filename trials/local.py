@@ -25,12 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.frame import SweepFrame
+from analysis.frame import SweepFrame, SweepRecord
 from trials.store.runs import config_params
 
 from . import shared
 from trials.spec import SweepSpec
-from .timing import TimingSettings
+from analysis.load import finished_frame, read_parquet, run_row, to_parquet
+from .timing import TimingSettings, pass_rounds, sweep_stage
 
 DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)
 
@@ -38,8 +39,6 @@ DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: non
 def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_results", deadline_s: float | None = None,
               say=print, timing=DEFAULT_TIMING) -> SweepFrame:
     """Run the spec's trials in run order, writing `out` after each; returns the frame."""
-    from analysis.load import read_parquet
-
     out = Path(out)
     if out.is_dir() or not out.parent.is_dir():
         raise ValueError(f"--out: {out} must be a file in an existing folder")
@@ -71,8 +70,6 @@ def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print
     the timed response and the pass's size (`timing/rounds`, `timing/prompts|steps`), as
     `trials time` logs them. Rows already timed by a pass with these settings are kept."""
     from dataclasses import asdict
-
-    from .timing import pass_rounds, sweep_stage
 
     stage, hooks = sweep_stage(spec), spec.wl.timing
     size = hooks.size[stage]
@@ -139,9 +136,6 @@ def _rows_done(sweep: SweepFrame, spec: SweepSpec) -> dict:
 
 
 def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
-    from analysis.frame import SweepRecord
-    from analysis.load import finished_frame, run_row
-
     order = {f: list(levels) for f, levels in spec.factors.items()}
     flat = []
     for r in rows:
@@ -154,8 +148,6 @@ def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
 
 
 def _write(spec: SweepSpec, rows: list[dict], out: Path) -> None:
-    from analysis.load import to_parquet
-
     tmp = out.with_name(out.name + ".tmp")
     to_parquet(_frame(spec, rows), tmp)
     tmp.replace(out)  # a reader never sees half a file

@@ -30,7 +30,10 @@ from trials.store.runs import finite, log_run_files
 
 from . import layout, shared
 from .layout import read_results
+from .identity import check_same_sweep, identity_tags
 from trials.spec import SweepSpec, Trial
+from trials.store.kept import read_records
+from trials.store.client import SQLITE, sqlite_path, tracking_client
 
 
 def trial_dirs(spec: SweepSpec, exp_dir: Path) -> dict[str, list[Path]]:
@@ -46,8 +49,6 @@ def with_results(spec: SweepSpec, exp_dir: Path) -> list[str]:
 
 def missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[str]:
     """The trials that storage holds results for and the store has no run of."""
-    from trials.store.client import SQLITE, sqlite_path, tracking_client
-
     have = with_results(spec, exp_dir)
     if not have:
         return []
@@ -120,9 +121,6 @@ def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]
     store's later records (`trials.store.kept`); the parent ends FINISHED when every trial did,
     else KILLED (resume it). Everything is checked before the store is written: a store that
     holds another sweep under this name, and every kept record."""
-    from trials.store.kept import read_records
-
-    from .identity import check_same_sweep, identity_tags
     from .tracking import Ledger, git_commit
 
     check_same_sweep(spec, tracking_uri, exp_dir.parent, "recover")

@@ -36,9 +36,15 @@ import tempfile
 from pathlib import Path
 
 import ray
+from trials.store.runs import log_metrics
+from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
+from trials.store.kept import keep_run_record
+from trials.store.client import tracking_client
 
 from . import saved, shared
 from .workload import load, registry
+from .lease import Lease
+from .identity import check_same_sweep
 
 REEVAL_TAG = "reeval.spec_prompts"
 BATCHES_TAG = "reeval.eval_batches"
@@ -68,11 +74,7 @@ def check_counts(spec_prompts: int | None, eval_batches: int | None) -> None:
 def reeval(name: str, storage: str | None, spec_prompts: int | None = None, tracking_uri: str | None = None,
            address: str | None = None, say=print, eval_batches: int | None = None) -> dict:
     """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
-    from trials.store.client import tracking_client
-
     from . import runner
-    from .identity import check_same_sweep
-    from .lease import Lease
 
     check_counts(spec_prompts, eval_batches)
     spec, meta = saved.load_saved(name, storage, "reeval")
@@ -140,8 +142,6 @@ def finished_trials(client, spec, root: Path, uri: str, command: str = "reeval",
     """The sweep's runs by trial key, its finished trials and each one's final checkpoint;
     refused with one line (naming `command`) when the store lacks the sweep, or (unless
     `checkpoints` is False) a finished trial's checkpoint is gone."""
-    from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
-
     from . import runner
 
     exp = client.get_experiment_by_name(spec.name)
@@ -173,10 +173,6 @@ def _log_evaluation(client, run, exp_dir: Path, metrics: dict, per_prompt: dict 
     the tags that mark the trial done (so an interrupted reeval redoes exactly the trials
     without them). Kept in storage first (`trials.store.kept`): a record the store lacks is
     replayed by `trials recover`, while one the store alone held was lost with it."""
-    from trials.store.kept import keep_run_record
-    from trials.store.keys import TRIAL_KEY_TAG
-    from trials.store.runs import log_metrics
-
     step = next_step(client, run)
     files: dict[str, bytes] = {}
     tags: dict[str, str] = {}

@@ -28,7 +28,8 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from trials.store.client import DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, retrying
+from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, retrying,
+                                 tracking_client)
 from trials.store.kept import write_atomic
 from trials.store.reader import probe_store
 
@@ -37,7 +38,7 @@ from .identity import check_same_sweep, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock
 from . import layout, shared
-from .recover import replay
+from .recover import missing_records, replay
 from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
@@ -393,8 +394,6 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
 def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> None:
     """Resuming where the store lost the sweep's records would rerun finished trials into
     empty runs: refuse, and name the command that rebuilds them."""
-    from .recover import missing_records
-
     missing = missing_records(spec, exp_dir, tracking_uri)
     if missing:
         raise ValueError(f"resume: the store {tracking_uri} has no record of {len(missing)} trial(s) that storage "
@@ -516,8 +515,6 @@ def _best_effort(call) -> bool:
 def _warm_store(tracking_uri: str) -> None:
     """Open the store once (MLflow creates a new SQLite store's tables on first use); any
     error is left for the Ledger to raise in the driver's thread."""
-    from trials.store.client import tracking_client
-
     try:
         tracking_client(tracking_uri).search_experiments(max_results=1)
     except Exception:

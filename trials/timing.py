@@ -37,8 +37,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from trials.store.runs import log_metrics
+from trials.store.keys import sweep_parent
+from trials.store.kept import keep_parent_record, keep_run_record
+from trials.store.client import tracking_client
 
 from .workload import load
+from .lease import Lease
+from .identity import check_same_sweep
 
 PASS_TAG = "timing.pass"  # on each timed trial's run: the id of the pass behind its values
 SUMMARY_TAG = "timing"  # on the sweep's parent run: the last pass, as JSON
@@ -130,10 +136,6 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
                settings: TimingSettings = TimingSettings(), say=print) -> dict:
     """Time every finished trial of a sweep (see the module's docstring); returns the pass
     record (what `timing/pass.json` holds)."""
-    from trials.store.client import tracking_client
-
-    from .identity import check_same_sweep
-    from .lease import Lease
     from .reeval import bind_existing_targets, check_checkpoints, finished_trials
     from .saved import load_saved, storage_root
 
@@ -215,10 +217,6 @@ def log_pass(client, runs: dict, record: dict, exp_dir: Path | None = None) -> N
     """The pass's values to each run (a new step after its last one, then the tag), and
     last the pass itself to the sweep's parent run (tag and artifact). Kept in storage
     first (`trials.store.kept`, in `exp_dir`), so that `trials recover` rebuilds it."""
-    from trials.store.kept import keep_parent_record, keep_run_record
-    from trials.store.keys import sweep_parent
-    from trials.store.runs import log_metrics
-
     from .reeval import next_step
 
     size = record["repetition"]

@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .keys import store_key
+from .keys import EXPERIMENT_KIND_TAG, MODEL_TRAINING, store_key
+from .client import tracking_client
 
 
 def git_commit() -> str:
@@ -78,10 +79,6 @@ class TrainRun:
     """One `dspark train` run as an MLflow run: params, tags and metric names as a trial's."""
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, config: dict, tags: dict[str, str]):
-        from .client import tracking_client
-
-        from .keys import EXPERIMENT_KIND_TAG, MODEL_TRAINING
-
         self.client = tracking_client(tracking_uri)
         exp = self.client.get_experiment_by_name(experiment)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(
