@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from trials.store.client import DEFAULT_TRACKING_URI, is_store_error, quiet_broken_pipe, store_error
+from trials.store.client import DEFAULT_TRACKING_URI, run_command
 from trials.store.ui import default_ui_url
 from trials.store.reader import probe_store
 
@@ -208,28 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"export": _export, "notebook": _notebook, "results": _results,
                "recap": _recap}.get(args.command, _report_or_plan)
-    try:
-        code = command(args)
-        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
-        return code
-    except BrokenPipeError:  # the reader of our output went away (`analysis plan | head`)
-
-        return quiet_broken_pipe()
-    except AnalysisError as e:
-        print(f"analysis: cannot analyse: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"analysis: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-
-        if is_store_error(e):
-            print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)
-            return 3
-        if isinstance(e, OSError) and e.filename:  # a full or read-only disk: nothing half-written is left
-            print(f"analysis: error: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
-            return 4
-        raise
+    cannot = (AnalysisError, 2, lambda e: [f"cannot analyse: {e}"])
+    return run_command("analysis", lambda: command(args), str(getattr(args, "tracking_uri", "") or ""), (cannot,))
 
 
 if __name__ == "__main__":

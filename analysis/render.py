@@ -290,10 +290,12 @@ def shown_description(text: str) -> str:
 def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: str = "") -> str:
     df, record = sweep.runs, sweep.record
     data = factorial_rows(df, factors)
-    # the question is the sweep's own, as its spec describes it (the analysis knows no workload's questions)
-    where = f"{stage} stage" if stage else "parallel stage mixed or unknown"
-    lines = [f"experiment {record.experiment}: " + (f"{shown_description(record.description)} ({where})"
-                                                    if record.description else f"its spec gives no description ({where})")]
+    # the question is the sweep's own, as its spec describes it; the variant (DSpark: the
+    # parallel stage) decides what its metrics can rank
+    field = sweep.registry.variant_field
+    where = f"{stage} stage" if stage else f"{field.replace('_', ' ')} mixed or unknown" if field else ""
+    said = shown_description(record.description) if record.description else "its spec gives no description"
+    lines = [f"experiment {record.experiment}: {said}" + (f" ({where})" if where else "")]
     reps = data["replicate"].nunique() if len(data) else 0
     n_control = len(df) - len(data)
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")

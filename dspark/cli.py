@@ -15,7 +15,7 @@ import yaml
 
 from .config import PRESETS, Config, from_dict, parse_overrides
 from .metrics import DEFAULT_RESPONSES, HEADLINE
-from trials.store.client import absolute_uri
+from trials.store.client import absolute_uri, run_command
 from trials.store.ui import ui_url
 from trials.store.runs import TrainRun, git_commit
 from trials.store.reader import probe_store
@@ -194,13 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "train":
-            return cmd_train(args)
-    except ValueError as e:
-        print(f"dspark: error: {e}", file=sys.stderr)
-        return 2
-    return 1
+    if args.command != "train":
+        return 1
+    return run_command("dspark", lambda: cmd_train(args), getattr(args, "tracking_uri", None))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from .augment import augment
 from .recover import recover
 from .lease import Lease
 from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, check_store,
-                                 is_store_error, quiet_broken_pipe, retrying, store_error, tracking_client)
+                                 is_store_error, retrying, run_command, store_error,
+                                 tracking_client)
 from trials.store.ui import RUNS_VIEW_TAG, default_ui_url, ui_url
 from trials.store.reader import probe_store, reading_client
 from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
@@ -49,8 +50,10 @@ def cmd_validate(args) -> int:
     arms = f"{n_cells} cells" + (f" + {n_controls} control arm(s)" if n_controls else "")
     print(f"{spec.name}: valid. design {spec.design}, {len(spec.factors)} factors, {arms} x "
           f"{spec.replicates} replicates = {len(spec.trials)} trials, run order randomised within each replicate")
-    if spec.description:
-        print(f"  {spec.description}")
+    variants = {spec.wl.variant(t.config) for t in spec.trials}
+    question = spec.wl.questions.get(variants.pop(), "") if len(variants) == 1 else ""
+    if spec.description or question:  # the spec's own words, else the question its workload asks
+        print(f"  {spec.description or question}")
     for f, levels in spec.factors.items():
         print(f"  {f}: {', '.join(levels)}")
     for line in design.alias_structure(spec):
@@ -458,25 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        code = args.fn(args)
-        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
-        return code
-    except BrokenPipeError:  # the reader of our output went away (`trials list | head`): not the store's fault
-        return quiet_broken_pipe()
-    except specmod.SpecError as e:
-        for line in e.problems:
-            print(f"trials: error: {line}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"trials: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        if not is_store_error(e):
-            raise
-        uri = getattr(args, "tracking_uri", None) or "(the sweep's store)"
-        print(f"trials: error: {store_error(uri, e)}", file=sys.stderr)
-        return 3
+    spec_problems = (specmod.SpecError, 2, lambda e: [f"error: {line}" for line in e.problems])
+    return run_command("trials", lambda: args.fn(args), getattr(args, "tracking_uri", None), (spec_problems,))
 
 
 if __name__ == "__main__":

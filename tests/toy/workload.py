@@ -109,7 +109,7 @@ def _evaluate(model, batches: int, seed: int) -> dict:
 class ToyWorkload:
     name = "toy"
     fields = tuple(f.name for f in dataclasses.fields(ToyConfig))
-    variant_field = "norm"  # not a variant of the registry: every arm measures every response
+    variant_field = ""  # one variant: every arm measures every response
     metrics = Metrics()
     sequential_fields = {"max_eval_batches": "eval_batches"}
     checkpoint_file = "state.pt"

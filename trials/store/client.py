@@ -198,3 +198,45 @@ def retrying(call, window_s: float = STORE_RETRY_S, first_wait_s: float = 1.0, w
                                        f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
             time.sleep(wait)
             wait = min(wait * 2, 30.0)
+
+
+SWEEP_STORE = "(the sweep's store)"  # how a store error names a store the command took from the sweep
+
+
+def run_command(prog: str, command, tracking_uri: str | None, refusals: tuple = ()) -> int:
+    """The one way every CLI (`trials`, `analysis`, `dspark train`) ends: `command()`'s exit
+    code, or one line on stderr for what it could not do, never a traceback for input or a
+    store:
+
+    - a closed pipe (`| head`): quietly, exit 1;
+    - `refusals`: (exception kind, exit code, its lines) for the command's own refusals
+      (a spec's problems, one line each; the analysis' "cannot analyse");
+    - bad input (ValueError): one line, exit 2;
+    - the store failing (`is_store_error`): one line naming it (`store_error`), exit 3;
+    - a file that cannot be written (a full or read-only disk): one line naming it, exit 4.
+    Anything else is a bug and raises."""
+    import sys
+
+    try:
+        code = command()
+        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
+        return code
+    except BrokenPipeError:  # the reader of our output went away: not the store's fault
+        return quiet_broken_pipe()
+    except Exception as e:
+        for kind, code, lines in refusals:
+            if isinstance(e, kind):
+                for line in lines(e):
+                    print(f"{prog}: {line}", file=sys.stderr)
+                return code
+        if isinstance(e, ValueError):
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
+        if is_store_error(e):
+            print(f"{prog}: error: {store_error(tracking_uri or SWEEP_STORE, e)}", file=sys.stderr)
+            return 3
+        if isinstance(e, OSError) and e.filename:  # nothing half-written is left: every file is written whole
+            print(f"{prog}: error: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
+            return 4
+        raise
+
