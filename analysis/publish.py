@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trials.store.client import tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
-from trials.store.keys import LOOK_PREFIX, NOTE_TAG, SEQUENTIAL_TAG, VERDICT_PREFIX, tag_key
+from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQUENTIAL_TAG, VERDICT_PREFIX, tag_key
 
 from .anova import AnalysisError
 from .frame import SweepFrame
@@ -59,8 +59,8 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> i
             client.delete_tag(parent, stale)
     # what the verdicts rest on: the margins, the alpha and the family
     used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
-    tags.append(RunTag("attribution.margins", json.dumps(used)[:5000]))
-    tags.append(RunTag("attribution.alpha", json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
+    tags.append(RunTag(MARGINS_TAG, json.dumps(used)[:5000]))
+    tags.append(RunTag(ALPHA_TAG, json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
                                                          "family": d.family, "terms": d.primary_terms})))
 
     tags.append(RunTag(NOTE_TAG, parent_note(rep, sweep)))  # the run page's description

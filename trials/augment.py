@@ -40,12 +40,12 @@ import json
 import time
 from dataclasses import dataclass
 
-from trials.store.keys import SEQUENTIAL_TAG, sweep_parent, sweep_trials
+from trials.store.keys import BATCHES_TAG, PASS_TAG, REEVAL_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, sweep_parent, sweep_trials
 from trials.store.client import tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
 
 from . import expand, saved
-from .timing import PASS_TAG, SUMMARY_TAG, TimingSettings, time_sweep
+from .timing import TimingSettings, time_sweep
 from .lease import write_atomic
 
 
@@ -242,8 +242,6 @@ def _unevenly_measured(spec, uri: str) -> bool:
     """Whether the sweep's finished runs differ in their re-evaluation counts or lack the
     last timing pass: what an augment interrupted between a block's trials and its
     evaluation leaves."""
-    from .reeval import BATCHES_TAG, REEVAL_TAG
-
     client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
     parent = sweep_parent(client, exp.experiment_id) if exp else None
@@ -260,7 +258,7 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
     block's trials get the same evaluation, so that every run of a look decodes the same
     number of prompts and scores the same batches (the spec's own counts would mix two
     evaluations in one analysis)."""
-    from .reeval import BATCHES_TAG, REEVAL_TAG, reeval
+    from .reeval import reeval
 
     client = tracking_client(kwargs["tracking_uri"])
     exp = client.get_experiment_by_name(spec.name)

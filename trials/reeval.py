@@ -37,7 +37,7 @@ from pathlib import Path
 
 import ray
 from trials.store.runs import log_metrics
-from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
+from trials.store.keys import BATCHES_TAG, REEVAL_TAG, TRIAL_KEY_TAG, sweep_parent, sweep_trials
 from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
@@ -46,8 +46,6 @@ from .workload import load, registry
 from .lease import Lease
 from .identity import check_same_sweep
 
-REEVAL_TAG = "reeval.spec_prompts"
-BATCHES_TAG = "reeval.eval_batches"
 
 
 @ray.remote(max_retries=1)

@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from trials.store.runs import log_metrics
-from trials.store.keys import sweep_parent
+from trials.store.keys import PASS_TAG, SUMMARY_TAG, sweep_parent
 from trials.store.kept import keep_parent_record, keep_run_record
 from trials.store.client import tracking_client
 
@@ -46,8 +46,6 @@ from .workload import load
 from .lease import Lease
 from .identity import check_same_sweep
 
-PASS_TAG = "timing.pass"  # on each timed trial's run: the id of the pass behind its values
-SUMMARY_TAG = "timing"  # on the sweep's parent run: the last pass, as JSON
 ARTIFACT_DIR = "timing"
 PASS_FILE = "pass.json"  # the parent's artifact timing/pass.json: every raw time and the orders
 

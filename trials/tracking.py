@@ -21,11 +21,11 @@ from ray.tune import Callback
 
 from trials.store.client import STORE_RETRY_S, retrying, tracking_client
 from trials.store.keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, DRIVER_HOST_TAG,
-                               DRIVER_PID_TAG, DRIVER_STARTED_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM, GIT_COMMIT_TAG,
-                               MODEL_TRAINING, NODE_KEY, NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG, RAY_NODES_TAG,
-                               REPLICATES_PARAM, RESPONSES_TAG, RESTARTS_TAG, RESUMED_TAG, SEQUENTIAL_TAG,
-                               SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, is_metric, metric_name,
-                               sweep_parent, sweep_trials)
+                               DRIVER_PID_TAG, DRIVER_STARTED_TAG, ERROR_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM,
+                               GIT_COMMIT_TAG, MODEL_TRAINING, NODE_KEY, NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG,
+                               RAY_NODES_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESTARTS_TAG, RESUMED_TAG,
+                               SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, is_metric,
+                               metric_name, sweep_parent, sweep_trials)
 from trials.store.ui import RUNS_VIEW_TAG, runs_view
 from trials.store.runs import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
@@ -148,7 +148,7 @@ class Ledger:
 
     def finish(self, run_id: str, status: str, error: str | None = None) -> None:
         if error:
-            self.client.set_tag(run_id, "error", error[-4900:])
+            self.client.set_tag(run_id, ERROR_TAG, error[-4900:])
         self.client.set_terminated(run_id, status=status)
 
     def close_open_runs(self, status: str = "KILLED") -> int:

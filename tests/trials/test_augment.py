@@ -158,7 +158,8 @@ def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir)
 
 
 def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, tmp_path, corpus_dir):
-    from trials.reeval import REEVAL_TAG, reeval
+    from trials.reeval import reeval
+    from trials.store.keys import REEVAL_TAG
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
@@ -208,8 +209,7 @@ def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_t
     """What `_until_decided` checks after finishing an interrupted block: runs that differ in
     their re-evaluation counts, or that lack the sweep's last timing pass."""
     from trials.augment import _unevenly_measured
-    from trials.reeval import BATCHES_TAG
-    from trials.timing import PASS_TAG, SUMMARY_TAG
+    from trials.store.keys import BATCHES_TAG, PASS_TAG, SUMMARY_TAG
     from trials.tracking import Ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"

@@ -12,7 +12,8 @@ from dspark.train import Trainer
 from trials import runner, validate
 from trials.augment import augment
 from trials.cli import main
-from trials.reeval import BATCHES_TAG, reeval
+from trials.reeval import reeval
+from trials.store.keys import BATCHES_TAG
 from tests.trials.conftest import write_spec
 
 BACKBONE = {"parallel_stage": "backbone", "target_steps": 4, "eval_interval": 2, "eval_batches": 2,

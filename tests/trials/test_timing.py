@@ -15,9 +15,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from trials import runner, validate
-from trials.reeval import REEVAL_TAG, reeval
+from trials.reeval import reeval
+from trials.store.keys import PASS_TAG, REEVAL_TAG, SUMMARY_TAG
 from dspark.timed import values
-from trials.timing import PASS_TAG, SUMMARY_TAG, TimingSettings, round_order, schedule, time_sweep
+from trials.timing import TimingSettings, round_order, schedule, time_sweep
 from tests.trials.conftest import D1_D9, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]

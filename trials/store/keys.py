@@ -40,6 +40,13 @@ KILLED_REASON_TAG = "killed_reason"
 RECOVERED_FROM_TAG = "recovered_from"  # the parent: the storage `trials recover` rebuilt it from
 SHARED_PREFIX = "target."  # the parent: target.<hash> = the shared artifact's file
 NODE_KEY = "node_id"  # in a trial's results: the Ray node that reported it
+ERROR_TAG = "error"  # a failed run: the end of its error
+REEVAL_TAG = "reeval.spec_prompts"  # a trial run: the prompts `trials reeval` evaluated it on last
+BATCHES_TAG = "reeval.eval_batches"  # ... and the held-out batches
+PASS_TAG = "timing.pass"  # a timed trial's run: the id of the timing pass behind its values
+SUMMARY_TAG = "timing"  # the parent: the last timing pass, as JSON
+MARGINS_TAG = "attribution.margins"  # the parent: the margins the verdicts used
+ALPHA_TAG = "attribution.alpha"  # the parent: the alpha, alpha*, family and terms they used
 DONE_KEY = "trial/done"  # 1.0 in a trial's last result (and metric): its final metrics were all reported
 # the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .keys import EXPERIMENT_KIND_TAG, MODEL_TRAINING, store_key
+from .keys import ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING, store_key
 from .client import tracking_client
 
 
@@ -101,5 +101,5 @@ class TrainRun:
         if final is not None:
             log_run_files(self.client, self.run_id, self.config, final, artifacts_dir)
         if error:
-            self.client.set_tag(self.run_id, "error", error[-4900:])
+            self.client.set_tag(self.run_id, ERROR_TAG, error[-4900:])
         self.client.set_terminated(self.run_id, status=status)
