@@ -24,7 +24,7 @@ import torch
 from dspark.train import train, train_shared_target
 from ray.tune import Callback
 
-from trials import runner, tracking
+from trials import cluster, runner, tracking
 from trials.validate import parse
 from dspark import targets
 from trials.trainable import trial_fn
@@ -188,7 +188,7 @@ def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool 
     t0 = time.perf_counter()
     with stopwatches(cost_dir) as spent:
         if not ray_running:
-            runner.init_ray(None)  # the local Ray `trials run` starts
+            cluster.init_ray(None)  # the local Ray `trials run` starts
         t_ray = time.perf_counter()
         out = runner.run(s, tracking_uri=f"sqlite:///{tmp}/m-{tag}.db", storage=f"{tmp}/st-{tag}", verbose=0,
                          callbacks=[clock])
@@ -263,7 +263,7 @@ def warm_ray(s, target: Path, tmp: str) -> dict:
     """The same sweep on a Ray started beforehand and left running, as a cluster is."""
     import ray
 
-    runner.init_ray(None)  # the local Ray `trials run` would start, bound to loopback
+    cluster.init_ray(None)  # the local Ray `trials run` would start, bound to loopback
     try:
         return through_ray(s, target, tmp, tag="warm", ray_running=True)
     finally:

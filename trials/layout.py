@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 RESULT_FILE = "result.json"  # Tune's: ray.tune.result.EXPR_RESULT_FILE
@@ -90,6 +91,22 @@ def checkpoints(exp_dir: Path, key: str, marker: str) -> list[Path]:
     found = [p.parent for d in exp_dir.glob(f"*_{key_hash(key)}") if d.is_dir()
              for p in d.glob(f"{CHECKPOINT_GLOB}/{marker}")]
     return sorted(found, key=lambda c: (c / marker).stat().st_mtime_ns, reverse=True)
+
+
+def latest_checkpoints(exp_dir: Path, trials, wl) -> dict[str, str]:
+    """trial key -> its newest intact checkpoint folder under the sweep's storage. Nothing is
+    unpickled here: the workload `wl` checks its checkpoint files (DSpark: state.pt against
+    its checksum); a checkpoint that is not intact is skipped with a warning for an older one."""
+    out = {}
+    for t in trials:
+        for ckpt in checkpoints(exp_dir, t.key, wl.checkpoint_file):
+            problem = wl.checkpoint_problem(ckpt)
+            if problem is None:
+                out[t.key] = str(ckpt)
+                break
+            warnings.warn(f"resume: {t.key}: skipping a checkpoint that is not intact ({problem}); "
+                          "trying an older one", stacklevel=2)
+    return out
 
 
 def save_experiment(exp_dir: Path, experiment_id: str, parent_run_id: str, write) -> None:

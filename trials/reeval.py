@@ -41,7 +41,7 @@ from trials.store.keys import BATCHES_TAG, REEVAL_TAG, TRIAL_KEY_TAG, sweep_pare
 from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
-from . import saved, shared
+from . import cluster, layout, saved, shared
 from .workload import load, registry
 from .lease import Lease
 from .identity import check_same_sweep
@@ -72,8 +72,6 @@ def check_counts(spec_prompts: int | None, eval_batches: int | None) -> None:
 def reeval(name: str, storage: str | None, spec_prompts: int | None = None, tracking_uri: str | None = None,
            address: str | None = None, say=print, eval_batches: int | None = None) -> dict:
     """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
-    from . import runner
-
     check_counts(spec_prompts, eval_batches)
     spec, meta = saved.load_saved(name, storage, "reeval")
     uri = tracking_uri or meta["tracking_uri"]
@@ -92,7 +90,7 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
         check_checkpoints({t.key: checkpoints[t.key] for t in todo}, bound, spec.workload)  # before Ray starts
         say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
             f"({len(finished) - len(todo)} already done)")
-        started = runner.init_ray(address)
+        started = cluster.init_ray(address)
         try:
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
             pending = {reeval_task.options(**res).remote(spec.workload, bound[t.key].to_dict(), checkpoints[t.key],
@@ -140,14 +138,12 @@ def finished_trials(client, spec, root: Path, uri: str, command: str = "reeval",
     """The sweep's runs by trial key, its finished trials and each one's final checkpoint;
     refused with one line (naming `command`) when the store lacks the sweep, or (unless
     `checkpoints` is False) a finished trial's checkpoint is gone."""
-    from . import runner
-
     exp = client.get_experiment_by_name(spec.name)
     if exp is None or sweep_parent(client, exp.experiment_id) is None:
         raise ValueError(f"{command}: the store {uri} holds no sweep {spec.name!r}")
     runs = {r.data.tags.get(TRIAL_KEY_TAG): r for r in sweep_trials(client, exp.experiment_id)}
     finished = [t for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED"]
-    found = runner.latest_checkpoints(root / spec.name, finished, spec.workload) if checkpoints else {}
+    found = layout.latest_checkpoints(root / spec.name, finished, spec.wl) if checkpoints else {}
     missing = [t.key for t in finished if t.key not in found] if checkpoints else []
     if missing:
         raise ValueError(f"{command}: {len(missing)} finished trial(s) have no checkpoint under {root / spec.name} "

@@ -155,13 +155,13 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     bound = bind_existing_targets(spec, root, "time")
     size = getattr(settings, hooks.size[stage])
     with Lease(root / name, name, f"trials time {name}"):
-        from . import runner
+        from . import cluster  # Ray: only once the pass's inputs are checked
 
         check_checkpoints(checkpoints, bound, spec.workload, "time")  # before Ray starts, and before anything is said
         say(f"{name}: timing {len(finished)} run(s) ({hooks.response[stage]}): {settings.rounds} rounds, "
             f"{settings.warmup} warm-up(s) each, {size} {hooks.size[stage]} a repetition")
 
-        started = runner.init_ray(address)
+        started = cluster.init_ray(address)
         try:
             record = _drive(spec, stage, {t.key: bound[t.key].to_dict() for t in finished}, checkpoints, settings, say)
         finally:

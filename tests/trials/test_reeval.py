@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from dspark.evaluate import lm_bpb
 from dspark.train import Trainer
-from trials import runner, validate
+from trials import layout, runner, validate
 from trials.augment import augment
 from trials.cli import main
 from trials.reeval import reeval
@@ -161,7 +161,7 @@ def _check_against_the_checkpoint(spec, storage, runs):
     """One run's new val/bpb and a jack value, computed directly from its final checkpoint."""
     root = saved.storage_root(storage)
     trial = next(t for t in spec.trials if t.replicate == 1)
-    ckpt = runner.latest_checkpoints(root / spec.name, [trial])[trial.key]
+    ckpt = layout.latest_checkpoints(root / spec.name, [trial], spec.wl)[trial.key]
     run = next(r for r in runs if r.data.tags["trial_key"] == trial.key)
     trainer = Trainer(trial.config.replace(out_dir=str(root / "direct")))
     trainer.load_checkpoint(ckpt)

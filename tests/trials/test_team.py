@@ -138,7 +138,8 @@ def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_pa
 
 def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
     from trials.layout import key_hash
-    from trials.runner import latest_checkpoints
+    from trials.layout import latest_checkpoints
+    from trials.workload import load
     from trials.validate import parse
 
     spec = parse({"name": "c", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
@@ -156,7 +157,7 @@ def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
     newest.write_bytes(newest.read_bytes()[:1000])  # a copy cut short by a kill or a full disk
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = latest_checkpoints(tmp_path, [t])
+        found = latest_checkpoints(tmp_path, [t], load())
     assert found == {t.key: str(trial_dir / "checkpoint_000000")}
     assert any("checkpoint_000001" in str(w.message) and "not intact" in str(w.message) for w in caught)
 
