@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_no_function_is_over_50_lines():
     long = []
     for package in ("dspark", "trials", "analysis", "bench"):
-        for path in sorted((ROOT / package).glob("*.py")):
+        for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     lines = node.end_lineno - node.lineno + 1
@@ -22,10 +22,11 @@ def test_no_function_is_over_50_lines():
 
 
 def test_the_reading_side_loads_no_ray_torch_or_renderer():
-    """`trials status` and `list` read through trials.saved (no Ray, Tune or torch) and the
-    store through trials.store.reader (no MLflow); `analysis plan` imports statistics only (no
-    matplotlib, no renderer)."""
+    """`trials status` and `list` answer from storage through trials.saved (no Ray, Tune,
+    torch or MLflow; the DSpark workload's registry is loaded without torch); the REST reader
+    loads no MLflow; `analysis plan` imports statistics only (no matplotlib, no renderer)."""
     code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.load, trials.store.reader\n"
+            "import trials.workload; trials.workload.registry('dspark')\n"
             "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.render', 'analysis.plots') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

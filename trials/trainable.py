@@ -1,8 +1,8 @@
 """What runs in a sweep's Ray workers: the trial function Tune calls and the task that
 trains a shared target.
 
-Kept apart from `trials.runner` so that a worker imports what a trial needs (torch,
-dspark, Ray Tune) and not the driver's MLflow and tracking code: Tune unpickles the
+Kept apart from `trials.runner` so that a worker imports what a trial needs (the workload,
+loaded by name; torch; Ray Tune) and not the driver's MLflow and tracking code: Tune unpickles the
 trainable in every trial actor, which imports the module that defines it, and MLflow's
 import alone costs seconds (docs/performance.md).
 """
