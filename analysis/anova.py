@@ -26,7 +26,7 @@ class AnalysisError(ValueError):
     """The data cannot answer the question asked; the message says why."""
 
 
-def _safe(names: list[str]) -> dict[str, str]:
+def safe_names(names: list[str]) -> dict[str, str]:
     return {n: f"f{i}" for i, n in enumerate(names)}
 
 
@@ -95,7 +95,7 @@ def _estimable(distinct: tuple[tuple[str, ...], ...], n: int, factors: tuple[str
     return tuple(kept)
 
 
-def _formula(response_col: str, factors: list[str], terms, safe, block: str | None) -> str:
+def model_formula(response_col: str, factors: list[str], terms, safe, block: str | None) -> str:
     parts = [":".join(f"C({safe[f]}, Sum)" for f in t) for t in terms]
     if block:
         parts.append(f"C({safe[block]}, Sum)")
@@ -141,12 +141,12 @@ def anova_with_fit(df: pd.DataFrame, response: str, factors: list[str], typ: int
     if not terms:
         raise AnalysisError(f"too few runs ({len(data)}) to estimate any term of {', '.join(factors)}")
     asked = _terms(factors, max_order or len(factors))
-    safe = _safe(factors + ([block] if block else []))
+    safe = safe_names(factors + ([block] if block else []))
     rdata = data.rename(columns=safe)
     for f in factors + ([block] if block else []):
         rdata[safe[f]] = rdata[safe[f]].astype(str)
     rdata["y__"] = pd.to_numeric(data[response]).to_numpy()
-    model = smf.ols(_formula("y__", factors, terms, safe, block), data=rdata).fit()
+    model = smf.ols(model_formula("y__", factors, terms, safe, block), data=rdata).fit()
     if model.df_resid < 1:
         raise AnalysisError(f"too few runs ({len(data)}) for the terms asked: no residual degrees of freedom")
     with warnings.catch_warnings():

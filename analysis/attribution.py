@@ -14,36 +14,22 @@ import pandas as pd
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from dspark import metrics
+from trials.registry import Registry
 
 from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_balanced
 from .design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
+from .verdicts import control_contrast as contrast
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 
-# Which metrics a stage can rank follows from its parallel stage (README "Two questions").
-# What each metric means (better direction, degenerate stages, default responses) is
-# dspark.metrics' registry; these names are kept for the callers that import them here.
-DEFAULT_RESPONSES_BY_STAGE = metrics.DEFAULT_RESPONSES
-DEFAULT_RESPONSES = tuple(dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
-
-
-def stage_of(df: pd.DataFrame) -> str | None:
-    """The parallel stage of the sweep's runs, or None when mixed or unknown."""
-    if "parallel_stage" not in df.columns:
+def stage_of(df: pd.DataFrame, rules: Registry) -> str | None:
+    """The variant of the sweep's runs (DSpark: their parallel stage, which decides what a
+    metric can rank, README "Two questions"), or None when mixed or unknown."""
+    if not rules.variant_field or rules.variant_field not in df.columns:
         return None
-    stages = set(df["parallel_stage"].dropna().astype(str))
+    stages = set(df[rules.variant_field].dropna().astype(str))
     return stages.pop() if len(stages) == 1 else None
-
-
-def degenerate_reason(stage: str | None, response: str) -> str | None:
-    return metrics.degenerate_reason(stage, response)
-
-
-def better_direction(response: str) -> str:
-    """'lower' or 'higher' is better."""
-    return metrics.better(response)
 
 
 @dataclass
@@ -161,8 +147,6 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
     (`analysis.verdicts.control_contrast`), and the difference relative to the control
     mean. With a pure-CE control in the backbone stage this is "what the aux head costs or
     buys", whatever its D1/D2/D9 levels."""
-    from .verdicts import control_contrast as contrast
-
     c = contrast(df, response, control, block)
     half = stats.t.ppf(1 - alpha / 2, c.df) * c.se
     arm = df["arm"].astype(str) if "arm" in df.columns else pd.Series("factorial", index=df.index)

@@ -7,9 +7,14 @@ import os
 import sys
 from pathlib import Path
 
-from dspark.record import DEFAULT_TRACKING_URI
+from trials.store.client import DEFAULT_TRACKING_URI, run_command
+from trials.store.ui import default_ui_url
+from trials.store.reader import probe_store
 
 from .anova import AnalysisError
+from .load import check_writable, load_runs, read_parquet, to_parquet
+from .notebook import answer, execute
+from .results import rebuild, study_folders
 
 
 EXP_HELP = "the sweep's MLflow experiment (its name)"
@@ -56,8 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _export(args) -> int:
-    from .load import check_writable, load_runs, to_parquet
-
     check_writable(args.path)
     sweep = load_runs(args.experiment, args.tracking_uri)
     to_parquet(sweep, args.path)
@@ -103,8 +106,6 @@ def _add_results(sub, fmt) -> None:
 
 
 def _results(args) -> int:
-    from .results import rebuild, study_folders
-
     folders = [Path(f) for f in args.folders] or study_folders()
     if not folders:
         raise AnalysisError("results: no study folder (results/*/runs.parquet) here")
@@ -114,12 +115,10 @@ def _results(args) -> int:
 
 
 def _notebook(args) -> int:
-    from .notebook import execute
     from .verdicts import parse_margins
 
     path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
                    margins=parse_margins(args.margin))
-    from .notebook import answer
 
     shown = answer(path)
     if shown:
@@ -132,9 +131,6 @@ def _recap(args) -> int:
     """Each sweep's question in a line, its verdicts and a sentence per primary response."""
     import textwrap
 
-    from dspark.record import probe_store
-
-    from .load import load_runs
     from .render import BRIEF_WIDTH, answer_lines
     from .report import build_report
 
@@ -154,14 +150,12 @@ def _recap(args) -> int:
 
 
 def _report_or_plan(args) -> int:
-    from .load import load_runs, read_parquet
     from .verdicts import parse_margins
 
     margins = parse_margins(args.margin)  # refused before any work
     if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
         raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
     if not args.parquet:  # before any work: the store answers, within a bounded time
-        from dspark.record import probe_store
 
         probe_store(args.tracking_uri)
     sweep = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
@@ -173,7 +167,6 @@ def _report_or_plan(args) -> int:
         print(text)
         _record(look, sweep, args)
         return 0
-    from dspark.record import default_ui_url
 
     from .report import build_report
 
@@ -193,7 +186,7 @@ def _report_or_plan(args) -> int:
         print("what-if (margins, responses, alpha or adjustment given): nothing logged on the parent run;\n"
               "  the sweep's own report is `analysis report " + args.experiment + "`")
     elif not args.no_log and not args.parquet:
-        from .load import log_to_parent
+        from .publish import log_to_parent
 
         n = log_to_parent(rep, sweep, args.tracking_uri)
         print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
@@ -206,7 +199,7 @@ def _record(look, sweep, args) -> None:
     and parquet exports are not)."""
     if look is None or not look.new or look.what_if or getattr(args, "parquet", None):
         return
-    from .load import record_look
+    from .publish import record_look
 
     record_look(sweep, args.tracking_uri, look.plan.to_json(), look.label(), look.index)
 
@@ -215,30 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"export": _export, "notebook": _notebook, "results": _results,
                "recap": _recap}.get(args.command, _report_or_plan)
-    try:
-        code = command(args)
-        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
-        return code
-    except BrokenPipeError:  # the reader of our output went away (`analysis plan | head`)
-        from dspark.record import quiet_broken_pipe
-
-        return quiet_broken_pipe()
-    except AnalysisError as e:
-        print(f"analysis: cannot analyse: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"analysis: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        from dspark.record import is_store_error, store_error
-
-        if is_store_error(e):
-            print(f"analysis: error: {store_error(str(getattr(args, 'tracking_uri', '')), e)}", file=sys.stderr)
-            return 3
-        if isinstance(e, OSError) and e.filename:  # a full or read-only disk: nothing half-written is left
-            print(f"analysis: error: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
-            return 4
-        raise
+    cannot = (AnalysisError, 2, lambda e: [f"cannot analyse: {e}"])
+    return run_command("analysis", lambda: command(args), str(getattr(args, "tracking_uri", "") or ""), (cannot,))
 
 
 if __name__ == "__main__":

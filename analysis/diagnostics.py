@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from dspark import metrics
+from trials.registry import Registry
+from trials.workload import registry
 
 from . import power
 from .anova import AnalysisError, check_design
-from .attribution import DEFAULT_RESPONSES_BY_STAGE, ResponseResult, control_contrast, degenerate_reason, \
-    dunnett_vs_control, stage_of
+from .attribution import ResponseResult, control_contrast, dunnett_vs_control, stage_of
 from .design import alias_structure, design_matrix, factorial_rows, with_value
 from .load import responses as metric_columns
 
@@ -38,23 +38,26 @@ class Sensitivity:
 
 
 def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[str],
-                     primary: list[str] | None = None, experiment: str = "") -> tuple[list[str], list[str]]:
+                     primary: list[str] | None = None, experiment: str = "",
+                     rules: Registry | None = None) -> tuple[list[str], list[str]]:
     """The primary responses (those with a margin) always, first and strictly; then the
     asked ones, checked strictly too (errors surface later); if none is asked, the stage's
     usual responses that exist and vary, the others listed as skipped with the reason.
     Degenerate responses are never analysed: they are listed as skipped. `experiment` names
-    the sweep in the commands a refusal suggests."""
-    stage = stage_of(df)
+    the sweep in the commands a refusal suggests; `rules` the swept workload's registry (the
+    default workload's where none is given)."""
+    rules = rules or registry()
+    stage = stage_of(df, rules)
     primary = list(primary or [])
     for r in primary:
-        _check_primary(df, stage, r, experiment)
+        _check_primary(df, stage, r, experiment, rules)
     if asked:
         asked = list(dict.fromkeys(primary + list(asked)))
     chosen, skipped = list(primary), []
     if asked:
         chosen = []
         for r in asked:
-            reason = why_degenerate(df, stage, r)
+            reason = why_degenerate(df, stage, r, rules)
             if reason:
                 skipped.append(f"{r} (not ranked: {reason})")
                 continue
@@ -65,23 +68,23 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
         if not chosen:
             raise AnalysisError(f"every response asked is degenerate in the {stage} stage: {'; '.join(skipped)}")
         return chosen, skipped
-    _defaults(df, stage, factors, chosen, skipped)
+    _defaults(df, stage, factors, chosen, skipped, rules)
     if not chosen:
         raise AnalysisError("no default response varies across runs; name one with --responses")
     return chosen, skipped
 
 
-def _defaults(df: pd.DataFrame, stage: str | None, factors: list[str], chosen: list[str], skipped: list[str]) -> None:
+def _defaults(df: pd.DataFrame, stage: str | None, factors: list[str], chosen: list[str], skipped: list[str],
+              rules: Registry) -> None:
     """The stage's usual responses that exist, hold finite values and vary, appended to
     `chosen`; the others (with their reasons) to `skipped`."""
     have = set(metric_columns(df))
     data = factorial_rows(df, factors)
-    degenerate = sorted(c for c in have if degenerate_reason(stage, c))
+    degenerate = sorted(c for c in have if rules.degenerate_reason(stage, c))
     if degenerate:  # say so, once, even when nobody asked for them
         shown = ", ".join(degenerate[:4]) + (f" and {len(degenerate) - 4} more" if len(degenerate) > 4 else "")
-        skipped.append(f"{shown} (not ranked: {degenerate_reason(stage, degenerate[0])})")
-    defaults = DEFAULT_RESPONSES_BY_STAGE.get(stage or "") or tuple(
-        dict.fromkeys(r for rs in DEFAULT_RESPONSES_BY_STAGE.values() for r in rs))
+        skipped.append(f"{shown} (not ranked: {rules.degenerate_reason(stage, degenerate[0])})")
+    defaults = rules.metrics.DEFAULT_RESPONSES.get(stage or "") or rules.all_default_responses()
     for r in defaults:
         if r in chosen:
             continue
@@ -89,8 +92,8 @@ def _defaults(df: pd.DataFrame, stage: str | None, factors: list[str], chosen: l
             problem = value_problem(df, r) if r in df.columns else None
             if problem:
                 skipped.append(f"{r} ({problem})")
-        elif why_degenerate(df, stage, r):
-            skipped.append(f"{r} (not ranked: {why_degenerate(df, stage, r)})")
+        elif why_degenerate(df, stage, r, rules):
+            skipped.append(f"{r} (not ranked: {why_degenerate(df, stage, r, rules)})")
         elif data[r].nunique() <= 1:
             skipped.append(f"{r} (constant across runs)")
         else:
@@ -114,12 +117,12 @@ def value_problem(df: pd.DataFrame, r: str) -> str | None:
     return None
 
 
-def why_degenerate(df: pd.DataFrame, stage: str | None, r: str) -> str | None:
+def why_degenerate(df: pd.DataFrame, stage: str | None, r: str, rules: Registry | None = None) -> str | None:
     """Why a response cannot rank these runs: degenerate in their stage by construction
     (the registry), or Algorithm 1's throughput on a capacity curve where Algorithm 1
     verifies the same length for every request of every run (flat, or falling as 1/B from
     B = 1): then it ranks tau, not the scheduler."""
-    reason = degenerate_reason(stage, r)
+    reason = (rules or registry()).degenerate_reason(stage, r)
     if reason or not r.startswith("sched/alg1_throughput@R"):
         return reason
     suffix = r.split("@", 1)[1]
@@ -133,20 +136,20 @@ def why_degenerate(df: pd.DataFrame, stage: str | None, r: str) -> str | None:
     return None
 
 
-def _check_primary(df: pd.DataFrame, stage: str | None, r: str, experiment: str) -> None:
+def _check_primary(df: pd.DataFrame, stage: str | None, r: str, experiment: str, rules: Registry) -> None:
     """A primary response the runs can answer, or one line saying why not (a timed one
     names the timing pass that measures it)."""
     name = experiment or "NAME"
-    reason = why_degenerate(df, stage, r)
+    reason = why_degenerate(df, stage, r, rules)
     if reason:
         raise AnalysisError(f"primary response {r} cannot be ranked in the {stage} stage: {reason}")
-    if r not in df.columns and metrics.is_timed(r):
+    if r not in df.columns and rules.is_timed(r):
         raise AnalysisError(f"primary response {r} is measured by the interleaved timing pass: run "
                             f"`trials time {name}` first")
     if r not in df.columns:
         raise AnalysisError(f"primary response {r} is not among the runs' metrics")
     missing = int(pd.to_numeric(df[r], errors="coerce").isna().sum())
-    if missing and metrics.is_timed(r):
+    if missing and rules.is_timed(r):
         raise AnalysisError(f"primary response {r}: {missing} run(s) have no value from the timing pass (a block "
                             f"added after it): run `trials time {name}` again, which times every run")
     problem = value_problem(df, r)

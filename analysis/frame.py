@@ -16,6 +16,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 import pandas as pd
 
+from trials.registry import Registry
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
+from trials.workload import registry
+
 # a run's identity and outcome: the columns of an incomplete run's record
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
 
@@ -31,6 +35,7 @@ class SweepRecord:
     responses: dict = field(default_factory=dict)  # the primary responses and their margins
     sequential: str = ""  # JSON of analysis.sequential.Plan: the declared plan and the looks so far
     primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
+    workload: str = DEFAULT_WORKLOAD  # the trainer swept (`trials.workload`): its metric registry
 
     @classmethod
     def of(cls, given: Mapping) -> SweepRecord:
@@ -49,6 +54,11 @@ class SweepFrame:
     record: SweepRecord = field(default_factory=SweepRecord)
     incomplete: list[dict] = field(default_factory=list)  # the failed, killed, unfinished runs (META_COLUMNS)
     local_rows: list[dict] = field(default_factory=list)  # `trials run --local`'s rows: what a rerun resumes from
+
+    @property
+    def registry(self) -> Registry:
+        """The rules over the swept workload's metrics (better direction, degenerate, timed)."""
+        return registry(self.record.workload)
 
     def with_runs(self, runs: pd.DataFrame) -> SweepFrame:
         """The same sweep over other rows (a subset, or columns changed): the rest kept."""

@@ -9,8 +9,8 @@ are not dropped silently: the frame's `incomplete_runs()` lists them, and report
 The table travels in a `SweepFrame` (`analysis.frame`) with the factors and the sweep's
 record from its parent run.
 
-The store's other side is here too: `log_to_parent` writes a report's verdicts to the
-sweep's parent run, and `to_parquet`/`read_parquet` keep the runs without a store.
+`to_parquet`/`read_parquet` keep the runs without a store. What the analysis writes back to
+the store (a look, a report's verdicts) is `analysis.publish`.
 """
 
 from __future__ import annotations
@@ -22,21 +22,23 @@ import os
 import re
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from dspark import metrics
-from dspark.record import (DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM, PRIMARY_TERMS_TAG,
-                           RESPONSES_TAG, SEQUENTIAL_TAG, check_store, metric_name, sweep_parent)
+from trials.store.client import StoreReadError, check_store, tracking_client
+from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM,
+                               NOTE_TAG, PRIMARY_TERMS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
+                               SEQUENTIAL_TAG, WORKLOAD_TAG, metric_name, sweep_parent, sweep_trials)
 
-from .frame import META_COLUMNS, SweepFrame, SweepRecord  # noqa: F401  (SweepRecord: callers import it from here too)
+from .frame import META_COLUMNS, SweepFrame, SweepRecord
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
+from trials.workload import WorkloadError, registry
+from trials.registry import PRIMARY_FORM
+from trials.store.reader import reading_client
 
 INCOMPLETE_KEY = "incomplete"
 PARQUET_KEY = b"dspark.attrs"  # the exports' metadata key, named when the record rode in pandas attrs
 
-if TYPE_CHECKING:
-    from .report import Report
 
 
 def _typed(value: str):
@@ -70,9 +72,6 @@ def _factor_levels(parent) -> dict[str, list[str]]:
 def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
     """One row per FINISHED child run of `experiment` (the frame's `runs`), the others in its
     `incomplete`, the parent run's record in its `record`."""
-    from dspark.reader import reading_client
-    from dspark.record import sweep_trials, tracking_client
-
     check_store(tracking_uri)
     client = reading_client(tracking_uri) if tracking_uri else tracking_client(None)
     exp = client.get_experiment_by_name(experiment)
@@ -90,7 +89,8 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
                          experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
                          design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
                          sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
-                         primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")))
+                         primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
+                         workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
     try:  # the parent's tags are input too: checked as a parquet export's metadata is
         check_record({"factors": sweep.factors, **asdict(record)}, sweep.runs.columns)
     except ValueError as e:
@@ -135,9 +135,9 @@ def run_row(run_id: str, run_name: str, status: str, tags: dict[str, str], param
             metrics: dict[str, float]) -> dict:
     """One run as a row: the sweep's tags, the typed params and the metrics under the trainer's names."""
     row = {"run_id": run_id, "run_name": run_name, "status": status,
-           "cell": tags.get("cell", ""), "replicate": int(tags.get("replicate", 0)),
-           "seed": int(tags.get("seed", 0)), "arm": tags.get("arm", "factorial"),
-           "run_order": int(tags.get("run_order", -1))}
+           "cell": tags.get(CELL_TAG, ""), "replicate": int(tags.get(REPLICATE_TAG, 0)),
+           "seed": int(tags.get(SEED_TAG, 0)), "arm": tags.get(ARM_TAG, "factorial"),
+           "run_order": int(tags.get(RUN_ORDER_TAG, -1))}
     for k, v in tags.items():
         if k.startswith(FACTOR_PREFIX):
             row[k] = v
@@ -149,6 +149,9 @@ def run_row(run_id: str, run_name: str, status: str, tags: dict[str, str], param
 
 
 def _row(r) -> dict:
+    for k, v in r.data.metrics.items():  # SQLite keeps whatever a hand edit wrote in a float column
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise StoreReadError(f"run {r.info.run_id}: metric {k!r} holds {str(v)[:40]!r}, not a number")
     row = run_row(r.info.run_id, r.info.run_name, r.info.status, r.data.tags, r.data.params, r.data.metrics)
     if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
         row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
@@ -260,7 +263,7 @@ def _without_pandas_attrs(table):
     return table.replace_schema_metadata(meta)
 
 
-TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential")
+TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "workload")
 
 
 def _short(value) -> str:
@@ -270,7 +273,7 @@ def _short(value) -> str:
 def check_record(given: dict, columns) -> None:
     """A recorded sweep's fields (a parquet export's metadata, a parent run's tags) checked as
     a spec's are: ValueError naming the first field that is wrong. The primary responses go
-    through `dspark.metrics.primary_response`, the spec's own check."""
+    through the workload's registry (`Registry.primary_response`), the spec's own check."""
     factors = given.get("factors", [])
     if not isinstance(factors, list) or not all(isinstance(f, str) for f in factors):
         raise ValueError(f"factors: a list of column names, got {_short(factors)}")
@@ -285,9 +288,13 @@ def check_record(given: dict, columns) -> None:
         raise ValueError(f"primary_terms: a list of term names, got {_short(terms)}")
     responses = given.get("responses") or {}
     if not isinstance(responses, dict):
-        raise ValueError(f"responses: must map metric names to {metrics.PRIMARY_FORM}, got {_short(responses)}")
+        raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
+    try:
+        rules = registry(given.get("workload") or DEFAULT_WORKLOAD)
+    except WorkloadError as e:
+        raise ValueError(str(e)) from None
     for name, decl in responses.items():
-        problem = metrics.primary_response(name, decl, f"responses.{name}")[1]
+        problem = rules.primary_response(name, decl, f"responses.{name}")[1]
         if problem:
             raise ValueError(problem)
     _check_records(given.get(INCOMPLETE_KEY) or [], INCOMPLETE_KEY, set(META_COLUMNS), ())
@@ -356,71 +363,3 @@ def responses(df: pd.DataFrame) -> list[str]:
             if len(vals) and bool((vals.astype(float).abs() < math.inf).all()):  # vectorised: 3,200 runs x 100 metrics
                 out.append(c)
     return out
-
-
-def record_look(sweep: SweepFrame, tracking_uri: str | None, plan_json: str, look_text: str, index: int) -> None:
-    """A look on the sweep's parent run: the sequential record with every look so far (the
-    tag `analysis.sequential` reads back) and the look's own line (`look.<k>`). Kept in the
-    sweep's storage first where this machine sees it (`dspark.kept`), so that `trials
-    recover` rebuilds the looks, and the alpha they spent, with the sweep."""
-    from dspark.kept import keep_parent_record, sweep_storage
-    from dspark.record import LOOK_PREFIX, tracking_client
-
-    record = sweep.record
-    if not record.parent_run_id:
-        return
-    client = tracking_client(tracking_uri)
-    tags = {SEQUENTIAL_TAG: plan_json, f"{LOOK_PREFIX}{index}": look_text[:5000]}
-    exp_dir = sweep_storage(client.get_run(record.parent_run_id).data.tags, record.experiment)
-    if exp_dir is not None:
-        keep_parent_record(exp_dir, "look", tags)
-    for k, v in tags.items():
-        client.set_tag(record.parent_run_id, k, v)
-
-
-def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> int:
-    """The attribution on the sweep's parent run: a tag per verdict
-    (`verdict.<response>.<term>` = one of the four states), replacing every verdict tag an
-    earlier analysis left, the verdict table as one artifact (`attribution/verdicts.csv`)
-    beside the report files, and four headline metrics (how many of the family's verdicts are
-    in each state, `verdicts/matters_beyond`, ...). Returns how many tags were set."""
-    import tempfile
-    import time
-
-    from mlflow.entities import Metric, RunTag
-
-    from dspark.record import VERDICT_PREFIX, tag_key, tracking_client
-
-    from .anova import AnalysisError
-
-    parent = sweep.record.parent_run_id
-    if not parent:
-        raise AnalysisError("these runs have no parent run to log the attribution on")
-    client = tracking_client(tracking_uri)
-    d = rep.decision
-    from .verdicts import COUNT_METRICS
-
-    tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
-    for stale in set(client.get_run(parent).data.tags) - {t.key for t in tags}:
-        if stale.startswith(VERDICT_PREFIX):
-            client.delete_tag(parent, stale)
-    # what the verdicts rest on: the margins, the alpha and the family
-    used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
-    tags.append(RunTag("attribution.margins", json.dumps(used)[:5000]))
-    tags.append(RunTag("attribution.alpha", json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
-                                                         "family": d.family, "terms": d.primary_terms})))
-    from .render import parent_note
-
-    tags.append(RunTag("mlflow.note.content", parent_note(rep, sweep)))  # the run page's description
-    ts = int(time.time() * 1000)
-    counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
-    for i in range(0, max(len(tags), 1), 90):
-        client.log_batch(parent, metrics=counts if i == 0 else [], tags=tags[i:i + 90])
-    with tempfile.TemporaryDirectory() as tmp:
-        table = Path(tmp) / "verdicts.csv"
-        d.table().to_csv(table, index=False)
-        client.log_artifact(parent, str(table), artifact_path="attribution")
-    for path in (rep.html_path, rep.markdown_path):
-        if path is not None:
-            client.log_artifact(parent, str(path), artifact_path="attribution")
-    return len(tags)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dspark.record import absolute_uri, check_store
+from trials.store.client import absolute_uri, check_store
 
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 

@@ -17,14 +17,14 @@ import pandas as pd
 from . import power
 from .anova import AnalysisError
 from .attribution import analyse
-from dspark import metrics
+from trials.registry import Registry
 
 from .design import factorial_rows
 from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
 from .sequential import LookResult, look_for
 from .variance import prompts_to_decide, split, why_not_items
-from .verdicts import UNDECIDED, decide_all, margins_for
+from .verdicts import DECISION_POWER, MAX_BLOCKS, UNDECIDED, blocks_to_decide, decide_all, margins_for
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:
@@ -55,7 +55,7 @@ def plan_with_look(sweep: SweepFrame, effect: float | None, responses: list[str]
     if effect is None:
         return _decision_plan(sweep, responses, alpha, declared, bool(margins), unrecorded)
     alpha = 0.05 if alpha is None else alpha
-    chosen, _ = choose_responses(df, responses, factors, experiment=record.experiment)
+    chosen, _ = choose_responses(df, responses, factors, experiment=record.experiment, rules=sweep.registry)
     data = factorial_rows(df, factors)
     block = "replicate" if data["replicate"].nunique() > 1 else None
     results = analyse(df, chosen, factors, block=block, adjust="none")
@@ -86,14 +86,15 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     the cheapest way to decide every primary term. The verdicts are the current look's (the
     alpha the report tests this data at)."""
     df, factors, record = sweep.runs, list(sweep.factors), sweep.record
-    chosen, _ = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment)
-    noise = {r: sp for r in chosen if (sp := split(df, r, factors)) is not None}
+    chosen, _ = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment,
+                                 rules=sweep.registry)
+    noise = {r: sp for r in chosen if (sp := split(df, r, factors, sweep.registry)) is not None}
     shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
     look = look_for(sweep, shares, alpha, what_if)
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
-                   primary_terms=record.primary_terms or None, block_tests=False)
+                   primary_terms=record.primary_terms or None, block_tests=False, rules=sweep.registry)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")
@@ -104,7 +105,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
              "  items (prompts, held-out batches) are priced per term from its jackknife: k times the items divide "
              "the evaluation's part of its variance by k and leave the seeds' part, so a term whose se is mostly "
              "the seeds' is not decided by items at any k"]
-    more, blocks_all, item_multiples = _undecided_lines(d, noise)
+    more, blocks_all, item_multiples = _undecided_lines(d, noise, sweep.registry)
     lines += more
     if blocks_all:
         price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
@@ -135,7 +136,7 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
     return out
 
 
-def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
+def _undecided_lines(d, noise: dict, rules: Registry) -> tuple[list[str], int, dict]:
     """Per response, its undecided terms with what would decide each; the blocks that would
     decide every primary term and, per undecided primary term, the multiple of evaluation
     items that would (None where more items alone would not)."""
@@ -149,7 +150,7 @@ def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
         sp = noise.get(r)
         lines.append(f"  {r} ({tag}): {len(undecided)} undecided" + (
             f"; {sp.text()}" if sp else "; timed: more prompts do not reduce its noise (re-time it with trials time, "
-            "or add blocks)" if metrics.is_timed(r) else "; no jackknife records: the evaluation's share of the "
+            "or add blocks)" if rules.is_timed(r) else "; no jackknife records: the evaluation's share of the "
             "noise is unknown"))
         for v in undecided:
             step = v.next_step or _blocks_step(v, check)
@@ -170,8 +171,6 @@ def _undecided_lines(d, noise: dict) -> tuple[list[str], int, dict]:
 def _blocks_step(v, check) -> str:
     """What more replicate blocks would do for a term the verdicts did not price (one outside
     the family), or that the sweep is unreplicated."""
-    from .verdicts import DECISION_POWER, MAX_BLOCKS, blocks_to_decide
-
     if check.replicates < 2:
         return "unreplicated: run at least 2 replicate blocks first"
     k = blocks_to_decide(v, check.replicates, check.n_cells)

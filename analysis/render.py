@@ -10,13 +10,12 @@ import html
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from dspark.kept import write_atomic
-from dspark.record import UI_URL, run_url
+from trials.store.kept import write_atomic
+from trials.store.ui import UI_URL, run_url
 
 from . import plots
 from .attribution import ResponseResult
@@ -24,10 +23,8 @@ from .design import alias_structure, design_matrix, factorial_rows, without_valu
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .frame import SweepFrame
 from .load import report_incomplete
+from .types import Report
 from .verdicts import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision
-
-if TYPE_CHECKING:
-    from .report import Report
 
 
 def _fmt(x, digits=4):
@@ -293,10 +290,12 @@ def shown_description(text: str) -> str:
 def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: str = "") -> str:
     df, record = sweep.runs, sweep.record
     data = factorial_rows(df, factors)
-    # the question is the sweep's own, as its spec describes it (the analysis knows no workload's questions)
-    where = f"{stage} stage" if stage else "parallel stage mixed or unknown"
-    lines = [f"experiment {record.experiment}: " + (f"{shown_description(record.description)} ({where})"
-                                                    if record.description else f"its spec gives no description ({where})")]
+    # the question is the sweep's own, as its spec describes it; the variant (DSpark: the
+    # parallel stage) decides what its metrics can rank
+    field = sweep.registry.variant_field
+    where = f"{stage} stage" if stage else f"{field.replace('_', ' ')} mixed or unknown" if field else ""
+    said = shown_description(record.description) if record.description else "its spec gives no description"
+    lines = [f"experiment {record.experiment}: {said}" + (f" ({where})" if where else "")]
     reps = data["replicate"].nunique() if len(data) else 0
     n_control = len(df) - len(data)
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")

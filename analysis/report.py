@@ -11,42 +11,20 @@ construction in that stage is named and not ranked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
-from dspark.record import UI_URL
+from trials.store.ui import UI_URL
 
 from .anova import AnalysisError
-from .attribution import ResponseResult, analyse, stage_of
-from .design import alias_structure, factorial_rows  # noqa: F401  (alias_structure: read here by users)
-from .diagnostics import (Sensitivity, against_control, analysable, cell_means, choose_responses,  # noqa: F401
-                          drift_check, fraction_note, model_fit_table, residuals, sensitivity)
+from .attribution import analyse, stage_of
+from .design import factorial_rows
+from .diagnostics import against_control, analysable, choose_responses, drift_check, fraction_note
 from .frame import SweepFrame
-from .load import log_to_parent  # noqa: F401  (log_to_parent: the report's writer to the parent run)
-from .render import (VERDICT_COLOURS, brief_text, header_text, notes, summarise, verdict_cell, verdict_colour,  # noqa: F401
-                     verdict_grid, verdict_rows, verdict_table_text, write_html, write_markdown)
-from .sequential import LookResult, look_for
+from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
+from .sequential import look_for
+from .types import Report
 from .variance import split
-from .verdicts import Decision, decide_all, margins_for
-
-
-@dataclass
-class Report:
-    results: dict[str, ResponseResult]
-    summary: str
-    html_path: Path | None
-    skipped: list[str]
-    dunnett: dict[str, pd.DataFrame]
-    stage: str | None = None
-    control: dict[str, dict] = field(default_factory=dict)  # response -> pooled contrast vs the control
-    drift: dict[str, tuple[float, float]] = field(default_factory=dict)  # response -> (slope per run, p)
-    markdown_path: Path | None = None
-    decision: Decision | None = None
-    look: LookResult | None = None
-    noise: dict = field(default_factory=dict)  # response -> analysis.variance.Split
-    brief: str = ""  # the answer in one screen (the terminal's; `summary` holds every term's detail)
+from .verdicts import decide_all, margins_for
 
 
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
@@ -62,21 +40,23 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
     if len(df) == 0:
         raise AnalysisError("no finished runs to analyse")
-    stage = stage_of(df)
+    rules = sweep.registry
+    stage = stage_of(df, rules)
     declared = margins_for(record, margins)
-    chosen, skipped = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment)
+    chosen, skipped = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment,
+                                       rules=rules)
     data = factorial_rows(df, factors)
     chosen = analysable(data, chosen, factors, set(declared), skipped)
     block = "replicate" if data["replicate"].nunique() > 1 else None
     fraction = fraction_note(record.design, data, factors)
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
-    noise = {r: sp for r in chosen if (sp := split(df, r, factors)) is not None}
+    noise = {r: sp for r in chosen if (sp := split(df, r, factors, rules)) is not None}
     shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
     look = look_for(sweep, shares, alpha, what_if=what_if or bool(margins))
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, look.alpha, adjust, controls[0] if controls else None,
-                          record.primary_terms or None)
+                          record.primary_terms or None, rules=rules)
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
     header = header_text(sweep, stage, factors, look.label())

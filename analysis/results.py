@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dspark.kept import write_atomic
+from trials.store.kept import write_atomic
 
 from .anova import AnalysisError
+from .load import read_parquet
 
 RUNS = "runs.parquet"
 SUMMARY = "summary.txt"
@@ -27,7 +28,6 @@ def study_folders(root: str | Path = "results") -> list[Path]:
 def rebuild(folder: str | Path) -> Path:
     """Rebuild one study's report.html, report.md and summary.txt from its runs.parquet, in
     place; returns the summary's path."""
-    from .load import read_parquet
     from .plan import plan_text
     from .report import build_report
 

@@ -200,12 +200,11 @@ def fingerprint(data: pd.DataFrame) -> tuple[str, int, dict]:
     return digest, blocks, evaluation
 
 
-def timed_digest(data: pd.DataFrame) -> str:
-    """A digest of the timed responses' values (the timing pass's): a pass run again with
-    the same settings gives other numbers, so the analysis after it is a new look."""
-    from dspark.metrics import TIMED
-
-    cols = sorted(c for c in TIMED if c in data.columns)
+def timed_digest(data: pd.DataFrame, timed: tuple[str, ...]) -> str:
+    """A digest of the timed responses' values (the timing pass's; `timed`: the workload's,
+    `Registry.timed`): a pass run again with the same settings gives other numbers, so the
+    analysis after it is a new look."""
+    cols = sorted(c for c in timed if c in data.columns)
     if not cols:
         return ""
     parts = [data["cell"].astype(object).map(str), data["replicate"].astype(object).map(str)]
@@ -291,7 +290,7 @@ def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: flo
     key, blocks, evaluation = fingerprint(sweep.runs)
     try:
         look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
-                              timed_digest(sweep.runs))
+                              timed_digest(sweep.runs, sweep.registry.timed()))
     except ValueError as e:
         raise AnalysisError(f"sequential plan: {e}") from None
     index = plan.looks.index(look) + 1

@@ -39,7 +39,8 @@ import pandas as pd
 from scipy import stats
 from statsmodels.regression.linear_model import OLS
 
-from dspark.metrics import is_timed, jack_groups, jack_name, split_name
+from trials.registry import Registry, jack_groups, jack_name, split_name
+from trials.workload import registry
 
 from .design import factorial_rows
 from .verdicts import DECISION_POWER, Verdict, contrasts, fit_response, p_decided
@@ -86,10 +87,10 @@ class Split:
         return head + f"; evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}"
 
 
-def kind_of(response: str) -> str:
+def kind_of(response: str, rules: Registry | None = None) -> str:
     """What a re-evaluation adds to a response: prompts, held-out batches, or (a timed
     response of the timing pass) the prompts the pass decodes."""
-    if is_timed(response):
+    if (rules or registry()).is_timed(response):
         return "timing_prompts"
     return "prompts" if response.startswith(DECODED) else "eval_batches"
 
@@ -102,11 +103,11 @@ def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:
     return g
 
 
-def split(df: pd.DataFrame, response: str, factors: list[str]) -> Split | None:
+def split(df: pd.DataFrame, response: str, factors: list[str], rules: Registry | None = None) -> Split | None:
     """The evaluation and between-seed parts of a response's noise, or None where the runs
     carry no usable record of the evaluation's noise (or the response is timed)."""
     data = factorial_rows(df, factors)
-    kind = kind_of(response)
+    kind = kind_of(response, rules)
     count = COUNTS[kind]
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:
         return None  # no evaluation record, or runs evaluated on different counts (a reeval unfinished)

@@ -52,12 +52,14 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from dspark import metrics
+from trials.registry import Registry
+from trials.workload import registry
 
 from . import power
-from .anova import AnalysisError, _formula, _safe, estimable_terms
+from .anova import AnalysisError, estimable_terms, model_formula, safe_names
 from .design import factorial_rows, levels, with_value
 from .frame import SweepRecord
+from .effects import default_levels
 
 ADJUSTMENTS = ("bonferroni", "none")
 DECISION_POWER = 0.8  # the planner's target: the probability that the next step decides a term
@@ -306,14 +308,15 @@ def _reps(v: int | None) -> str:
 def margins_for(record: SweepRecord, given: dict[str, float] | None = None) -> dict[str, dict]:
     """The primary responses: the spec's (the sweep record's `responses`), with `given`
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
-    registry's."""
+    registry's (the swept workload's, as the record names it)."""
+    rules = registry(record.workload)
     out = {}
     for name, decl in dict(record.responses).items():
-        out[name] = {"better": decl.get("better") or metrics.better(name), "margin": float(decl["margin"])}
+        out[name] = {"better": decl.get("better") or rules.better(name), "margin": float(decl["margin"])}
     for name, margin in (given or {}).items():
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin > 0):
             raise AnalysisError(f"--margin {name}: must be a finite number > 0, got {margin!r}")
-        out[name] = {"better": metrics.better(name), "margin": float(margin)}
+        out[name] = {"better": rules.better(name), "margin": float(margin)}
     return out
 
 
@@ -419,9 +422,9 @@ def _design(rows: tuple[tuple[str, ...], ...], factors: tuple[str, ...], block: 
     depends on the levels alone, so the responses fitted on the same runs share it."""
     import patsy
 
-    safe = _safe(list(factors) + ([block] if block else []))
+    safe = safe_names(list(factors) + ([block] if block else []))
     rdata = pd.DataFrame(list(rows), columns=list(safe.values()))
-    rhs = _formula("y__", list(factors), terms, safe, block).split("~", 1)[1]
+    rhs = model_formula("y__", list(factors), terms, safe, block).split("~", 1)[1]
     design = patsy.dmatrix(rhs, rdata, return_type="dataframe")
     cells = sorted({r[:len(factors)] for r in rows})
     blocks = sorted({r[-1] for r in rows}) if block else [None]
@@ -438,8 +441,6 @@ def _design(rows: tuple[tuple[str, ...], ...], factors: tuple[str, ...], block: 
 def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
     """(low, high, pairwise) level pairs of a factor: its one pair in the effects'
     convention for two levels, every pair in the spec's order for more."""
-    from .effects import default_levels
-
     seen = {str(v) for v in pd.unique(data[factor])}  # unique first: thousands of runs, few levels
     present = [str(v) for v in levels(data, factor) if str(v) in seen]
     if len(present) == 2:
@@ -666,16 +667,15 @@ def default_terms(factors: list[str], control: str | None) -> list[str]:
 
 def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margins: dict[str, dict],
                alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
-               primary_terms: list[str] | None = None, block_tests: bool = True) -> Decision:
+               primary_terms: list[str] | None = None, block_tests: bool = True,
+               rules: Registry | None = None) -> Decision:
     """Verdicts for every contrast of every response. The family is the primary responses
     (those with a margin, or every one where none has) x the primary terms (`primary_terms`,
     or every main effect and the control). `block_tests`: each family term's block-by-term
     test (a refit per term, the costliest part at hundreds of blocks), which the planner
-    does not print."""
-    if adjust not in ADJUSTMENTS:
-        raise AnalysisError(f"adjust: one of {', '.join(ADJUSTMENTS)}, got {adjust!r}")
-    if not 0 < alpha < 1:
-        raise AnalysisError(f"alpha: must lie in (0, 1), got {alpha!r}")
+    does not print. `rules`: the swept workload's registry (its better directions)."""
+    rules = rules or registry()
+    _check_settings(adjust, alpha)
     data = factorial_rows(df, factors)
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
     fits, found = {}, {}
@@ -696,7 +696,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     checks, verdicts = {}, []
     for r in responses:
         m = margins.get(r)
-        better = (m or {}).get("better") or metrics.better(r)
+        better = (m or {}).get("better") or rules.better(r)
         margin = m["margin"] if m else None
         checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, alpha_star)
         for c in found[r]:
@@ -712,12 +712,20 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
                                if k else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
             verdicts.append(v)
     decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts, terms)
-    decision.simple = _simple(fits, rows, factors, primary, terms, margins, alpha_star, family)
+    decision.simple = _simple(fits, rows, factors, primary, terms, margins, alpha_star, family, rules)
     return decision
 
 
+def _check_settings(adjust: str, alpha: float) -> None:
+    if adjust not in ADJUSTMENTS:
+        raise AnalysisError(f"adjust: one of {', '.join(ADJUSTMENTS)}, got {adjust!r}")
+    if not 0 < alpha < 1:
+        raise AnalysisError(f"alpha: must lie in (0, 1), got {alpha!r}")
+
+
 def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], factors: list[str], primary: list[str],
-            terms: list[str], margins: dict[str, dict], alpha_star: float, family: int) -> list[SimpleEffect]:
+            terms: list[str], margins: dict[str, dict], alpha_star: float, family: int,
+            rules: Registry) -> list[SimpleEffect]:
     """Each primary main effect at every combination of the other factors' levels, decided
     at alpha* outside the family: what "it holds at every level" must rest on."""
     out = []
@@ -727,7 +735,7 @@ def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], factors: list[s
         m = margins.get(r) or {}
         for f in [t for t in terms if t in factors]:
             for where, c in simple_effects(fits[r], rows[r], factors, f):
-                v = decide(c, r, alpha_star, m.get("margin"), m.get("better") or metrics.better(r), family,
+                v = decide(c, r, alpha_star, m.get("margin"), m.get("better") or rules.better(r), family,
                            False, fits[r].errors)
                 out.append(SimpleEffect(r, c.term, where, v))
     return out

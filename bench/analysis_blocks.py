@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.frame import SweepFrame  # noqa: E402
-from analysis.load import read_parquet  # noqa: E402
+from analysis.load import read_parquet, to_parquet  # noqa: E402
 from analysis.plan import plan_text  # noqa: E402
 from analysis.report import build_report  # noqa: E402
 
@@ -89,8 +89,6 @@ def commands(sweep: SweepFrame) -> str:
     parquet export, each a fresh process, whole wall times."""
     import subprocess
     import tempfile
-
-    from analysis.load import to_parquet
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "runs.parquet"

@@ -15,7 +15,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
+from trials.store.client import tracking_client
 
 from analysis.attribution import analyse
 from analysis.load import load_runs
@@ -24,7 +24,7 @@ LEVELS = {"D1": ("shifted", "aligned"), "D2": ("const4", "block"), "D9": ("hidde
 
 
 def populate(uri: str, n: int) -> None:
-    client = MlflowClient(uri)
+    client = tracking_client(uri)
     exp = client.create_experiment("scale")
     parent = client.create_run(exp, run_name="sweep scale", tags={"sweep_parent": "true"}).info.run_id
     client.log_param(parent, "factors", '{"D1": {"shifted": {}, "aligned": {}}, "D2": {"const4": {}, "block": {}}, '

@@ -30,7 +30,7 @@ import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible m
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the repo's packages
 
-from trials import spec as specmod  # noqa: E402
+from trials import validate  # noqa: E402
 from trials.local import bind_targets, run_local  # noqa: E402
 from trials.timing import TimingSettings  # noqa: E402
 
@@ -52,7 +52,7 @@ class Log:
 
 
 def study_spec(cpu: bool, replicates: int, draft_steps: int, overrides: dict):
-    spec = specmod.load(ROOT / "sweeps" / "d1-d2-d9.yaml")
+    spec = validate.load(ROOT / "sweeps" / "d1-d2-d9.yaml")
     base = {"draft_steps": draft_steps, "eval_interval": max(1, draft_steps // 4), "checkpoint_every_s": 1e9,
             **overrides}
     if cpu:
@@ -61,7 +61,7 @@ def study_spec(cpu: bool, replicates: int, draft_steps: int, overrides: dict):
     raw = {"name": spec.name, "base": {**spec.base, **base}, "factors": spec.factors, "replicates": replicates,
            "description": spec.description, "responses": spec.responses,
            "resources": {"cpu": 1, "gpu": 0} if cpu else spec.resources}
-    return specmod.parse(raw)
+    return validate.parse(raw)
 
 
 def probe(log: Log, cpu: bool, steps: int, storage: Path, overrides: dict) -> tuple[float, float]:

@@ -1,14 +1,15 @@
 """How long the reading commands take to answer (issue: each under 2 s on this machine):
 `trials status`, `trials list` (from storage and from a store), `trials validate` and
-`analysis plan`, on the demo's sweep with 3 replicates written into a fresh SQLite store and
-storage folder through the trials' own Ledger; with `--store URI --sweep NAME`, `plan` on an
-existing sweep as well (the paper study's, say).
+`analysis plan`, on the demo's sweep with 3 replicates written into a fresh SQLite store
+(through the trials' own Ledger) and a storage folder as Tune leaves it (each trial's folder
+and result file, `trials.layout`); with `--store URI --sweep NAME`, `plan` on an existing
+sweep as well (the paper study's, say).
 
 Prints, per command, the median wall time of a few runs and its ratio to the 2 s target,
 beside two references measured in the same run (this machine is shared and noisy): MLflow's
-own client imported and asked one question (what every reading command paid before it read
-through `dspark.reader`), and importing the statistics `plan` needs (statsmodels), which
-no plan can go below.
+own client imported and asked one question (what a command pays that reads a SQLite store:
+`trials status` and `list` answer from storage instead), and importing the statistics `plan`
+needs (statsmodels), which no plan can go below.
 
     .venv/bin/python bench/reading_commands.py [--repeats 3] [--store URI --sweep NAME]
 """
@@ -22,6 +23,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from trials.store.keys import DONE_KEY
+from trials.registry import split_name
+from trials import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,9 +40,10 @@ def build(folder: Path) -> tuple[str, Path, Path]:
     import numpy as np
     import yaml
 
-    from dspark.metrics import split_name
-    from trials.runner import _save_sweep_files
-    from trials.spec import load
+    import json
+
+    from trials.saved import save_sweep_files
+    from trials.validate import load
     from trials.tracking import Ledger
 
     raw = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())
@@ -60,10 +65,15 @@ def build(folder: Path) -> tuple[str, Path, Path]:
             point.update({split_name(r, g): float(x) for g, x in enumerate(groups)})
         ledger.log_metrics(run_id, point, step=500)
         ledger.finish(run_id, "FINISHED")
+        trial_dir = folder / "st" / "bench" / layout.trial_dirname(f"bench_{t.run_order:05d}", t.key)
+        trial_dir.mkdir(parents=True)
+        (trial_dir / layout.RESULT_FILE).write_text(json.dumps({**point, "step": 500}) + "\n" +
+                                                    json.dumps({**point, "step": 500, DONE_KEY: 1.0}) + "\n")
     ledger.finish(ledger.parent_id, "FINISHED")
     storage = folder / "st"
-    (storage / "bench").mkdir(parents=True)
-    _save_sweep_files(storage / "bench", spec, uri, None)
+    save_sweep_files(storage / "bench", spec, uri, None)
+    layout.save_experiment(storage / "bench", ledger.experiment_id, ledger.parent_id,
+                           lambda path, text: path.write_text(text))
     return uri, storage, spec_file
 
 
@@ -97,8 +107,8 @@ def main() -> None:
         if args.store and args.sweep:
             commands[f"analysis plan {args.sweep}"] = [py, "-m", "analysis.cli", "plan", args.sweep,
                                                        "--tracking-uri", args.store]
-        mlflow_s = timed([py, "-c", "from mlflow.tracking import MlflowClient\n"
-                          f"MlflowClient({uri!r}).search_experiments(max_results=1)"], args.repeats)
+        mlflow_s = timed([py, "-c", "from trials.store.client import tracking_client\n"
+                          f"tracking_client({uri!r}).search_experiments(max_results=1)"], args.repeats)
         stats_s = timed([py, "-c", "import pandas, statsmodels.formula.api"], args.repeats)
         print(f"references (median of {args.repeats}): MLflow's client imported and asked one question "
               f"{mlflow_s:.2f} s; importing pandas and statsmodels {stats_s:.2f} s")

@@ -1,6 +1,9 @@
 """Ray Tune + MLflow overhead: a small sweep through the real stack against the same
 trials run one after another in a plain loop (dspark.train, no Ray, no tracking), the
-loop's time divided by the sweep's parallelism.
+loop's time divided by the sweep's parallelism. The parts of the sweep's time are measured
+by the bench's own stopwatches, set in the sweep's place for its runs: a Tune callback, a
+timed MLflow client, and a trainable that times each trial's imports and `tune.report`
+(a user's sweep records none of them).
 
     python bench/sweep_overhead.py [--draft-steps 600] [--checkpoint-every-s 60]
 """
@@ -8,8 +11,11 @@ loop's time divided by the sweep's parallelism.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible mode)
@@ -18,8 +24,10 @@ import torch
 from dspark.train import train, train_shared_target
 from ray.tune import Callback
 
-from trials import runner
-from trials.spec import parse
+from trials import cluster, runner, tracking
+from trials.validate import parse
+from dspark import targets
+from trials.trainable import trial_fn
 
 PARALLEL = 2
 
@@ -95,6 +103,59 @@ class TimedClient:
         return timed
 
 
+def stopwatch_trainable(cost_dir: str):
+    """`trials.trainable.trainable` with a stopwatch around each trial, in its worker: the
+    seconds its torch and dspark.train imports take (none in an actor Tune reuses, which has
+    them) and the seconds in `tune.report`, which persists each checkpoint to the sweep's
+    storage (the trial's last report included). Each trial writes {"import", "report"} to
+    a JSON file of its own in `cost_dir`."""
+    from ray import tune
+
+    def make(spec, resume_dirs: dict[str, str]):
+        res = {"cpu": spec.resources.get("cpu", 1), "gpu": spec.resources.get("gpu", 0)}  # as trials.trainable asks
+
+        def fn(params):
+            entered = time.perf_counter()
+            import torch  # noqa: F401
+            import dspark.train  # noqa: F401  (in the trial: the import is what is timed)
+            cost = {"import": time.perf_counter() - entered, "report": 0.0}
+            report = tune.report
+
+            def timed_report(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return report(*args, **kwargs)
+                finally:
+                    cost["report"] += time.perf_counter() - t0
+
+            tune.report = timed_report  # this worker's Tune: trial_fn looks tune.report up at each call
+            try:
+                t = spec.trial_for(params)
+                trial_fn(spec.workload, t.key, t.config, res["cpu"], resume_dirs.get(t.key))
+            finally:
+                tune.report = report  # a reused actor runs the next trial with it restored
+                (Path(cost_dir) / f"{uuid.uuid4().hex}.json").write_text(json.dumps(cost))
+
+        fn.__name__ = f"{spec.wl.name}_trial"
+        return tune.with_resources(fn, res)
+
+    return make
+
+
+@contextlib.contextmanager
+def stopwatches(cost_dir: Path):
+    """For a sweep run inside it: the driver's MLflow calls timed (their seconds in the list
+    it yields) and each trial's imports and reports (`stopwatch_trainable`, in cost_dir)."""
+    spent = [0.0]
+    plain_client, plain_trainable = tracking.tracking_client, runner.trainable
+    tracking.tracking_client = lambda uri: TimedClient(plain_client(uri), spent)
+    runner.trainable = stopwatch_trainable(str(cost_dir))
+    try:
+        yield spent
+    finally:
+        tracking.tracking_client, runner.trainable = plain_client, plain_trainable
+
+
 def analysis_seconds(s, uri: str) -> float:
     """How long the attribution of the sweep takes (load + ANOVA), after it."""
     from analysis.anova import AnalysisError
@@ -112,33 +173,28 @@ def analysis_seconds(s, uri: str) -> float:
 def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool = False) -> dict:
     """The sweep through Ray Tune + MLflow, its parts timed from outside: Ray's start and
     shutdown here (as `trials run` pays them, unless `ray_running`), Tune's run and the
-    trials by SweepClock, the driver's MLflow calls by TimedClient."""
+    trials by SweepClock, the driver's MLflow calls and each trial's imports and reports by
+    `stopwatches`."""
     import shutil
 
     import ray
-
-    from dspark import targets
-    from trials import tracking
 
     h, _ = targets.address(s.trials[0].config)
     dest = targets.target_file(Path(tmp) / f"st-{tag}", h)
     dest.parent.mkdir(parents=True)
     shutil.copy(target, dest)  # the shared target is common to both paths: not timed
-    clock, spent = SweepClock(), [0.0]
-    plain_client = tracking.tracking_client
-    tracking.tracking_client = lambda uri: TimedClient(plain_client(uri), spent)
+    clock, cost_dir = SweepClock(), Path(tmp) / f"cost-{tag}"
+    cost_dir.mkdir()
     t0 = time.perf_counter()
-    try:
+    with stopwatches(cost_dir) as spent:
         if not ray_running:
-            runner.init_ray(None)  # the local Ray `trials run` starts
+            cluster.init_ray(None)  # the local Ray `trials run` starts
         t_ray = time.perf_counter()
         out = runner.run(s, tracking_uri=f"sqlite:///{tmp}/m-{tag}.db", storage=f"{tmp}/st-{tag}", verbose=0,
                          callbacks=[clock])
         t_run = time.perf_counter()
         if not ray_running:
             ray.shutdown()
-    finally:
-        tracking.tracking_client = plain_client
     t_end = time.perf_counter()
     total = t_end - t0  # as `trials run` pays it: Ray's start and shutdown included
     first = min(a for a, _ in clock.trials.values())
@@ -150,12 +206,13 @@ def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool 
     parts = {"before_tune": clock.tune_start - t_ray, "tune_start": first - clock.tune_start,
              "tune_end": clock.tune_end - last, "close": t_run - clock.tune_end, "ray_shutdown": t_end - t_run}
     df = out["results"].get_dataframe()
-    analysis_s = analysis_seconds(s, f"sqlite:///{tmp}/m-{tag}.db")
+    costs = [json.loads(p.read_text()) for p in cost_dir.glob("*.json")]  # one per trial
     walls = [b - a for a, b in clock.trials.values()]
     return {"total": total, "ray_start": ray_start, "around": around, "parts": parts, "tracking": spent[0],
-            "analysis": analysis_s, "wall": sum(walls) / len(walls), "in_trainable": float(df["time_total_s"].mean()),
-            "import": float(df["trial/import_s"].mean()), "report": float(df["trial/report_s"].mean()),
-            "reports": float(df["training_iteration"].mean())}
+            "analysis": analysis_seconds(s, f"sqlite:///{tmp}/m-{tag}.db"), "wall": sum(walls) / len(walls),
+            "in_trainable": float(df["time_total_s"].mean()),
+            "import": sum(c["import"] for c in costs) / len(costs),
+            "report": sum(c["report"] for c in costs) / len(costs), "reports": float(df["training_iteration"].mean())}
 
 
 def main() -> None:
@@ -206,7 +263,7 @@ def warm_ray(s, target: Path, tmp: str) -> dict:
     """The same sweep on a Ray started beforehand and left running, as a cluster is."""
     import ray
 
-    runner.init_ray(None)  # the local Ray `trials run` would start, bound to loopback
+    cluster.init_ray(None)  # the local Ray `trials run` would start, bound to loopback
     try:
         return through_ray(s, target, tmp, tag="warm", ray_running=True)
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from trials.store.client import tracking_client
 
 PAIRS = (("spec/speedup", "spec/speedup_sweep"), ("train/step_ms", "train/step_ms_sweep"))
 
@@ -89,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 def first_points(df, uri: str) -> dict[str, dict[str, float]]:
     """Per `..._sweep` response that a re-evaluation logged again (a run holds more than one
     point of it): each run's first point, the one its trial timed while it trained."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
+    client = tracking_client(uri)
     out: dict[str, dict[str, float]] = {}
     for _, sweep in PAIRS:
         if sweep not in df.columns or "run_id" not in df.columns:

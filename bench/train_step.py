@@ -1,10 +1,15 @@
 """Drafter-stage training step with and without the sequential + confidence heads.
 
-The paper requires T_sequential << T_parallel (its Fig 4: the heads cost 0.2-1.3%). Both
-variants run interleaved and repeated in one process (timings here vary by up to 30%
-between processes); medians are reported, with tokens/s of both stages.
+The paper requires T_sequential << T_parallel (its Fig 4: the heads cost 0.2-1.3%). Each
+arm is a Trainer of its own, timed through its public `Trainer.step` (what a run's loop
+runs: forward, loss, backward, clipping, AdamW and schedule): the draft stage with the
+preset's heads; the draft stage without them (head none, its confidence head on h alone,
+a D -> 1 projection: the nearest config to the bare parallel stage); the target stage.
+The arms run interleaved on the same batches and repeated in one process (timings here
+vary by up to 30% between processes); medians are reported, with tokens/s of both stages.
+The draft arms distil an untrained target: a step's time does not depend on the weights.
 
-    python bench/train_step.py [--preset small] [--repeats 15]
+    python bench/train_step.py [--preset small] [--repeats 15]    # quick: --preset tiny --repeats 3
 """
 
 from __future__ import annotations
@@ -15,12 +20,9 @@ import time
 
 import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible mode)
 import torch
-import torch.nn.functional as F
 
-from dspark.blocks import draft_blocks, trainable_parameters
-from dspark.config import VOCAB_SIZE, from_dict
+from dspark.config import VOCAB_SIZE, Config, from_dict
 from dspark.data import sample_batch
-from dspark.loss import dspark_loss
 from dspark.train import Trainer
 
 
@@ -46,50 +48,29 @@ def _time(fn) -> float:
     return time.perf_counter() - t0
 
 
-def make_steps(t: Trainer, cfg):
-    """(draft step with heads, draft step without them, target step): each returns seconds."""
-    models, params = t.models, trainable_parameters(t.models)
-    opt = torch.optim.AdamW(params, lr=1e-4)
-    target_opt = torch.optim.AdamW(t.target.parameters(), lr=1e-4)
-    gen = torch.Generator().manual_seed(0)
+def make_arms(cfg: Config) -> dict[str, Trainer]:
+    """The three arms, each a Trainer on one corpus, in the stage whose step it times."""
+    target = Trainer(cfg)  # a new trainer stands in its target stage
+    with_heads = Trainer(cfg, corpus=target.corpus)
+    bare = Trainer(cfg.replace(head="none", confidence_input="hidden"), corpus=target.corpus)
+    for t in (with_heads, bare):
+        t.start_draft()
+    return {"with heads": with_heads, "without heads": bare, "target": target}
 
-    def batch():
-        return sample_batch(t.corpus.train, cfg.batch_size, cfg.seq_len + 1, gen)
 
-    def draft_step(with_heads: bool) -> float:
-        x = batch()
-        anchors = t.anchors(x.shape[0])
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            lm = t.target(x[:, :-1])
-        head = models.head
-        if not with_heads:  # the bare parallel stage: U_k alone, no sequential bias, no confidence head
-            models.head = _Bare()
-        out = draft_blocks(models, x, anchors, cfg.window, lm=lm)
-        models.head = head
-        res = dspark_loss(draft_logits=out.draft_logits, target_logits=out.target_logits, labels=out.labels,
-                          valid=out.valid, confidence_logits=out.conf_logits if with_heads else None,
-                          decay_gamma=cfg.decay_denominator, alphas=(cfg.alpha_ce, cfg.alpha_tv, cfg.alpha_conf))
-        opt.zero_grad(set_to_none=True)
-        res["loss"].backward()
-        opt.step()
-        return time.perf_counter() - t0
-
-    def target_step() -> float:
-        x = batch()
-        t0 = time.perf_counter()
-        for p in t.target.parameters():
-            p.requires_grad_(True)
-        logits = t.target(x[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-        target_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        target_opt.step()
-        for p in t.target.parameters():
-            p.requires_grad_(False)
-        return time.perf_counter() - t0
-
-    return (lambda: draft_step(True)), (lambda: draft_step(False)), target_step
+def time_steps(arms: dict[str, Trainer], cfg: Config, repeats: int) -> dict[str, list[float]]:
+    """Seconds of each arm's `step`, `repeats` rounds, every round one batch (B, T + 1) and
+    its anchors (B, A) given to every arm in turn, so all see the same data and machine state."""
+    gen, device = torch.Generator().manual_seed(0), arms["target"].device
+    times: dict[str, list[float]] = {a: [] for a in arms}
+    for _ in range(repeats):
+        x = sample_batch(arms["target"].corpus.train, cfg.batch_size, cfg.seq_len + 1, gen).to(device)
+        anchors = arms["with heads"].anchors(x.shape[0]).to(device)
+        for a, t in arms.items():
+            t0 = time.perf_counter()
+            t.step(x, None if t.stage == "target" else anchors)
+            times[a].append(time.perf_counter() - t0)
+    return times
 
 
 def main() -> None:
@@ -98,16 +79,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     cfg = from_dict({"preset": args.preset, "spec_prompts": 0, "out_dir": "bench/out/train_step"})
-    t = Trainer(cfg)
-    t.start_draft()
-    steps = make_steps(t, cfg)
-    for _ in range(3):  # warm-up
-        [step() for step in steps]
-    times = [[], [], []]
-    for _ in range(args.repeats):  # interleaved, so all three see the same machine state
-        for acc, step in zip(times, steps):
-            acc.append(step())
-    mw, mo, mt = (statistics.median(v) for v in times)
+    arms = make_arms(cfg)
+    time_steps(arms, cfg, 3)  # warm-up
+    mw, mo, mt = (statistics.median(v) for v in time_steps(arms, cfg, args.repeats).values())
     tokens = cfg.batch_size * cfg.seq_len
     peak = peak_flops()
     achieved = tokens / mt * target_flops_per_token(cfg)
@@ -121,11 +95,6 @@ def main() -> None:
     print(f"target stage tokens/s      {tokens / mt:8.0f}")
     print(f"target stage MFU           {100 * achieved / peak:8.1f} %   ({achieved / 1e9:.1f} GFLOP/s of a measured "
           f"fp32 matmul peak of {peak / 1e9:.1f} GFLOP/s)")
-
-
-class _Bare(torch.nn.Module):
-    def forward(self, h, U, prev):
-        return U, U.new_zeros(U.shape[:-1])
 
 
 if __name__ == "__main__":

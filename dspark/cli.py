@@ -15,7 +15,10 @@ import yaml
 
 from .config import PRESETS, Config, from_dict, parse_overrides
 from .metrics import DEFAULT_RESPONSES, HEADLINE
-from .record import absolute_uri, ui_url
+from trials.store.client import absolute_uri, run_command
+from trials.store.ui import ui_url
+from trials.store.runs import TrainRun, git_commit
+from trials.store.reader import probe_store
 
 
 def load_config_file(path: str) -> dict:
@@ -101,19 +104,26 @@ def _write_run_files(trainer, final: dict, save_target_to: str | None) -> Path:
     return out
 
 
-def cmd_train(args) -> int:
-    from .train import Trainer, load_target, read_checkpoint
+def refuse_bad_inputs(args, cfg: Config) -> None:
+    """A checkpoint to resume from that this config cannot resume, or a target_path that
+    holds no target, refused in one line."""
+    from .checkpoint import read_checkpoint
+    from .targets import load_target
 
-    cfg = build_config(args)
-    # refuse a bad checkpoint, target or store before any work starts
     if args.resume:
         read_checkpoint(args.resume, cfg)
     if cfg.target_path:
         load_target(cfg.target_path)
+
+
+def cmd_train(args) -> int:
+    from .train import Trainer
+
+    cfg = build_config(args)
+    # refuse a bad checkpoint, target or store before any work starts
+    refuse_bad_inputs(args, cfg)
     uri = absolute_uri(args.tracking_uri) if args.tracking_uri else None
     if uri:
-        from .record import probe_store
-
         probe_store(uri, writable=True)
     console = Console()
     tracked = None
@@ -127,8 +137,6 @@ def cmd_train(args) -> int:
     print(f"corpus sha256 {trainer.data_sha256[:16]}  docs {trainer.corpus.n_docs}  "
           f"target {trainer.target_hash}  device {trainer.device}  out {cfg.out_dir}", file=sys.stderr)
     if uri:
-        from .track import TrainRun, git_commit
-
         tracked = TrainRun(uri, args.experiment, args.run_name or Path(cfg.out_dir).name, cfg.to_dict(),
                            {"seed": str(cfg.seed), "target_hash": trainer.target_hash,
                             "data_sha256": trainer.data_sha256, "git_commit": git_commit()})
@@ -186,13 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "train":
-            return cmd_train(args)
-    except ValueError as e:
-        print(f"dspark: error: {e}", file=sys.stderr)
-        return 2
-    return 1
+    if args.command != "train":
+        return 1
+    return run_command("dspark", lambda: cmd_train(args), getattr(args, "tracking_uri", None))
 
 
 if __name__ == "__main__":

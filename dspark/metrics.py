@@ -1,8 +1,10 @@
 """What every metric means, in one table: its name, which direction is better, its unit,
 the stages that measure it, where it is degenerate or constant, and whether it is a
-headline column. Attribution, the report, Tune's progress columns, the trainer's console
-line and the Responses table in docs/responses.md all read it; adding a response means adding a row
-here and the code that computes it.
+headline column. It is DSpark's metric registry as the engine reads it (`Workload.metrics`;
+the rules over the rows, such as which direction is better or why a stage cannot rank a
+metric, are `trials.registry`'s): attribution, the report, Tune's progress columns, the
+trainer's console line and the Responses table in docs/responses.md all read it; adding a
+response means adding a row here and the code that computes it.
 
 Names are the trainer's (`tf/accept@3`); a family row (`tf/accept@k`) covers every slot
 or threshold suffix, and a `_sts` suffix (after Sequential Temperature Scaling) shares its
@@ -11,7 +13,6 @@ base metric's row. Plain data only: importing it loads neither torch nor MLflow.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -186,12 +187,6 @@ def jack_groups(items: int) -> int:
     return max(0, min(int(items), JACK_GROUPS))
 
 
-def is_timed(name: str) -> bool:
-    """A wall-clock response of the timing pass (more prompts do not reduce its noise)."""
-    m = lookup(name)
-    return bool(m is not None and m.timed)
-
-
 def lookup(name: str) -> Metric | None:
     """The registry row of a metric name, or None for a name it does not know."""
     base = name.replace("_sts", "", 1) if "_sts" in name else name  # conf/ece_mean_sts, conf/ece_sts@2
@@ -210,66 +205,3 @@ def lookup(name: str) -> Metric | None:
         family = base[:m.start()] + suffix
         return _BY_NAME.get(family)
     return None
-
-
-def better(name: str) -> str:
-    """'higher' or 'lower' is better ('higher' for a name the registry does not know)."""
-    m = lookup(name)
-    return m.better if m is not None and m.better else "higher"
-
-
-def degenerate_reason(stage: str | None, name: str) -> str | None:
-    """Why a metric cannot rank arms in a stage, or None."""
-    m = lookup(name)
-    return (m.degenerate_in or {}).get(stage or "") if m is not None else None
-
-
-def unmeasured_reason(stage: str | None, name: str) -> str | None:
-    """Why a stage cannot give a metric at all (not measured there, degenerate or constant), or None."""
-    m = lookup(name)
-    if m is None or stage is None:
-        return None
-    if stage not in m.stages:
-        return f"not measured in the {stage} stage (measured in: {', '.join(m.stages)})"
-    return (m.degenerate_in or {}).get(stage) or (m.constant_in or {}).get(stage)
-
-
-def headline(stage: str | None = None) -> tuple[str, ...]:
-    """The headline columns, those a stage measures and can rank first when given."""
-    return tuple(n for n in HEADLINE if stage is None or unmeasured_reason(stage, n) is None)
-
-
-# ---------------------------------------------------------------- primary responses, as declared
-
-PRIMARY_FORM = "{better: higher|lower, margin: NUMBER}"
-
-
-def margin_problem(margin) -> str | None:
-    """Why a margin is unusable (None when it is a finite number > 0)."""
-    if margin is None:
-        return "required: the smallest effect that would change a decision"
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
-        return f"must be a finite number > 0, got {margin!r}"
-    return None
-
-
-def primary_response(name: str, decl, where: str) -> tuple[dict | None, str | None]:
-    """One primary response as a spec declares it (`name: {better, margin}`), checked: a
-    metric the registry knows, a finite margin > 0, and a better direction that is the
-    registry's (stated or left out). Returns (the clean declaration, None) or (None, one
-    line starting with `where`). The spec (`trials.spec`) and the analysis's readers of a
-    recorded sweep (`analysis.load`: a parquet export, a parent run) check alike here."""
-    known = lookup(name)
-    if known is None:
-        return None, f"{where}: not a metric the trainer reports (see docs/responses.md)"
-    if not isinstance(decl, dict) or set(decl) - {"better", "margin"}:
-        return None, f"{where}: must be {PRIMARY_FORM}"
-    problem = margin_problem(decl.get("margin"))
-    if problem:
-        return None, f"{where}.margin: {problem}"
-    direction = decl.get("better", known.better)
-    if direction not in ("higher", "lower"):
-        return None, f"{where}.better: 'higher' or 'lower', got {direction!r}"
-    if known.better and direction != known.better:
-        return None, f"{where}.better: {known.better} is better for {name}, not {direction}"
-    return {"better": direction, "margin": float(decl["margin"])}, None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -20,6 +21,22 @@ import torch
 from .config import Config
 from .data import build_corpus
 from .model import TargetLM
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
+    """A file written whole or not at all (a temporary file beside it, then `os.replace`), so
+    that a reader of the shared target's progress never sees half of it. The engine's store
+    has its own for storage (`trials.store.kept`): the workload imports no engine module."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def target_hash(cfg: Config, data_sha256: str) -> str:

@@ -4,24 +4,23 @@ Drafter stage (the paper): stage 1 trains the target LM on bytes (or loads it fr
 `target_path`), stage 2 freezes it and trains the parallel drafter, the sequential head
 and the confidence head on the DSpark loss. Backbone stage (the seed's wiring): one stage
 in which the LM trains on CE_lm + aux_weight * L_dspark with its own hidden states and
-logits as the parallel stage.
+logits as the parallel stage. Both stages train through `Trainer.step`, one optimizer
+step on a batch, which the benches and the timing pass time too.
 
 Every `eval_interval` steps the trainer evaluates, writes a checkpoint holding the whole
-state (models, optimizer, scheduler, RNG streams, data position) and calls
-`report(metrics, checkpoint_dir)`. A run resumed from a checkpoint ends with the same
-final metrics as one that never stopped (exactly, on CPU). Knows nothing of Ray or MLflow.
+state (models, optimizer, scheduler, RNG streams, data position; its format is
+`dspark.checkpoint`) and calls `report(metrics, checkpoint_dir)`. A run resumed from a
+checkpoint ends with the same final metrics as one that never stopped (exactly, on CPU).
+Knows nothing of Ray or MLflow.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
-import shutil
 import time
-import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,17 +28,18 @@ import torch
 import torch.nn.functional as F
 
 from .blocks import Models, draft_blocks, trainable_parameters
-from .config import VOCAB_SIZE, Config, from_dict, with_role
+from .checkpoint import read_checkpoint, write_checkpoint
+from .config import VOCAB_SIZE, Config, from_dict
 from .curves import describe_curve
 from .artifacts import training_curves
 from .data import Corpus, build_corpus, held_out_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
-from .kept import write_atomic
 from .loss import dspark_loss
 from .model import Drafter, TargetLM, sync
-from .targets import load_target, save_target, target_hash
+from .targets import load_target, save_target, target_hash, write_atomic
 from .windows import random_anchors, strided_anchors
+from .speculative_eval import evaluate_speculative
 
 Report = Callable[[dict, "str | None"], None]
 BeforeStep = Callable[[int, bool], None]  # (head-stage step, resumed): e.g. a test's injected fault
@@ -59,23 +59,6 @@ def autocast_for(cfg: Config, device: torch.device):
     return contextlib.nullcontext
 
 
-# Config fields that do not change what trains (the evaluation and plumbing roles): every
-# other field must match a checkpoint's for a run to resume from it.
-NOT_TRAINING = with_role("evaluation", "plumbing")
-
-
-def training_changes(saved: dict[str, Any], cfg: Config) -> list[str]:
-    """The fields whose value in `cfg` would train something other than the checkpoint
-    `saved` (a config dict) did, compared on resolved values."""
-    try:
-        before = from_dict(saved).objective_dict()
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"resume: the checkpoint's config is not valid ({e})") from None
-    now = cfg.objective_dict()
-    keys = sorted((set(before) | set(now)) - set(NOT_TRAINING))
-    return [k for k in keys if before.get(k) != now.get(k)]
-
-
 def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
     def f(step: int) -> float:
         if step < warmup:
@@ -92,60 +75,6 @@ def make_optimizer(params, lr: float, weight_decay: float, warmup: int, total: i
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(warmup, total))
     return opt, sched
-
-
-CHECKSUM_FILE = "state.sha256"  # beside state.pt: its SHA-256, written after it, checked before loading
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def checkpoint_problem(ckpt_dir: str | os.PathLike) -> str | None:
-    """Why a checkpoint folder is not intact (None when it is): no state.pt, or a state.pt
-    whose bytes are not the ones its checksum recorded (a copy cut short by a full disk or
-    a kill). A checkpoint written before checksums existed is judged by loading alone."""
-    d = Path(ckpt_dir)
-    if not d.is_dir():
-        return f"{d} is not a checkpoint directory"
-    if not (d / "state.pt").is_file():
-        return f"{d} holds no state.pt"
-    try:
-        if (d / CHECKSUM_FILE).is_file():
-            if _sha256(d / "state.pt") != (d / CHECKSUM_FILE).read_text().strip():
-                return f"{d / 'state.pt'} does not match its checksum (truncated or altered)"
-        elif not zipfile.is_zipfile(d / "state.pt"):  # torch's format is a zip: a cut one lacks its directory
-            return f"{d / 'state.pt'} is not a dspark checkpoint (cut short, or not a torch file)"
-    except (OSError, UnicodeDecodeError) as e:  # unreadable: permissions, an I/O error
-        return f"{d} cannot be read ({getattr(e, 'strerror', None) or type(e).__name__})"
-    return None
-
-
-def read_checkpoint(ckpt_dir: str | os.PathLike, cfg: Config, device="cpu", mmap: bool = False) -> dict:
-    """A checkpoint's state (weights_only), refused with one line when it is not an intact
-    dspark checkpoint or when `cfg` would train something other than it did. `mmap`: the
-    tensors are mapped, not read (a check that it loads, at little cost)."""
-    path = Path(ckpt_dir) / "state.pt"
-    problem = checkpoint_problem(ckpt_dir)
-    if problem:
-        raise ValueError(f"resume: {problem}")
-    try:
-        state = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
-        saved = json.loads(state["config"])
-        for key in ("data_sha256", "stage", "step", "head", "rng", "history"):
-            state[key]
-    except Exception as e:  # truncated, random bytes, a refused pickle, another dict
-        raise ValueError(f"resume: {path} is not a dspark checkpoint ({type(e).__name__})") from None
-    changed = training_changes(saved, cfg)
-    if changed:
-        now = cfg.to_dict()
-        raise ValueError("resume: the checkpoint trained with other values of " + ", ".join(
-            f"{k} ({saved.get(k)!r}, now {now.get(k)!r})" for k in changed) + "; resuming would change what trains")
-    return state
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -225,10 +154,7 @@ class Trainer:
         return state
 
     def save_checkpoint(self) -> str:
-        ckpt = self.out_dir / "checkpoint"
-        tmp = self.out_dir / "checkpoint.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        """The whole state of this run, written as out_dir/checkpoint (`dspark.checkpoint`)."""
         state = {
             "stage": self.stage, "step": self.stage_step,
             "config": json.dumps(self.cfg.to_dict()),
@@ -241,13 +167,7 @@ class Trainer:
             "rng": self._rng_state(),
             "history": json.dumps(self.history),
         }
-        torch.save(state, tmp / "state.pt")
-        (tmp / CHECKSUM_FILE).write_text(_sha256(tmp / "state.pt"))
-        (tmp / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
-        if (self.out_dir / "artifacts").is_dir():
-            shutil.copytree(self.out_dir / "artifacts", tmp / "artifacts")
-        shutil.rmtree(ckpt, ignore_errors=True)
-        os.replace(tmp, ckpt)
+        ckpt = write_checkpoint(self.out_dir, state, self.cfg.to_dict())
         self._checkpointed_at = time.perf_counter()
         return str(ckpt)
 
@@ -343,25 +263,20 @@ class Trainer:
         return self.final_metrics()
 
     def train_target(self) -> None:
-        """The target stage: next-byte CE on the corpus until target_steps."""
+        """The target stage: next-byte CE on the corpus until target_steps, one `step` each."""
         cfg = self.cfg
-        self.target.train()
         tokens, t0 = 0, time.perf_counter()
         while self.stage_step < cfg.target_steps:
             x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.target_data_gen).to(self.device)
-            with self.autocast():
-                logits = self.target(x[:, :-1]).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
-            self._optimizer_step(loss, list(self.target.parameters()))
+            stats = self.step(x)
             self.stage_step += 1
             tokens += x[:, :-1].numel()
-            self._tick(cfg.target_steps, {"loss": loss.item()})
+            self._tick(cfg.target_steps, {"loss": stats["loss"]})
             if self.stage_step % cfg.eval_interval == 0 or self.stage_step == cfg.target_steps:
-                self.target.eval()
-                m = {"target/loss": loss.item(),
+                self.target.eval()  # the next step puts it back in training mode
+                m = {"target/loss": stats["loss"],
                      "val/bpb": lm_bpb(self.target, self.val_batches, self.device, self.autocast),
                      "target/tokens_per_s": tokens / (time.perf_counter() - t0), "step": self.stage_step}
-                self.target.train()
                 self._emit(m, checkpoint=True, stage_end=self.stage_step == cfg.target_steps)
         self.target.eval()
 
@@ -411,18 +326,36 @@ class Trainer:
                 self._emit(m, checkpoint=True, stage_end=self.stage_step == total)
         self._train_mode(False)
 
-    def step(self, x: torch.Tensor, anchors: torch.Tensor) -> dict[str, float]:
-        """One optimizer step of the head stage (draft, or the backbone's joint stage) on a
-        batch x (B, T + 1) with its block anchors (B, A), the device synchronised after it:
-        the loss and its logged parts, as floats. Advances neither the stage's step count
-        nor any data stream: the caller owns both (train_head, or the timing pass)."""
-        if self.stage not in ("draft", "joint"):
-            raise ValueError(f"step: the trainer is in stage {self.stage!r}; a step needs the draft or joint stage")
-        self._train_mode(True)
-        loss, parts = self.head_loss(x, anchors)
-        self._optimizer_step(loss, trainable_parameters(self.models))
+    def step(self, x: torch.Tensor, anchors: torch.Tensor | None = None) -> dict[str, float]:
+        """One training step of the stage the trainer is in, on a batch x (B, T + 1): the
+        loss, its backward pass, gradient clipping, the optimizer's and the schedule's step,
+        the device synchronised after it. The target stage trains the LM on next-byte CE;
+        a head stage (draft, or the backbone's joint stage) needs the batch's block anchors
+        (B, A). Returns the step's statistics as floats: `loss` and, in a head stage, its
+        logged parts. Advances neither the stage's step count nor any data stream: the
+        caller owns both (the stage loops, the benches, the timing pass)."""
+        if self.stage == "target":
+            self.target.train()
+            loss, parts = self._target_loss(x), {}
+            params = list(self.target.parameters())
+        elif self.stage in ("draft", "joint"):
+            if anchors is None:
+                raise ValueError(f"step: the {self.stage} stage needs the batch's block anchors (B, A)")
+            self._train_mode(True)
+            loss, parts = self.head_loss(x, anchors)
+            params = trainable_parameters(self.models)
+        else:
+            raise ValueError(f"step: the trainer is in stage {self.stage!r}; a step needs the target, draft "
+                             "or joint stage")
+        self._optimizer_step(loss, params)
         sync(self.device)
         return {"loss": loss.item(), **{k: v.item() for k, v in parts.items()}}
+
+    def _target_loss(self, x: torch.Tensor) -> torch.Tensor:
+        """The target stage's loss on x (B, T + 1): the LM's next-byte CE."""
+        with self.autocast():
+            logits = self.target(x[:, :-1]).logits  # (B, T, V)
+        return F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
 
     def head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """One batch's loss and its logged parts. Draft stage: the DSpark loss on the frozen
@@ -475,8 +408,6 @@ class Trainer:
         return m
 
     def speculative(self, n_prompts: int, full: bool) -> dict:
-        from .speculative_eval import evaluate_speculative
-
         # the final evaluation takes minutes: its phases show as progress of their own
         phases = None
         if full and self.progress is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark.record import run_url, ui_url
+from trials.store.ui import run_url, ui_url
 from tests.analysis.conftest import synthetic_sweep
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_no_function_is_over_50_lines():
     long = []
     for package in ("dspark", "trials", "analysis", "bench"):
-        for path in sorted((ROOT / package).glob("*.py")):
+        for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     lines = node.end_lineno - node.lineno + 1
@@ -22,10 +22,11 @@ def test_no_function_is_over_50_lines():
 
 
 def test_the_reading_side_loads_no_ray_torch_or_renderer():
-    """`trials status` and `list` read through trials.saved (no Ray, Tune or torch) and the
-    store through dspark.reader (no MLflow); `analysis plan` imports statistics only (no
-    matplotlib, no renderer)."""
-    code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.load, dspark.reader\n"
+    """`trials status` and `list` answer from storage through trials.saved (no Ray, Tune,
+    torch or MLflow; the DSpark workload's registry is loaded without torch); the REST reader
+    loads no MLflow; `analysis plan` imports statistics only (no matplotlib, no renderer)."""
+    code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.load, trials.store.reader\n"
+            "import trials.workload; trials.workload.registry('dspark')\n"
             "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.render', 'analysis.plots') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -40,7 +41,7 @@ def test_the_readme_is_short_and_its_annotated_spec_is_a_valid_spec():
 
     import yaml
 
-    from trials.spec import parse
+    from trials.validate import parse
 
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 300
@@ -54,3 +55,200 @@ def test_the_readme_is_short_and_its_annotated_spec_is_a_valid_spec():
         part = {k: shipped[key][k] for k in raw[key]} if isinstance(raw[key], dict) else shipped[key]
         assert raw[key] == part, key  # the README shows the shipped spec's own settings
     assert spec.name == "paper-drafter" and len(spec.trials) == 16
+
+
+# ---------------------------------------------------------------- the layers and the graph
+
+PACKAGES = ("dspark", "trials", "analysis", "bench")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the project's packages (and the benchmarks) by dotted name."""
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(module imported, names taken from it, line) for every import in the file, at any
+    depth (in functions and `TYPE_CHECKING` blocks too), relative ones resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            out.append((module, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def _edges() -> dict[str, set[str]]:
+    """module -> the project's modules it imports (`from pkg import mod` counts as pkg.mod)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        for module, names, _ in _imports(name, path):
+            for target in [f"{module}.{n}" for n in names] + [module]:
+                if target in mods and target != name:
+                    graph[name].add(target)
+                    break
+    return graph
+
+
+def test_the_engine_and_the_statistics_import_no_workload():
+    """`trials` and `analysis` know workloads only through `trials.workload` (loaded by
+    name); the workload imports no engine (its CLI entry point only the store); the
+    statistics import of the engine only its interface and the store; the store imports
+    nothing of the project outside it."""
+    allowed_in_analysis = ("trials.store", "trials.workload", "trials.registry")
+    bad = []
+    for name, path in _modules().items():
+        for module, _, line in _imports(name, path):
+            where = f"{path.relative_to(ROOT)}:{line} imports {module}"
+            if name.startswith(("trials", "analysis")) and module.split(".")[0] == "dspark":
+                bad.append(where)
+            if name.startswith("dspark") and module.split(".")[0] in ("trials", "analysis") and not (
+                    name == "dspark.cli" and module.startswith("trials.store")):
+                bad.append(where)
+            if name.startswith("analysis") and module.startswith("trials") and not module.startswith(allowed_in_analysis):
+                bad.append(where)
+            if name.startswith("trials.store") and module.split(".")[0] in ("trials", "analysis", "dspark") and \
+                    not module.startswith("trials.store"):
+                bad.append(where)
+            if name in ("trials.workload", "trials.registry") and module.split(".")[0] in ("analysis", "dspark") or \
+                    name in ("trials.workload", "trials.registry") and module.startswith("trials") and \
+                    module not in ("trials.registry", "trials.workload"):
+                bad.append(where)
+    assert not bad, bad
+
+
+def test_no_import_cycle():
+    """The project's modules form no cycle, counting every import (function-level and
+    TYPE_CHECKING ones too): Tarjan's strongly connected components, each of one module."""
+    graph = _edges()
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                cycles.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+def test_no_private_name_crosses_modules():
+    """No module takes another's `_private` name, by import or as `module._name`."""
+    mods = _modules()
+    bad = []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        aliases = {}
+        for module, names, line in _imports(name, path):
+            if module.split(".")[0] not in PACKAGES:
+                continue
+            bad += [f"{path.relative_to(ROOT)}:{line} imports {module}.{n}" for n in names
+                    if n.startswith("_") and not n.startswith("__") and f"{module}.{n}" not in mods]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    aliases[a.asname or a.name] = a.name
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    aliases[a.asname or a.name.split(".")[0]] = a.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.attr.startswith("_") and not node.attr.startswith("__"):
+                target = aliases.get(node.value.id, "")
+                full = target if target in mods else next((m for m in mods if m.endswith("." + target)), "")
+                if full and full != name:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert not bad, bad
+
+
+MLFLOW_TABLES = ("experiments", "experiment_tags", "runs", "tags", "params", "metrics", "latest_metrics",
+                 "alembic_version", "datasets", "inputs", "trace_info")
+
+
+def test_one_place_opens_mlflow_and_nothing_reads_its_tables():
+    """Only `trials.store.client` builds an MLflow client, and no module of the project
+    speaks SQL to MLflow's tables (its schema is MLflow's, migrated by MLflow)."""
+    import re
+
+    sql = re.compile(r"\b(FROM|JOIN|INTO|UPDATE|TABLE)\s+[`\"]?(" + "|".join(MLFLOW_TABLES) + r")\b", re.I)
+    builders, readers = [], []
+    for name, path in _modules().items():
+        text = path.read_text()
+        if re.search(r"\bMlflowClient\(", text) and name != "trials.store.client":
+            builders.append(name)
+        if "sqlite3" in text or sql.search(text) or "latest_metrics" in text or "alembic_version" in text:
+            readers.append(name)
+    assert not builders and not readers, (builders, readers)
+
+
+HEAVY = ("ray", "torch", "mlflow", "matplotlib", "statsmodels", "scipy", "pandas", "numpy", "pyarrow", "nbclient",
+         "nbformat", "sqlalchemy", "requests", "psutil", "yaml")
+
+
+def _top_level_imports(name: str, path: Path) -> list[tuple[str, list[str]]]:
+    """(module, the project's submodules taken from it) for each import at the file's top level."""
+    mods = _modules()
+    top = {n.lineno for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return [(m, [f"{m}.{n}" for n in names if f"{m}.{n}" in mods]) for m, names, line in _imports(name, path)
+            if line in top]
+
+
+def test_a_function_imports_the_project_only_to_put_off_a_heavy_dependency():
+    """A function-level import of one of the project's modules is there for one reason: the
+    module loads a heavy dependency (Ray, torch, MLflow, matplotlib, ...) that the importer
+    does not, so a command that does not need it does not pay for it. Any other goes at the
+    top of the file, where a reader sees the graph."""
+    mods = _modules()
+    heavy: dict[str, set] = {}
+
+    def weight(name: str) -> set:
+        if name not in heavy:
+            heavy[name] = set()
+            for module, subs in _top_level_imports(name, mods[name]):
+                if module.split(".")[0] in HEAVY:
+                    heavy[name].add(module.split(".")[0])
+                for target in [module, *subs]:
+                    if target in mods and target != name:
+                        heavy[name] |= weight(target)
+        return heavy[name]
+
+    bad, lines = [], {name: path.read_text().splitlines() for name, path in mods.items()}
+    for name, path in mods.items():
+        top = {line for _, _, line in _imports(name, path)} - {
+            n.lineno for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for module, names, line in _imports(name, path):
+            if line not in top or module.split(".")[0] not in PACKAGES or "#" in lines[name][line - 1]:
+                continue
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in mods] or [module]
+            if all(t in mods and not (weight(t) - weight(name)) for t in targets):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module} in a function (nothing heavy)")
+    assert not bad, bad

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from dspark.config import from_dict
-from trials.spec import SpecError, parse
+from trials.spec import SpecError
+from trials.validate import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "tiny", "--set", "target_steps=4", "--set", "draft_steps=4", "--set", "eval_interval=2",
@@ -182,7 +183,7 @@ def test_a_gpu_request_on_a_machine_without_one_is_refused_at_once(tmp_path, cor
 def test_an_autoscaling_wait_is_bounded_and_names_the_resource():
     import ray
 
-    from trials.runner import check_resources
+    from trials.cluster import check_resources
 
     spec = parse({"name": "w", "base": {"preset": "tiny"}, "resources": {"cpu": 64, "gpu": 0},
                   "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
@@ -287,10 +288,10 @@ def test_a_local_ray_listens_on_loopback_only():
     import psutil
     import ray
 
-    from trials import runner
+    from trials import cluster
 
     ray.shutdown()
-    assert runner.init_ray(None, num_cpus=1)
+    assert cluster.init_ray(None, num_cpus=1)
     try:
         @ray.remote
         def warm():  # start a worker, so that its port is counted too

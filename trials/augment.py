@@ -40,9 +40,13 @@ import json
 import time
 from dataclasses import dataclass
 
-from dspark.record import SEQUENTIAL_TAG, sweep_parent
+from trials.store.keys import BATCHES_TAG, PASS_TAG, REEVAL_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, sweep_parent, sweep_trials
+from trials.store.client import tracking_client
+from trials.store.kept import keep_parent_record, sweep_storage
 
-from . import spec as specmod
+from . import expand, saved
+from .timing import TimingSettings, time_sweep
+from .lease import write_atomic
 
 
 @dataclass
@@ -74,9 +78,9 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
         raise ValueError(f"--replicates: an integer >= 1, got {replicates!r}")
     if budget_minutes is not None and not budget_minutes > 0:
         raise ValueError(f"--budget-minutes: a number > 0, got {budget_minutes!r}")
-    spec, meta = runner.load_saved(name, storage, "augment")
+    spec, meta = saved.load_saved(name, storage, "augment")
     uri = tracking_uri or meta["tracking_uri"]
-    exp_dir = runner.storage_root(storage) / name
+    exp_dir = saved.storage_root(storage) / name
     pending = pending_target(exp_dir, spec.replicates)  # an interrupted augment's, checked as input
     if until_decided and not spec.responses:
         raise ValueError(f"augment: sweep {name!r} declares no primary responses with margins "
@@ -117,7 +121,6 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
     """`--replicates N`: to the target an interrupted augment recorded, else to N more
     blocks, recorded (under the lease, before anything is added) and cleared once reached."""
     from . import runner
-    from .lease import write_atomic
 
     if pending is not None:
         target = pending["replicates"]
@@ -132,7 +135,7 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
             raise ValueError(f"--replicates: {spec.replicates} + {replicates} blocks pass the sweep's sequential "
                              f"plan of at most {planned}")
         record = json.dumps({"replicates": target, "command": kwargs["command"]})
-    spec = specmod.with_replicates(spec, target)
+    spec = expand.with_replicates(spec, target)
     out = runner.run(spec, **kwargs, leased=None if record is None else
                      (lambda d: write_atomic(d / TARGET_FILE, record)))
     _evaluate_like_the_rest(spec, kwargs)
@@ -143,8 +146,6 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
 
 def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
                    alpha: float, say, post_hoc: bool, pending: dict | None = None) -> dict:
-    from dspark.record import tracking_client
-
     from analysis.anova import AnalysisError
     from analysis.load import load_runs
 
@@ -161,12 +162,12 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     if pending is not None:  # an interrupted `--replicates` asked for these blocks: they come first
         say(f"{spec.name}: continuing to {pending['replicates']} replicate blocks, as the interrupted augment asked "
             f"(`{pending['command']}`)")
-        spec = specmod.with_replicates(spec, pending["replicates"])
+        spec = expand.with_replicates(spec, pending["replicates"])
     out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
     if pending is not None or _unevenly_measured(spec, kwargs["tracking_uri"]):  # interrupted before its evaluation
         _evaluate_like_the_rest(spec, kwargs)
     if pending is not None and out["failed"] == 0:
-        (runner.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
+        (saved.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
     parent = out["parent_run_id"]
     _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
@@ -196,7 +197,7 @@ def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes:
           block_s: float | None, looks: list, say) -> str:
     """One look: its verdicts counted, recorded on the parent (when new) and said; returns
     why to stop, or ""."""
-    from analysis.load import record_look
+    from analysis.publish import record_look
 
     counts = rep.decision.counts()
     stop = _stop_reason(rep.decision.undecided(), spec.replicates, plan.max_replicates, budget_minutes, started,
@@ -215,9 +216,7 @@ def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes:
 def _keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metrics: dict | None = None,
                     step: int = 0) -> None:
     """What is about to be written to the parent, kept in the sweep's storage first
-    (`dspark.kept`), so that `trials recover` rebuilds it."""
-    from dspark.kept import keep_parent_record, sweep_storage
-
+    (`trials.store.kept`), so that `trials recover` rebuilds it."""
     exp_dir = sweep_storage(client.get_run(parent).data.tags, name)
     if exp_dir is not None:
         keep_parent_record(exp_dir, kind, tags, metrics, step)
@@ -232,7 +231,7 @@ def _add_block(spec, kwargs: dict):
     """One more replicate block, saved with the sweep and run; returns (spec, run's result, seconds)."""
     from . import runner
 
-    spec = specmod.with_replicates(spec, spec.replicates + 1)
+    spec = expand.with_replicates(spec, spec.replicates + 1)
     t0 = time.monotonic()
     out = runner.run(spec, **kwargs)
     _evaluate_like_the_rest(spec, kwargs)
@@ -243,11 +242,6 @@ def _unevenly_measured(spec, uri: str) -> bool:
     """Whether the sweep's finished runs differ in their re-evaluation counts or lack the
     last timing pass: what an augment interrupted between a block's trials and its
     evaluation leaves."""
-    from dspark.record import sweep_trials, tracking_client
-
-    from .reeval import BATCHES_TAG, REEVAL_TAG
-    from .timing import PASS_TAG, SUMMARY_TAG
-
     client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
     parent = sweep_parent(client, exp.experiment_id) if exp else None
@@ -264,9 +258,7 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
     block's trials get the same evaluation, so that every run of a look decodes the same
     number of prompts and scores the same batches (the spec's own counts would mix two
     evaluations in one analysis)."""
-    from dspark.record import sweep_trials, tracking_client
-
-    from .reeval import BATCHES_TAG, REEVAL_TAG, reeval
+    from .reeval import reeval
 
     client = tracking_client(kwargs["tracking_uri"])
     exp = client.get_experiment_by_name(spec.name)
@@ -285,8 +277,6 @@ def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict) -> None:
     """A sweep whose timed responses came from a timing pass is timed again, whole, with the
     same settings: one pass times every arm interleaved, so the new block's runs are never
     compared with values from another pass."""
-    from .timing import SUMMARY_TAG, TimingSettings, time_sweep
-
     parent = sweep_parent(client, experiment_id)
     last = json.loads(parent.data.tags[SUMMARY_TAG]) if parent is not None and SUMMARY_TAG in parent.data.tags else None
     if not last:

@@ -6,10 +6,19 @@ import argparse
 import os
 import re
 import sys
+from pathlib import Path
 
-from . import spec as specmod
-from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, default_ui_url,
-                           is_store_error, quiet_broken_pipe, store_error, ui_url)
+from . import design, expand, layout, saved, spec as specmod, validate
+from .timing import TimingSettings, TimingSettings as S, time_sweep
+from .augment import augment
+from .recover import recover
+from .lease import Lease
+from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, check_store,
+                                 is_store_error, retrying, run_command, store_error,
+                                 tracking_client)
+from trials.store.ui import RUNS_VIEW_TAG, default_ui_url, ui_url
+from trials.store.reader import probe_store, reading_client
+from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -31,9 +40,9 @@ def summary_counts(rows) -> str:
 
 
 def cmd_validate(args) -> int:
-    spec = specmod.load(args.spec)
+    spec = validate.load(args.spec)
     if not args.address:  # a local Ray is this machine: check now what it cannot give
-        problems = specmod.local_problems(spec)
+        problems = validate.local_problems(spec)
         if problems:
             raise specmod.SpecError(problems)
     n_cells = len({t.cell for t in spec.trials if t.arm == "factorial"})
@@ -41,11 +50,13 @@ def cmd_validate(args) -> int:
     arms = f"{n_cells} cells" + (f" + {n_controls} control arm(s)" if n_controls else "")
     print(f"{spec.name}: valid. design {spec.design}, {len(spec.factors)} factors, {arms} x "
           f"{spec.replicates} replicates = {len(spec.trials)} trials, run order randomised within each replicate")
-    if spec.description:
-        print(f"  {spec.description}")
+    variants = {spec.wl.variant(t.config) for t in spec.trials}
+    question = spec.wl.questions.get(variants.pop(), "") if len(variants) == 1 else ""
+    if spec.description or question:  # the spec's own words, else the question its workload asks
+        print(f"  {spec.description or question}")
     for f, levels in spec.factors.items():
         print(f"  {f}: {', '.join(levels)}")
-    for line in specmod.alias_structure(spec):
+    for line in design.alias_structure(spec):
         print("  " + line)
     if spec.responses:
         print("  primary responses: " + ", ".join(f"{r} ({d['better']} is better, margin +-{d['margin']:g})"
@@ -55,10 +66,8 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _show(spec, uri: str) -> None:
-    from . import saved
-
-    rows = saved.status(spec, uri)
+def _show(spec, uri: str, storage: str | None) -> None:
+    rows = saved.status(spec, saved.storage_root(storage) / spec.name, uri)
     print(_table(rows))
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
 
@@ -71,12 +80,12 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
     try:
         result = runner.run(spec, tracking_uri=uri, storage=storage, **kwargs)
     except runner.Interrupted as e:
-        root = runner.storage_root(storage)
+        root = saved.storage_root(storage)
         print(f"trials: {spec.name} interrupted ({e}); no run is left RUNNING. Resume it with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return _exit_interrupted(e)
     except runner.StoreStopped as e:
-        root = runner.storage_root(storage)
+        root = saved.storage_root(storage)
         full = isinstance(e, runner.StorageStopped)
         kept = "the store holds every point so far" if full else "Tune's result files hold what the store missed"
         left = ("No run is left RUNNING" if e.closed else
@@ -85,7 +94,6 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
               f"{'there is room again' if full else 'the store answers'}, resume with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 3
-    from dspark.record import TRIAL_KEY_TAG, retrying, sweep_trials, tracking_client
 
     from .progress import arms_table
 
@@ -103,13 +111,17 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
 def experiment_link(uri: str, name: str, ui: str | None = None) -> str:
     """The UI link of a sweep's experiment in its store ("" when the store lacks it): its
     saved runs view where the sweep wrote one."""
-    from dspark.reader import reading_client
-    from dspark.record import RUNS_VIEW_TAG
-
     exp = reading_client(uri).get_experiment_by_name(name)
     if exp is None:
         return ""
     return ui_url(exp.experiment_id, ui or default_ui_url(uri), view=RUNS_VIEW_TAG in exp.tags)
+
+
+def saved_link(exp_dir: Path, uri: str, ui: str | None = None) -> str:
+    """The UI link of a sweep's runs view, from where its storage says its records are ("" if
+    it does not say)."""
+    found = layout.saved_experiment(exp_dir)
+    return ui_url(found["experiment_id"], ui or default_ui_url(uri), view=True) if found else ""
 
 
 def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None = None) -> str:
@@ -123,9 +135,9 @@ def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None
 
 
 def cmd_run(args) -> int:
-    spec = specmod.load(args.spec)  # the whole spec is validated before anything starts
+    spec = validate.load(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
-        spec = specmod.smoke(spec)
+        spec = expand.smoke(spec)
     if args.local:
         return _run_local(spec, args)
     if args.out:
@@ -150,7 +162,7 @@ def _run_local(spec, args) -> int:
 def cmd_resume(args) -> int:
     from . import runner
 
-    spec, meta = runner.load_saved(args.name, args.storage)
+    spec, meta = saved.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
     return _run(spec, uri, args.storage, ui=args.ui_url, address=args.address,
                 max_concurrent=meta.get("max_concurrent"), resume=True, resource_wait_s=args.resource_wait,
@@ -160,16 +172,12 @@ def cmd_resume(args) -> int:
 
 def cmd_recover(args) -> int:
     """Rebuild a sweep's MLflow records from Tune's result files in storage."""
-    from dspark.record import probe_store
-
     from . import runner
-    from .lease import Lease
-    from .recover import recover
 
-    spec, meta = runner.load_saved(args.name, args.storage, "recover")
+    spec, meta = saved.load_saved(args.name, args.storage, "recover")
     uri = absolute_uri(args.tracking_uri or meta["tracking_uri"])
     probe_store(uri, args.store_timeout, writable=True)
-    exp_dir = runner.storage_root(args.storage) / spec.name
+    exp_dir = saved.storage_root(args.storage) / spec.name
     with Lease(exp_dir, spec.name, f"trials recover {spec.name}"):
         out = recover(spec, exp_dir, uri)
     print(f"{spec.name}: {out['runs']} run(s) rebuilt in {uri} ({out['points']} metric points logged, "
@@ -193,7 +201,6 @@ def _exit_interrupted(e) -> int:
 def cmd_augment(args) -> int:
     """More replicate blocks, or looks until every primary term is decided."""
     from . import runner
-    from .augment import augment
 
     try:
         out = augment(args.name, args.storage, args.tracking_uri, args.address, args.replicates, args.until_decided,
@@ -203,7 +210,7 @@ def cmd_augment(args) -> int:
         again = (f"trials augment {args.name} --until-decided" if args.until_decided
                  else f"trials augment {args.name} --replicates {args.replicates}")
         print(f"trials: augment of {args.name} interrupted ({e}); no run is left RUNNING. Continue it with:\n"
-              f"  {again} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
+              f"  {again} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return _exit_interrupted(e)
     print(f"{args.name}: {out['stopped']} ({out['replicates']} replicate blocks)")
     return 0 if out["ok"] else 1
@@ -223,7 +230,7 @@ def cmd_reeval(args) -> int:
     except KeyboardInterrupt:
         print(f"trials: reeval of {args.name} interrupted; the trials done so far are kept. Continue with:\n"
               f"  trials reeval {args.name} {counts} "
-              f"--storage {runner.storage_root(args.storage)}", file=sys.stderr)
+              f"--storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 130
     print(f"{args.name}: {out['done']} trial(s) re-evaluated ({counts}), {out['skipped']} already were")
     return 0
@@ -232,7 +239,6 @@ def cmd_reeval(args) -> int:
 def cmd_time(args) -> int:
     """The interleaved timing pass of every finished trial (the timed responses)."""
     from . import runner
-    from .timing import TimingSettings, time_sweep
 
     settings = TimingSettings(rounds=args.rounds, warmup=args.warmup, prompts=args.prompts, steps=args.steps,
                               seed=args.seed)
@@ -240,7 +246,7 @@ def cmd_time(args) -> int:
         out = time_sweep(args.name, args.storage, args.tracking_uri, args.address, settings)
     except KeyboardInterrupt:
         print(f"trials: timing pass of {args.name} interrupted; nothing was recorded. Run it again with:\n"
-              f"  trials time {args.name} --storage {runner.storage_root(args.storage)}", file=sys.stderr)
+              f"  trials time {args.name} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 130
     print(f"{args.name}: {out['response']} of {len(out['values'])} run(s) from {out['rounds']} interleaved rounds "
           f"on {out['node']} in {out['seconds']:.0f} s (pass {out['id']})")
@@ -248,21 +254,17 @@ def cmd_time(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from dspark.record import probe_store
-
-    from . import saved
 
     spec, meta = saved.load_saved(args.name, args.storage, "status")
     uri = args.tracking_uri or meta["tracking_uri"]
     probe_store(uri, args.store_timeout)
-    _show(spec, uri)
+    _show(spec, uri, args.storage)
     return 0
 
 
 def cmd_list(args) -> int:
     if args.tracking_uri:
         return _list_store(absolute_uri(args.tracking_uri), args.ui_url)
-    from . import saved
 
     root = saved.storage_root(args.storage)
     rows = []
@@ -278,8 +280,8 @@ def cmd_list(args) -> int:
         uri = meta.get("tracking_uri", "")
         link = ""
         try:
-            state = summary_counts(saved.status(spec, uri))
-            link = experiment_link(uri, name, args.ui_url)
+            state = summary_counts(saved.status(spec, root / name, uri))
+            link = saved_link(root / name, uri, args.ui_url)
         except Exception as e:  # one sweep's store down or refused: said in its row, the others still listed
             if not (isinstance(e, ValueError) or is_store_error(e)):
                 raise
@@ -297,9 +299,6 @@ def cmd_list(args) -> int:
 
 def _list_store(uri: str, ui: str | None = None) -> int:
     """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
-    from dspark.reader import reading_client
-    from dspark.record import check_store, probe_store, sweep_parent
-
     check_store(uri)
     probe_store(uri)
     client = reading_client(uri)
@@ -411,8 +410,6 @@ def _add_augment(sub) -> None:
 
 
 def _add_time(sub) -> None:
-    from .timing import TimingSettings as S  # no Ray or torch there: the parser stays light
-
     t = _named(sub, "time", "time every finished trial's timed response (spec/speedup or train/step_ms) "
                "in interleaved rounds on one node", cmd_time)
     t.add_argument("--rounds", type=int, default=S.rounds,
@@ -464,25 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        code = args.fn(args)
-        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
-        return code
-    except BrokenPipeError:  # the reader of our output went away (`trials list | head`): not the store's fault
-        return quiet_broken_pipe()
-    except specmod.SpecError as e:
-        for line in e.problems:
-            print(f"trials: error: {line}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"trials: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # the store failed mid-command: one line naming it, not a traceback
-        if not is_store_error(e):
-            raise
-        uri = getattr(args, "tracking_uri", None) or "(the sweep's store)"
-        print(f"trials: error: {store_error(uri, e)}", file=sys.stderr)
-        return 3
+    spec_problems = (specmod.SpecError, 2, lambda e: [f"error: {line}" for line in e.problems])
+    return run_command("trials", lambda: args.fn(args), getattr(args, "tracking_uri", None), (spec_problems,))
 
 
 if __name__ == "__main__":

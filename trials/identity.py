@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 
-from dspark.record import SQLITE, STORAGE_TAG, TRIALS_TAG, sqlite_path, sweep_parent
+from trials.store.client import SQLITE, sqlite_path
+from trials.store.keys import STORAGE_TAG, TRIALS_TAG, sweep_parent
+from trials.store.reader import reading_client
 
 
 def fingerprint(spec) -> str:
@@ -60,25 +60,14 @@ def check_same_sweep(spec, tracking_uri: str, root: Path, command: str) -> None:
 
 def stored_parent_tags(tracking_uri: str, name: str) -> dict[str, str] | None:
     """The tags of the parent run of sweep `name` in the store, or None when the store holds
-    no such sweep (a SQLite store that does not exist yet, or has no tables yet, holds none).
-    Read without MLflow where `dspark.reader` can: this runs before every sweep."""
-    from dspark.reader import reading_client
-
+    no such sweep (a SQLite store that does not exist yet, or is an empty file, holds none).
+    Read through `trials.store.reader` (MLflow's REST API for a server: this runs before
+    every sweep)."""
     if tracking_uri.startswith(SQLITE):
         path = sqlite_path(tracking_uri)
-        if not path.is_file() or not _has_experiments(path):
+        if not path.is_file() or path.stat().st_size == 0:
             return None
     client = reading_client(tracking_uri)
     exp = client.get_experiment_by_name(name)
     parent = sweep_parent(client, exp.experiment_id) if exp is not None else None
     return None if parent is None else dict(parent.data.tags)
-
-
-def _has_experiments(path: Path) -> bool:
-    """Whether a SQLite file has MLflow's experiments table (MLflow creates it on first use)."""
-    try:
-        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)) as db:
-            return bool(db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'experiments'")
-                        .fetchall())
-    except sqlite3.Error:
-        return False

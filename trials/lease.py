@@ -1,6 +1,6 @@
 """One driver per sweep: a lease file in the sweep's storage folder, and the checks that
 storage can hold the sweep, both before Ray starts; and how files are written to storage
-(`write_atomic`, in `dspark.kept` since `analysis` writes there too: a temporary file, then
+(`write_atomic`, in `trials.store.kept` since `analysis` writes there too: a temporary file, then
 `os.replace`, so a reader never sees half a file).
 
 `<storage>/<sweep>/driver.lease` holds the driver's host, pid, process start time and
@@ -26,8 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from dspark.kept import write_atomic  # noqa: F401  (storage's writers import it from here)
-from dspark.record import SWEEP_PARENT_TAG, sweep_trials
+from trials.store.kept import write_atomic  # noqa: F401  (storage's writers import it from here)
+from trials.store.keys import (DRIVER_HOST_TAG, DRIVER_PID_TAG, DRIVER_STARTED_TAG, KILLED_REASON_TAG,
+                               SWEEP_PARENT_TAG, sweep_trials)
 
 HEARTBEAT_S = 15.0
 STALE_S = 90.0  # a lease from another host with no heartbeat for this long is dead
@@ -80,6 +81,17 @@ def holder_alive(holder: dict, mtime: float) -> bool:
         return proc.is_running() and abs(proc.create_time() - float(holder.get("started", 0))) < 1.0
     except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, ValueError, TypeError, OverflowError):
         return False
+
+
+def holder_of(exp_dir: Path) -> tuple[dict, float] | None:
+    """(the driver's record, the lease's mtime) where a lease that a driver wrote is held on
+    the sweep; None where there is none (or it is no driver's record)."""
+    path = Path(exp_dir) / LEASE_FILE
+    try:
+        holder, mtime = json.loads(path.read_text(errors="replace")), path.stat().st_mtime
+    except (OSError, ValueError, RecursionError):
+        return None
+    return (holder, mtime) if holder_problem(holder) is None else None
 
 
 class Lease:
@@ -236,15 +248,6 @@ def check_storage(root: Path, need_bytes: int) -> None:
                          f"{need_bytes / 1e6:.1f} MB")
 
 
-def checkpoint_bytes(cfg) -> int:
-    """About the size of one checkpoint of a trial: fp32 weights of the target, drafter and
-    head, with Adam's two moments for the trained part, plus a margin for plots and files."""
-    d, L = cfg.d_model, cfg.n_layers
-    target = 12 * L * d * d + 2 * 256 * d
-    draft = 12 * cfg.drafter_layers * d * d + 2 * 256 * d + 2 * cfg.markov_rank * 256
-    return int(4 * (target + 3 * (target + draft)) + 8e6)
-
-
 def driver_alive(tags: dict[str, str]) -> bool | None:
     """Whether the driver recorded in a parent run's tags still runs: None when it ran on
     another host (it cannot be checked from here)."""
@@ -252,11 +255,11 @@ def driver_alive(tags: dict[str, str]) -> bool | None:
 
     import psutil
 
-    if tags.get("driver_host") != socket.gethostname() or "driver_pid" not in tags:
+    if tags.get(DRIVER_HOST_TAG) != socket.gethostname() or DRIVER_PID_TAG not in tags:
         return None
     try:
-        proc = psutil.Process(int(tags["driver_pid"]))
-        return abs(proc.create_time() - float(tags.get("driver_started", 0))) < 1.0 and proc.is_running()
+        proc = psutil.Process(int(tags[DRIVER_PID_TAG]))
+        return abs(proc.create_time() - float(tags.get(DRIVER_STARTED_TAG, 0))) < 1.0 and proc.is_running()
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False
 
@@ -279,6 +282,6 @@ def reap_dead_driver(client, experiment_id: str) -> int:
         for run in [*kids, parent]:
             if run.info.status == "RUNNING":
                 client.set_terminated(run.info.run_id, status="KILLED")
-                client.set_tag(run.info.run_id, "killed_reason", "its sweep's driver died")
+                client.set_tag(run.info.run_id, KILLED_REASON_TAG, "its sweep's driver died")
                 closed += 1
     return closed

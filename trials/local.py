@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.frame import SweepFrame
+from analysis.frame import SweepFrame, SweepRecord
+from trials.store.runs import config_params
 
-from dspark import targets
-from dspark.track import config_params
-
-from .spec import SweepSpec
-from .timing import TimingSettings
+from . import shared
+from trials.spec import SweepSpec
+from analysis.load import finished_frame, read_parquet, run_row, to_parquet
+from .timing import TimingSettings, pass_rounds, sweep_stage
 
 DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)
 
@@ -39,8 +39,6 @@ DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: non
 def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_results", deadline_s: float | None = None,
               say=print, timing=DEFAULT_TIMING) -> SweepFrame:
     """Run the spec's trials in run order, writing `out` after each; returns the frame."""
-    from analysis.load import read_parquet
-
     out = Path(out)
     if out.is_dir() or not out.parent.is_dir():
         raise ValueError(f"--out: {out} must be a file in an existing folder")
@@ -73,43 +71,36 @@ def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print
     `trials time` logs them. Rows already timed by a pass with these settings are kept."""
     from dataclasses import asdict
 
-    from .timing import RESPONSE, SIZE, jack_values, pass_rounds, sweep_stage, values
-
-    stage = sweep_stage(spec)
-    size = SIZE[stage]
+    stage, hooks = sweep_stage(spec), spec.wl.timing
+    size = hooks.size[stage]
     if all(r["metrics"].get("timing/rounds") == settings.rounds for r in rows.values()):
         return
     checkpoints = {k: r.get("checkpoint", "") for k, r in rows.items()}
-    if stage == "drafter" and not all(Path(c).is_dir() for c in checkpoints.values()):
+    if hooks.needs_checkpoints(stage) and not all(Path(c).is_dir() for c in checkpoints.values()):
         say(f"{spec.name}: not timed: a trial's checkpoint is gone from {Path(next(iter(checkpoints.values()))).parent}")
         return
-    say(f"{spec.name}: timing {len(rows)} run(s) ({RESPONSE[stage]}): {settings.rounds} interleaved rounds")
-    stream = pass_rounds(stage, {k: configs[k].to_dict() for k in rows}, checkpoints, asdict(settings),
+    say(f"{spec.name}: timing {len(rows)} run(s) ({hooks.response[stage]}): {settings.rounds} interleaved rounds")
+    stream = pass_rounds(spec.workload, stage, {k: configs[k].to_dict() for k in rows}, checkpoints, asdict(settings),
                          max(1, int(spec.resources.get("cpu", 1))))
     rounds = [item for item in stream if "round" in item]
-    jack = jack_values(stage, rounds)
-    for key, value in values(stage, rounds).items():
-        rows[key]["metrics"].update({RESPONSE[stage]: value, "timing/rounds": float(settings.rounds),
+    jack = hooks.jack_values(stage, rounds)
+    for key, value in hooks.values(stage, rounds).items():
+        rows[key]["metrics"].update({hooks.response[stage]: value, "timing/rounds": float(settings.rounds),
                                      f"timing/{size}": float(getattr(settings, size)), **jack.get(key, {})})
 
 
 def bind_targets(spec: SweepSpec, storage: Path, say=print) -> dict:
-    """trial key -> its config, pointing at its shared target (trained here once if absent)."""
-    from dspark.train import train_shared_target
-
-    out, cache = {}, {}
-    for t in spec.trials:
-        cfg = t.config
-        if cfg.parallel_stage == "drafter" and not cfg.target_path:
-            h, _ = targets.address(cfg, cache)
-            path = targets.target_file(storage, h)
-            if not path.is_file():
-                say(f"{spec.name}: training the shared target {h}")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                train_shared_target(cfg, path)
-            cfg = cfg.replace(target_path=str(path))
-        out[t.key] = cfg
-    return out
+    """trial key -> its config, pointing at its shared artifact (trained here once if absent)."""
+    art, found = spec.wl.shared, shared.addresses(spec)
+    paths = shared.in_storage(spec, storage, found)
+    for h, cfg in shared.needed(spec, found).items():
+        if h not in paths:
+            say(f"{spec.name}: training the shared target {h}")
+            path = art.file(storage, h)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            art.train(cfg.to_dict(), str(path))
+            paths[h] = str(path)
+    return {t.key: t.config for t in shared.bound(spec, found, paths)[0].trials}
 
 
 def _train_one(spec: SweepSpec, t, cfg, storage: Path) -> dict:
@@ -117,17 +108,15 @@ def _train_one(spec: SweepSpec, t, cfg, storage: Path) -> dict:
 
     import torch
 
-    from dspark.train import train
-
     torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))  # as a Ray trial would: the same numbers
     t0 = time.time()
     keep = storage / spec.name / "local" / t.key.replace("|", "_").replace("=", "-").replace("#", "_")
-    with tempfile.TemporaryDirectory(prefix="dspark-local-") as tmp:
-        final = train(cfg.replace(out_dir=tmp))
+    with tempfile.TemporaryDirectory(prefix=f"{spec.wl.name}-local-") as tmp:
+        final = spec.wl.train(cfg.replace(out_dir=tmp))
         if keep.exists():
             shutil.rmtree(keep)
         keep.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(Path(tmp) / "checkpoint", keep)  # the final checkpoint, for the timing pass
+        shutil.copytree(Path(tmp) / spec.wl.final_checkpoint, keep)  # the final checkpoint, for the timing pass
     return {"run_id": f"local-{t.key}", "run_name": t.run_name, "status": "FINISHED", "tags": t.tags,
             "params": config_params(t.config.to_dict()), "metrics": {k: v for k, v in final.items() if k != "step"},
             "run_s": time.time() - t0, "checkpoint": str(keep)}
@@ -147,9 +136,6 @@ def _rows_done(sweep: SweepFrame, spec: SweepSpec) -> dict:
 
 
 def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
-    from analysis.frame import SweepRecord
-    from analysis.load import finished_frame, run_row
-
     order = {f: list(levels) for f, levels in spec.factors.items()}
     flat = []
     for r in rows:
@@ -162,8 +148,6 @@ def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
 
 
 def _write(spec: SweepSpec, rows: list[dict], out: Path) -> None:
-    from analysis.load import to_parquet
-
     tmp = out.with_name(out.name + ".tmp")
     to_parquet(_frame(spec, rows), tmp)
     tmp.replace(out)  # a reader never sees half a file

@@ -12,7 +12,7 @@ time left is a schedule of what remains on the sweep's slots: each running trial
 median time of the trials finished so far, less its age; each pending one the median.
 
 The columns are the sweep's primary responses (its spec's `responses:`), else the stage's
-default responses that the stage measures and that vary (`dspark.metrics`): never a
+default responses that the stage measures and that vary (the workload's registry): never a
 metric that is degenerate, unmeasured or constant in the stage.
 """
 
@@ -24,10 +24,11 @@ import time
 
 from ray.tune import Callback
 
-from dspark import metrics
-from dspark.record import store_key
+from trials.store.keys import store_key
 
-from .spec import SweepSpec, columns
+from trials.expand import columns
+from trials.spec import SweepSpec
+from .workload import registry
 
 
 def clock(seconds: float) -> str:
@@ -177,7 +178,7 @@ def arms_table(spec: SweepSpec, runs: dict) -> str:
             vals = [m[store_key(c)] for m in rows if store_key(c) in m]
             means.append(f"{sum(vals) / len(vals):12.4g}" if vals else " " * 12)
         lines.append(arm.ljust(width) + f"  {len(rows)}  " + "  ".join(means))
-    untimed = [c for c in cols if metrics.is_timed(c) and not any(store_key(c) in m for r in by_arm.values()
+    untimed = [c for c in cols if registry(spec.workload).is_timed(c) and not any(store_key(c) in m for r in by_arm.values()
                                                                   for m in r)]
     if untimed:
         lines.append(f"({', '.join(untimed)}: measured by the interleaved timing pass, `trials time {spec.name}`)")

@@ -9,7 +9,7 @@ with `trial/done` ends FINISHED with its config, final metrics and plots; any ot
 KILLED, so that `trials resume` continues it from its newest checkpoint.
 
 Then what came after the trials, which Tune's files do not hold, is replayed from the
-records `dspark.kept` keeps in storage as it is written: each re-evaluation (`trials
+records `trials.store.kept` keeps in storage as it is written: each re-evaluation (`trials
 reeval`) and timing pass (`trials time`) at its step, with its tags and artifacts, and the
 parent's timing pass and sequential record (the plan and every look), in the order written.
 A point the run already holds at that step or later is not logged again.
@@ -24,41 +24,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dspark.record import DONE_KEY, TRIAL_KEY_TAG, is_metric, sweep_trials
-from dspark.track import finite, log_run_files
+from trials.store.keys import (DONE_KEY, GIT_COMMIT_TAG, KILLED_REASON_TAG, RECOVERED_FROM_TAG, TRIAL_KEY_TAG,
+                               is_metric, sweep_trials)
+from trials.store.runs import finite, log_run_files
 
-from .spec import SweepSpec, Trial
+from . import layout, shared
+from .layout import read_results
+from .identity import check_same_sweep, identity_tags
+from trials.spec import SweepSpec, Trial
+from trials.store.kept import read_records
+from trials.store.client import SQLITE, sqlite_path, tracking_client
 
 
 def trial_dirs(spec: SweepSpec, exp_dir: Path) -> dict[str, list[Path]]:
-    """trial key -> its trial folders in storage (more than one if Tune restarted it in a
-    new folder), oldest first; folders end in a hash of the key (`runner._dirname_creator`)."""
-    from .runner import _key_hash
-
-    by_hash = {_key_hash(t.key): t.key for t in spec.trials}
-    out: dict[str, list[Path]] = {}
-    for d in sorted(p for p in exp_dir.iterdir() if p.is_dir()) if exp_dir.is_dir() else []:
-        key = by_hash.get(d.name.rsplit("_", 1)[-1])
-        if key is not None and (d / "result.json").is_file():
-            out.setdefault(key, []).append(d)
-    for dirs in out.values():
-        dirs.sort(key=lambda p: (p / "result.json").stat().st_mtime_ns)
-    return out
-
-
-def read_results(dirs: list[Path]) -> list[dict]:
-    """Every result of a trial, in the order Tune wrote them. A line cut short by a crash is
-    skipped: its result was never complete."""
-    out = []
-    for d in dirs:
-        for line in (d / "result.json").read_text(errors="replace").splitlines():
-            try:
-                result = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(result, dict):
-                out.append(result)
-    return out
+    """trial key -> its trial folders holding results, oldest first."""
+    return layout.trial_dirs([t.key for t in spec.trials], exp_dir)
 
 
 def with_results(spec: SweepSpec, exp_dir: Path) -> list[str]:
@@ -69,8 +49,6 @@ def with_results(spec: SweepSpec, exp_dir: Path) -> list[str]:
 
 def missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[str]:
     """The trials that storage holds results for and the store has no run of."""
-    from dspark.record import SQLITE, sqlite_path, tracking_client
-
     have = with_results(spec, exp_dir)
     if not have:
         return []
@@ -128,7 +106,7 @@ def _close_run(ledger, run_id: str, trial: Trial, results: list[dict], dirs: lis
     final = results[-1] if results else {}
     if not final.get(DONE_KEY):
         ledger.finish(run_id, "KILLED")
-        ledger.client.set_tag(run_id, "killed_reason", "recovered from storage: the trial had not finished")
+        ledger.client.set_tag(run_id, KILLED_REASON_TAG, "recovered from storage: the trial had not finished")
         return False
     last = {k: float(v) for k, v in final.items() if is_metric(k) and finite(v)}
     ckpts = sorted((c for d in dirs for c in d.glob("checkpoint_*") if (c / "artifacts").is_dir()),
@@ -140,13 +118,9 @@ def _close_run(ledger, run_id: str, trial: Trial, results: list[dict], dirs: lis
 
 def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]:
     """Rebuild the sweep's records in `tracking_uri`, then replay what storage kept of the
-    store's later records (`dspark.kept`); the parent ends FINISHED when every trial did,
+    store's later records (`trials.store.kept`); the parent ends FINISHED when every trial did,
     else KILLED (resume it). Everything is checked before the store is written: a store that
     holds another sweep under this name, and every kept record."""
-    from dspark.kept import read_records
-
-    from .identity import check_same_sweep, identity_tags
-    from .runner import target_addresses
     from .tracking import Ledger, git_commit
 
     check_same_sweep(spec, tracking_uri, exp_dir.parent, "recover")
@@ -154,32 +128,22 @@ def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]
         raise ValueError(f"recover: no trial of sweep {spec.name!r} has results in {exp_dir}")
     kept = read_records(exp_dir, [t.key for t in spec.trials])
     identity = identity_tags(spec, exp_dir.parent)
-    import dataclasses
-
-    from dspark import targets
-
-    addresses = target_addresses(spec)
-    trials = []
-    for t in spec.trials:  # each trial as it ran: pointed at the shared target in storage
-        shared = targets.target_file(exp_dir.parent, addresses[t.key][0])
-        if t.config.parallel_stage == "drafter" and not t.config.target_path and shared.is_file():
-            t = dataclasses.replace(t, config=t.config.replace(target_path=str(shared)))
-        trials.append(t)
-    spec = dataclasses.replace(spec, trials=trials)
+    found = shared.addresses(spec)
+    spec = shared.bound(spec, found, shared.in_storage(spec, exp_dir.parent, found))[0]  # each trial as it ran
     ledger = Ledger(tracking_uri, spec, identity)
     commit = git_commit()
-    tags = {k: {"target_hash": h, "data_sha256": sha, "git_commit": commit} for k, (h, sha) in addresses.items()}
+    tags = {t.key: {**found.get(t.key, ("", {}))[1], GIT_COMMIT_TAG: commit} for t in spec.trials}
     counts = replay(ledger, tags, spec, exp_dir, close=True)
     counts["kept"] = replay_kept(ledger, *kept)
     runs = ledger.child_runs()
     done = sum(1 for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED")
-    ledger.client.set_tag(ledger.parent_id, "recovered_from", str(exp_dir))
+    ledger.client.set_tag(ledger.parent_id, RECOVERED_FROM_TAG, str(exp_dir))
     ledger.finish(ledger.parent_id, "FINISHED" if done == len(spec.trials) else "KILLED")
     return {**counts, "trials": len(spec.trials), "done": done}
 
 
 def replay_kept(ledger, runs: list[dict], parents: list[dict]) -> int:
-    """The kept records (`dspark.kept.read_records`) logged to the store: each trial's at its
+    """The kept records (`trials.store.kept.read_records`) logged to the store: each trial's at its
     step (a metric the run holds at that step or later is skipped), its tags and artifacts;
     then the parent's, in the order written. Returns how many records were replayed."""
     by_key = {k: r.info.run_id for k, r in ledger.child_runs().items()}

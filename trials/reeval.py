@@ -18,7 +18,7 @@ at the step after the run's last one, with `split/prompts` = N and the tag
 the old one stays in the metric history at its own step. The per-prompt statistics go
 beside it as the artifact `eval/per_prompt_<N>.json`, and its recorded rounds (confidences,
 accepted lengths, prompts) as `eval/rounds_<N>.npz`. Each evaluation is kept in storage
-first (`dspark.kept`), so that `trials recover` rebuilds it with the sweep.
+first (`trials.store.kept`), so that `trials recover` rebuilds it with the sweep.
 
 Refused before any work (nothing printed, Ray not started), with one line: neither flag, a
 count that is not an integer >= 2, `--spec-prompts` on a backbone sweep, a sweep with a
@@ -36,38 +36,28 @@ import tempfile
 from pathlib import Path
 
 import ray
+from trials.store.runs import log_metrics
+from trials.store.keys import BATCHES_TAG, REEVAL_TAG, TRIAL_KEY_TAG, sweep_parent, sweep_trials
+from trials.store.kept import keep_run_record
+from trials.store.client import tracking_client
 
-REEVAL_TAG = "reeval.spec_prompts"
-BATCHES_TAG = "reeval.eval_batches"
+from . import cluster, layout, saved, shared
+from .workload import load, registry
+from .lease import Lease
+from .identity import check_same_sweep
+
 
 
 @ray.remote(max_retries=1)
-def reeval_task(config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0) -> tuple[dict, dict | None,
-                                                                                              bytes | None]:
+def reeval_task(workload: str, config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0
+                ) -> tuple[dict, dict | None, bytes | None]:
     """(metrics, per-prompt statistics or None, recorded rounds as .npz bytes or None) of one
     trial's final checkpoint on n_prompts prompts and n_batches held-out batches (0: that
-    part not asked for)."""
+    part not asked for): the workload's `reevaluate`, on the task's CPUs."""
     import torch
 
-    from dspark.config import from_dict
-    from dspark.speculative_eval import PER_PROMPT_FILE, ROUNDS_FILE
-    from dspark.train import Trainer
-
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    metrics, per_prompt, rounds = {}, None, None
-    with tempfile.TemporaryDirectory(prefix="dspark-reeval-") as tmp:
-        cfg = from_dict({**config, "out_dir": tmp})
-        trainer = Trainer(cfg)
-        trainer.load_checkpoint(checkpoint_dir)
-        if trainer.stage != "done":
-            raise ValueError(f"reeval: {checkpoint_dir} is not a finished trial's checkpoint (stage {trainer.stage})")
-        if n_batches:
-            metrics.update(trainer.evaluate(final=True, batches=trainer.held_out(n_batches)))
-        if n_prompts:
-            metrics.update(trainer.speculative(n_prompts, full=True))
-            per_prompt = json.loads((Path(tmp) / "artifacts" / PER_PROMPT_FILE).read_text())
-            rounds = (Path(tmp) / "artifacts" / ROUNDS_FILE).read_bytes()
-    return metrics, per_prompt, rounds
+    return load(workload).reevaluate(config, checkpoint_dir, n_prompts, n_batches)
 
 
 def check_counts(spec_prompts: int | None, eval_batches: int | None) -> None:
@@ -82,19 +72,14 @@ def check_counts(spec_prompts: int | None, eval_batches: int | None) -> None:
 def reeval(name: str, storage: str | None, spec_prompts: int | None = None, tracking_uri: str | None = None,
            address: str | None = None, say=print, eval_batches: int | None = None) -> dict:
     """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
-    from dspark.record import tracking_client
-
-    from . import runner
-    from .identity import check_same_sweep
-    from .lease import Lease
-
     check_counts(spec_prompts, eval_batches)
-    spec, meta = runner.load_saved(name, storage, "reeval")
+    spec, meta = saved.load_saved(name, storage, "reeval")
     uri = tracking_uri or meta["tracking_uri"]
-    if spec_prompts is not None and any(t.config.parallel_stage != "drafter" for t in spec.trials):
-        raise ValueError(f"reeval: sweep {name!r} has backbone-stage trials, which decode nothing "
-                         "(--spec-prompts); --eval-batches re-measures them")
-    root = runner.storage_root(storage)
+    problem = next(filter(None, (spec.wl.reeval_problem(t.config, spec_prompts, eval_batches)
+                                 for t in spec.trials)), None)
+    if problem:
+        raise ValueError(f"reeval: sweep {name!r}: {problem}")
+    root = saved.storage_root(storage)
     check_same_sweep(spec, uri, root, "reeval")
     client = tracking_client(uri)
     runs, finished, checkpoints = finished_trials(client, spec, root, uri)
@@ -102,13 +87,13 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
     todo = [t for t in finished if any(asks[t.key])]
     bound = bind_existing_targets(spec, root)
     with Lease(root / name, name, f"trials reeval {name}"):
-        check_checkpoints({t.key: checkpoints[t.key] for t in todo}, bound)  # before Ray starts
+        check_checkpoints({t.key: checkpoints[t.key] for t in todo}, bound, spec.workload)  # before Ray starts
         say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
             f"({len(finished) - len(todo)} already done)")
-        started = runner.init_ray(address)
+        started = cluster.init_ray(address)
         try:
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
-            pending = {reeval_task.options(**res).remote(bound[t.key].to_dict(), checkpoints[t.key],
+            pending = {reeval_task.options(**res).remote(spec.workload, bound[t.key].to_dict(), checkpoints[t.key],
                                                          *asks[t.key]): t for t in todo}
             done = 0
             while pending:
@@ -118,27 +103,22 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
                 _log_evaluation(client, runs[t.key], root / name, metrics, per_prompt, rounds, *asks[t.key])
                 done += 1
                 say(f"{name}: {done}/{len(todo)} {t.run_name}: " + ", ".join(
-                    f"{k} {metrics[k]:.4f}" for k in ("val/bpb", "tf/tau", "spec/tau") if k in metrics))
+                    f"{k} {metrics[k]:.4f}" for k in registry(spec.workload).headline() if k in metrics))
         finally:
             if started:
                 ray.shutdown()
     return {"done": done, "skipped": len(finished) - len(todo)}
 
 
-def check_checkpoints(checkpoints: dict[str, str], configs: dict, command: str = "reeval") -> None:
-    """Every checkpoint a pass will load, loaded here first (weights_only, its tensors
-    memory-mapped, not read): one line naming the first that cannot be loaded, or is not a
+def check_checkpoints(checkpoints: dict[str, str], configs: dict, workload: str, command: str = "reeval") -> None:
+    """Every checkpoint a pass will load, checked here first by the workload
+    (`finished_problem`): one line naming the first that cannot be loaded, or is not a
     finished trial's, before Ray starts (a Ray task's failure comes back as its traceback)."""
-    from dspark.train import read_checkpoint
-
+    wl = load(workload)
     for key, ckpt in checkpoints.items():
-        try:
-            state = read_checkpoint(ckpt, configs[key], mmap=True)
-        except ValueError as e:
-            raise ValueError(f"{command}: trial {key}: {str(e).removeprefix('resume: ')}") from None
-        if state["stage"] != "done":
-            raise ValueError(f"{command}: trial {key}: {ckpt} is not a finished trial's checkpoint "
-                             f"(stage {state['stage']})")
+        problem = wl.finished_problem(ckpt, configs[key])
+        if problem:
+            raise ValueError(f"{command}: trial {key}: {problem}")
 
 
 def _asked(tags: dict, spec_prompts: int | None, eval_batches: int | None) -> tuple[int, int]:
@@ -158,16 +138,12 @@ def finished_trials(client, spec, root: Path, uri: str, command: str = "reeval",
     """The sweep's runs by trial key, its finished trials and each one's final checkpoint;
     refused with one line (naming `command`) when the store lacks the sweep, or (unless
     `checkpoints` is False) a finished trial's checkpoint is gone."""
-    from dspark.record import TRIAL_KEY_TAG, sweep_parent, sweep_trials
-
-    from . import runner
-
     exp = client.get_experiment_by_name(spec.name)
     if exp is None or sweep_parent(client, exp.experiment_id) is None:
         raise ValueError(f"{command}: the store {uri} holds no sweep {spec.name!r}")
     runs = {r.data.tags.get(TRIAL_KEY_TAG): r for r in sweep_trials(client, exp.experiment_id)}
     finished = [t for t in spec.trials if t.key in runs and runs[t.key].info.status == "FINISHED"]
-    found = runner.latest_checkpoints(root / spec.name, finished) if checkpoints else {}
+    found = layout.latest_checkpoints(root / spec.name, finished, spec.wl) if checkpoints else {}
     missing = [t.key for t in finished if t.key not in found] if checkpoints else []
     if missing:
         raise ValueError(f"{command}: {len(missing)} finished trial(s) have no checkpoint under {root / spec.name} "
@@ -189,12 +165,8 @@ def _log_evaluation(client, run, exp_dir: Path, metrics: dict, per_prompt: dict 
                     spec_prompts: int, eval_batches: int) -> None:
     """The new evaluation as the run's next step, its per-prompt and rounds files, and last
     the tags that mark the trial done (so an interrupted reeval redoes exactly the trials
-    without them). Kept in storage first (`dspark.kept`): a record the store lacks is
+    without them). Kept in storage first (`trials.store.kept`): a record the store lacks is
     replayed by `trials recover`, while one the store alone held was lost with it."""
-    from dspark.kept import keep_run_record
-    from dspark.record import TRIAL_KEY_TAG
-    from dspark.track import log_metrics
-
     step = next_step(client, run)
     files: dict[str, bytes] = {}
     tags: dict[str, str] = {}
@@ -217,19 +189,12 @@ def _log_evaluation(client, run, exp_dir: Path, metrics: dict, per_prompt: dict 
 
 
 def bind_existing_targets(spec, root: Path, command: str = "reeval") -> dict:
-    """trial key -> its config pointing at the shared target in storage; refused with one
-    line (naming `command`) when a target is gone (re-evaluating or timing must not train one)."""
-    from dspark import targets
-
-    out, cache = {}, {}
-    for t in spec.trials:
-        cfg = t.config
-        if cfg.parallel_stage == "drafter" and not cfg.target_path:  # a backbone trial's LM is in its checkpoint
-            h, _ = targets.address(cfg, cache)
-            path = targets.target_file(root, h)
-            if not path.is_file():
-                raise ValueError(f"{command}: the shared target {h} is gone from {path.parent}; "
-                                 f"{command} never trains one")
-            cfg = cfg.replace(target_path=str(path))
-        out[t.key] = cfg
-    return out
+    """trial key -> its config pointing at the shared artifact in storage; refused with one
+    line (naming `command`) when one is gone (re-evaluating or timing must not train one)."""
+    found = shared.addresses(spec)
+    paths = shared.in_storage(spec, root, found)
+    for h in shared.needed(spec, found):
+        if h not in paths:
+            raise ValueError(f"{command}: the shared target {h} is gone from {spec.wl.shared.file(root, h).parent}; "
+                             f"{command} never trains one")
+    return {t.key: t.config for t in shared.bound(spec, found, paths)[0].trials}

@@ -1,5 +1,5 @@
 """Run a sweep on Ray Tune: the shared target first (a Ray task), then one trial per
-cell x replicate, each calling `dspark.train` and reporting through `ray.tune.report`.
+cell x replicate, each calling the workload's `train` and reporting through `ray.tune.report`.
 
 Layout under the storage path: `<storage>/<sweep>/` is Tune's experiment directory (with
 `spec.yaml` and `sweep.json` beside it for `resume` and `status`), `<storage>/targets/`
@@ -9,14 +9,11 @@ holds the content-addressed shared targets.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import socket
 import signal
 import logging
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,61 +26,51 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from dspark import targets
-from dspark.record import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, probe_store,
-                           retrying)
+from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, retrying,
+                                 tracking_client)
+from trials.store.kept import write_atomic
+from trials.store.reader import probe_store
 
-from . import spec as specmod
+from . import spec as specmod, validate
+from .cluster import (DEFAULT_RESOURCE_WAIT_S, check_gcs_reachable, check_local_resources, check_resources, init_ray,
+                      kill_local_ray, local_gcs_gone)
 from .identity import check_same_sweep, identity_tags
-from .lease import Lease, check_storage, checkpoint_bytes, reap_dead_driver, write_atomic
+from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock
-from .recover import replay
-from .saved import DEFAULT_STORAGE, load_saved, saved_spec, status, storage_root  # noqa: F401  (the CLI reads them here)
-from .spec import SweepSpec
+from . import layout, shared
+from .recover import missing_records, replay
+from .saved import save_sweep_files, saved_spec, storage_root
+from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full
-
-def _needs_shared_target(cfg) -> bool:
-    return cfg.parallel_stage == "drafter" and not cfg.target_path
-
-
-def target_addresses(spec: SweepSpec) -> dict[str, tuple[str, str]]:
-    """trial key -> (target hash, corpus hash), `dspark.targets.address` of its config."""
-    cache: dict[str, str] = {}  # corpus hashes: each corpus is read once
-    return {t.key: targets.address(t.config, cache) for t in spec.trials}
-
+from .workload import DEFAULT as DEFAULT_WORKLOAD
+from .workload import load as load_workload
+from trials.store.keys import GIT_COMMIT_TAG, SHARED_PREFIX
 
 def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,
-                 addresses: dict[str, tuple[str, str]] | None = None
+                 addresses: dict[str, tuple[str, dict[str, str]]] | None = None
                  ) -> tuple[SweepSpec, dict[str, dict[str, str]], dict[str, dict]]:
-    """Address every trial's target (or take `addresses`, `target_addresses(spec)`), train
-    the shared ones that storage lacks, and point each drafter-stage trial at its file.
-    Returns a new spec (the one given is left as it is), each trial's tags (`target_hash`,
-    `data_sha256`) and the shared targets by hash."""
-    addresses = addresses if addresses is not None else target_addresses(spec)
-    needed = {addresses[t.key][0]: t.config for t in spec.trials if _needs_shared_target(t.config)}
-    shared = ensure_targets(needed, storage, spec.resources, cpus)
-    tags, trials = {}, []
-    for t in spec.trials:
-        h, sha = addresses[t.key]
-        tags[t.key] = {"target_hash": h, "data_sha256": sha}
-        if _needs_shared_target(t.config):
-            # every other field of the trial (its run order among them) is kept as it is
-            t = dataclasses.replace(t, config=t.config.replace(target_path=shared[h]["path"]))
-        trials.append(t)
-    return dataclasses.replace(spec, trials=trials), tags, shared
+    """Address every trial's shared artifact (or take `addresses`, `shared.addresses(spec)`),
+    train those that storage lacks, and point each trial that uses one at its file.
+    Returns a new spec (the one given is left as it is), each trial's tags (DSpark:
+    `target_hash`, `data_sha256`) and the shared artifacts by hash."""
+    found = addresses if addresses is not None else shared.addresses(spec)
+    made = ensure_targets(spec.workload, shared.needed(spec, found), storage, spec.resources, cpus)
+    spec, tags = shared.bound(spec, found, {h: meta["path"] for h, meta in made.items()})
+    return spec, tags, made
 
 
-def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, float],
+def ensure_targets(workload: str, needed: dict[str, Any], storage: Path, resources: dict[str, float],
                    cpus: int | None = None) -> dict[str, dict]:
-    """target hash -> metadata with its `path`, for each config in `needed`: reused from
+    """artifact hash -> metadata with its `path`, for each config in `needed`: reused from
     storage, else trained once as a Ray task (all of them in parallel)."""
+    art = load_workload(workload).shared
     out: dict[str, dict] = {}
     pending = {}
     for h, cfg in needed.items():
-        path = targets.target_file(storage, h)
+        path = art.file(storage, h)
         if path.is_file():
-            _, meta = targets.load_target(path)
+            meta = art.read(path)
             out[h] = {**meta, "path": str(path), "reused": True}
             continue
         # nothing else runs while the shared targets train: a local sweep gives them every
@@ -91,20 +78,25 @@ def ensure_targets(needed: dict[str, Any], storage: Path, resources: dict[str, f
         n_cpu = max(resources.get("cpu", 1), (cpus or 0) // max(1, len(needed)))
         opts = {"num_cpus": n_cpu, "num_gpus": resources.get("gpu", 0)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"shared target {h}: training {cfg.target_steps} steps of the {cfg.preset} LM on {n_cpu} core(s) "
+        print(f"shared target {h}: training {art.describe(cfg)} on {n_cpu} core(s) "
               "(once; every trial of this target reuses it)", flush=True)
         progress = path.with_name(f".{path.name}.progress.json")
         progress.unlink(missing_ok=True)
-        pending[h] = (path, shared_target_task.options(**opts).remote(cfg.to_dict(), str(path), str(progress)),
+        pending[h] = (path, shared_target_task.options(**opts).remote(workload, cfg.to_dict(), str(path), str(progress)),
                       time.monotonic())
     for h, (path, ref, t0) in pending.items():
         meta = _await_target(h, ref, path.with_name(f".{path.name}.progress.json"), t0)
-        print(f"shared target {h}: trained in {time.monotonic() - t0:.0f} s, val/bpb {meta['val/bpb']:.4f}",
-              flush=True)
-        if meta["target_hash"] != h:
+        print(f"shared target {h}: trained in {time.monotonic() - t0:.0f} s{_measured(meta)}", flush=True)
+        if meta.get("target_hash", h) != h:
             raise RuntimeError(f"shared target {h}: the task trained {meta['target_hash']}")
         out[h] = {**meta, "path": str(path), "reused": False}
     return out
+
+
+def _measured(meta: dict) -> str:
+    """", <metric> <value>" for each metric a shared artifact's metadata or progress holds."""
+    return "".join(f", {k} {v:.4f}" for k, v in meta.items()
+                   if "/" in k and isinstance(v, float) and not isinstance(v, bool))
 
 
 TARGET_PROGRESS_S = 30.0  # how often the driver says where a shared target's training is
@@ -127,7 +119,7 @@ def _await_target(h: str, ref, progress: Path, t0: float) -> dict:
         if p["step"] > shown:
             shown, spent = p["step"], time.monotonic() - t0
             left = spent * (p["of"] - p["step"]) / max(p["step"], 1)
-            print(f"shared target {h}: step {p['step']}/{p['of']}, val/bpb {p['val/bpb']:.4f}, "
+            print(f"shared target {h}: step {p['step']}/{p['of']}{_measured(p)}, "
                   f"{clock(spent)} elapsed, ~{clock(left)} left", flush=True)
 
 
@@ -154,35 +146,9 @@ def search_space(spec: SweepSpec, trials) -> tuple[dict, list[dict]]:
     return space, points
 
 
-def _key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()[:10]
-
-
-def latest_checkpoints(exp_dir: Path, trials) -> dict[str, str]:
-    """trial key -> its newest checkpoint directory under the sweep's storage (the trial
-    directories end in a hash of the key). Nothing is unpickled here: the trainer loads the
-    checkpoint's state.pt with weights_only=True."""
-    from dspark.train import checkpoint_problem
-
-    out = {}
-    for t in trials:
-        found = [p.parent for d in exp_dir.glob(f"*_{_key_hash(t.key)}") if d.is_dir()
-                 for p in d.glob("checkpoint_*/state.pt")]
-        for ckpt in sorted(found, key=lambda c: (c / "state.pt").stat().st_mtime_ns, reverse=True):
-            problem = checkpoint_problem(ckpt)
-            if problem is None:
-                out[t.key] = str(ckpt)
-                break
-            warnings.warn(f"resume: {t.key}: skipping a checkpoint that is not intact ({problem}); "
-                          "trying an older one", stacklevel=2)
-    return out
-
-
 def _dirname_creator(spec: SweepSpec):
     def dirname(trial) -> str:
-        key = spec.trial_for(trial.config).key
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
-        return f"{trial.trial_id}_{safe[:80]}_{_key_hash(key)}"
+        return layout.trial_dirname(trial.trial_id, spec.trial_for(trial.config).key)
 
     return dirname
 
@@ -243,135 +209,6 @@ class _Signals:
         return False
 
 
-def local_gcs_gone(wait_s: float = 1.5) -> bool:
-    """Whether the GCS of the local Ray this process started stopped listening (or stops
-    within `wait_s`: a SIGTERM to the process group reaches it at the same moment as us,
-    and it closes its port at once, long before its process exits)."""
-    node = getattr(ray._private.worker, "_global_node", None)
-    if node is None or not getattr(node, "gcs_address", None):
-        return False
-    host, port = node.gcs_address.rsplit(":", 1)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            with socket.create_connection((host, int(port)), timeout=0.2):
-                pass
-        except OSError:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
-def kill_local_ray() -> None:
-    """Stop what is left of the local Ray this process started, without a word to its GCS
-    (gone): `ray.shutdown()` would wait on it for a minute and then end the process."""
-    import psutil
-
-    # Ray's workers and agents are the raylet's children: found before the raylet dies and
-    # they pass to init
-    left = psutil.Process().children(recursive=True)
-    node = getattr(ray._private.worker, "_global_node", None)
-    if node is not None:
-        node.kill_all_processes(check_alive=False, allow_graceful=False)
-    for p in left:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(left, timeout=5)
-
-
-DEFAULT_RESOURCE_WAIT_S = 600.0
-
-
-def check_resources(spec: SweepSpec, autoscaling: bool, wait_s: float = DEFAULT_RESOURCE_WAIT_S,
-                    poll_s: float = 5.0) -> None:
-    """Refuse, before any work, a per-trial request that no node can hold: at once on a
-    fixed cluster (the local Ray), after `wait_s` seconds on one that may scale up."""
-    need = {"CPU": float(spec.resources.get("cpu", 1)), "GPU": float(spec.resources.get("gpu", 0))}
-
-    def largest() -> dict[str, float]:
-        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-        return {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in need}
-
-    def fits() -> bool:
-        return any(all(n["Resources"].get(k, 0.0) >= v for k, v in need.items())
-                   for n in ray.nodes() if n.get("Alive"))
-
-    deadline = time.monotonic() + (wait_s if autoscaling else 0.0)
-    while not fits():
-        if time.monotonic() >= deadline:
-            have = largest()
-            short = ", ".join(f"{k.lower()}={need[k]:g}" for k in need if need[k] > have[k]) or "cpu and gpu together"
-            where = f"after waiting {wait_s:g} s for the cluster to scale" if autoscaling else "on this fixed Ray"
-            raise ValueError(f"resources: a trial asks for {short}, which no node holds {where} "
-                             f"(largest node: cpu={have['CPU']:g}, gpu={have['GPU']:g})")
-        time.sleep(poll_s)
-
-
-def check_local_resources(spec: SweepSpec) -> None:
-    """The local Ray will hold this machine's cores and CUDA devices: refuse what it cannot."""
-    problems = specmod.local_problems(spec)
-    if problems:
-        raise ValueError(problems[0])
-
-
-def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
-    """Connect to the cluster at `address`, or start a local Ray of this driver's own;
-    True when this call started or joined it (the caller then shuts it down)."""
-    if ray.is_initialized():
-        return False
-    # Ray's INFO lines ("Started a local Ray instance") are not the sweep's news
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
-    if address:
-        try:
-            ray.init(address=address, **kwargs)
-        except ConnectionError as e:
-            raise ValueError(f"address {address}: no Ray cluster answered ({e}); if the cluster uses token "
-                             "authentication, set RAY_AUTH_MODE=token and its token here (docs/team.md: Team "
-                             "setup)") from None
-    else:
-        _bind_loopback()
-        # Ray turns token authentication on for a new local cluster (its default, kept) and
-        # logs a notice inviting users to set RAY_AUTH_MODE=disabled: only that notice is muted
-        logging.getLogger(RAY_AUTH_LOGGER).setLevel(logging.ERROR)
-        # "local": always a new Ray of this driver's own, never one that `ray start` left
-        # on the machine (found through /tmp/ray, which any local user can write)
-        ray.init(address="local", num_cpus=num_cpus, **kwargs)
-    return True
-
-
-RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-def _bind_loopback() -> None:
-    """Make a local Ray's GCS, raylet and workers listen on 127.0.0.1 only.
-
-    `ray.init(_node_ip_address="127.0.0.1")` is not enough: Ray resolves a loopback address
-    back to the machine's. The one switch Ray reads for the node address is its "no
-    clusters" mode (on by default on macOS and Windows); the environment variable carries it
-    to the processes Ray starts, and the constant to this already-imported one.
-    """
-    from ray._private import ray_constants
-
-    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-
-
-def check_gcs_reachable(address: str, timeout_s: float = 10.0) -> None:
-    """A HOST:PORT address answers on TCP, checked before any work: `ray.init` retries a
-    silent address for minutes."""
-    if address == "auto" or ":" not in address:
-        return  # Ray finds `auto` (RAY_ADDRESS, or the node's `ray start`) and says at once if it cannot
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except (OSError, ValueError) as e:
-        raise ValueError(f"address {address}: nothing answers there ({getattr(e, 'strerror', None) or e}); "
-                         "is the head started (`ray start --head --port PORT`)?") from None
-
-
 def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
         verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
@@ -396,7 +233,7 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
     probe_store(tracking_uri, store_timeout_s, writable=True)
     # one sweep per name per store: another storage or other trials under this name are refused
     check_same_sweep(spec, tracking_uri, root, command.split()[1] if command else "resume" if resume else "run")
-    check_storage(root, max(checkpoint_bytes(t.config) for t in spec.trials))
+    check_storage(root, max(spec.wl.checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
     with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
         if resume:
@@ -411,8 +248,6 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
 def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> None:
     """Resuming where the store lost the sweep's records would rerun finished trials into
     empty runs: refuse, and name the command that rebuilds them."""
-    from .recover import missing_records
-
     missing = missing_records(spec, exp_dir, tracking_uri)
     if missing:
         raise ValueError(f"resume: the store {tracking_uri} has no record of {len(missing)} trial(s) that storage "
@@ -428,7 +263,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
     # for a large one) and let a new SQLite store create its tables (seconds too)
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweep-setup")
-    addressing = background.submit(target_addresses, spec)
+    addressing = background.submit(shared.addresses, spec)
     warming = background.submit(_warm_store, tracking_uri)
     identity = identity_tags(spec, root)  # of the spec as saved: bound targets lie in this storage
     started_ray = init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
@@ -436,10 +271,10 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
         with signals:
             check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
             cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
-            spec, tags, shared = bind_targets(spec, root, cpus, addressing.result())
+            spec, tags, made = bind_targets(spec, root, cpus, addressing.result())
             warming.result()
             ledger = opened["ledger"] = Ledger(tracking_uri, spec, identity)
-            tracker = _open_records(ledger, spec, tags, shared, exp_dir, resume, store_retry_s)
+            tracker = _open_records(ledger, spec, tags, made, exp_dir, resume, store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             results = _fit(spec, todo, resume_dirs, root, [tracker, *callbacks], signals, max_concurrent,
                            verbose) if todo else None
@@ -458,16 +293,17 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
             kill_local_ray() if signals.ray_lost else ray.shutdown()
 
 
-def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, shared: dict, exp_dir: Path, resume: bool,
+def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, made: dict, exp_dir: Path, resume: bool,
                   store_retry_s: float) -> SweepTracker:
     """Claim the parent for this driver, note the shared targets, and on a resume replay the
     points the store missed (it was down, or the driver died between writes)."""
     reap_dead_driver(ledger.client, ledger.experiment_id)  # runs left RUNNING by a kill -9
     ledger.claim()
-    for h, meta in shared.items():
-        ledger.client.set_tag(ledger.parent_id, f"target.{h}", meta["path"])
+    layout.save_experiment(exp_dir, ledger.experiment_id, ledger.parent_id, write_atomic)
+    for h, meta in made.items():
+        ledger.client.set_tag(ledger.parent_id, f"{SHARED_PREFIX}{h}", meta["path"])
     commit = git_commit()
-    tracker = SweepTracker(ledger.uri, spec, {k: {**v, "git_commit": commit} for k, v in tags.items()},
+    tracker = SweepTracker(ledger.uri, spec, {k: {**v, GIT_COMMIT_TAG: commit} for k, v in tags.items()},
                            retry_s=store_retry_s)
     if resume:
         replay(ledger, tracker.tags_by_key, spec, exp_dir, close=False)
@@ -533,8 +369,6 @@ def _best_effort(call) -> bool:
 def _warm_store(tracking_uri: str) -> None:
     """Open the store once (MLflow creates a new SQLite store's tables on first use); any
     error is left for the Ledger to raise in the driver's thread."""
-    from dspark.record import tracking_client
-
     try:
         tracking_client(tracking_uri).search_experiments(max_results=1)
     except Exception:
@@ -565,7 +399,7 @@ def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, d
     newest checkpoint, loaded with weights_only=True."""
     runs = ledger.child_runs()
     todo = [t for t in spec.trials if not (t.key in runs and runs[t.key].info.status == "FINISHED")]
-    return todo, latest_checkpoints(exp_dir, todo)
+    return todo, layout.latest_checkpoints(exp_dir, todo, spec.wl)
 
 
 _AUTO_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
@@ -625,22 +459,3 @@ def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, in
         raise Interrupted(signals.signum or signal.SIGINT)
     ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
     return states
-
-
-def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
-    """`spec.yaml` and `sweep.json` beside Tune's experiment folder, each written whole."""
-    raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
-           "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
-           "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
-    if spec.primary_terms:
-        raw["primary_terms"] = spec.primary_terms
-    if spec.sequential:
-        raw["sequential"] = spec.sequential
-    if spec.generators:
-        raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
-    # each whole or not at all: a reader (status, list, resume) never meets half a file
-    write_atomic(exp_dir / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
-    write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent}))
-
-
-_save_sweep_files = save_sweep_files  # the name tests and benchmarks made sweeps with

@@ -1,6 +1,6 @@
-"""A sweep as storage and its store hold it, read without Ray, Tune or torch: where the
-storage is, the spec and settings saved with a sweep, and each trial's state. `trials status`
-and `trials list` import only this, and read the store through `dspark.reader`, so that
+"""A sweep as its storage holds it, read without Ray, Tune, torch or MLflow: where the
+storage is, the spec and settings saved with a sweep (and their writer), and each trial's
+state. `trials status` and `trials list` import only this and answer from storage, so that
 they answer well under 2 s."""
 
 from __future__ import annotations
@@ -8,11 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dspark.record import TRIAL_KEY_TAG, check_store, store_key, sweep_trials
+import yaml
 
-from . import spec as specmod
-from .lease import driver_died, reap_dead_driver
-from .spec import SweepSpec, columns
+from trials.store.client import check_store, tracking_client
+from trials.store.kept import read_records, write_atomic
+from trials.store.keys import DONE_KEY, is_metric
+
+from . import layout
+from . import spec as specmod, validate
+from .lease import holder_alive, holder_of, reap_dead_driver
+from trials.expand import columns
+from trials.spec import SweepSpec
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 
 DEFAULT_STORAGE = "ray_results"
 
@@ -36,7 +43,7 @@ def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple
 def saved_spec(path: Path, command: str) -> SweepSpec:
     """A sweep's saved spec, or one line naming the file and its first problem."""
     try:
-        return specmod.load(path)
+        return validate.load(path)
     except specmod.SpecError as e:
         first = e.problems[0]
         more = f" (and {len(e.problems) - 1} more problem(s))" if len(e.problems) > 1 else ""
@@ -73,31 +80,84 @@ def saved_settings(path: Path, command: str) -> dict:
     return meta
 
 
-def status(spec: SweepSpec, tracking_uri: str) -> list[dict[str, str]]:
-    """One row per trial: cell, replicate, state (finished / running / failed / pending).
-    Read without MLflow (`dspark.reader`); MLflow's client is opened only to close the runs
-    of a driver that died (`reap_dead_driver`)."""
-    from dspark.reader import reading_client
+STATES = {"FINISHED": "finished", "RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
+          "SCHEDULED": "pending"}
 
-    check_store(tracking_uri)
-    reader = reading_client(tracking_uri)
-    exp = reader.get_experiment_by_name(spec.name)
-    runs = {}
-    if exp is not None:
-        if driver_died(reader, exp.experiment_id):
-            from dspark.record import tracking_client
 
-            reap_dead_driver(tracking_client(tracking_uri), exp.experiment_id)
-        runs = {r.data.tags[TRIAL_KEY_TAG]: r for r in sweep_trials(reader, exp.experiment_id)}
-    rows = []
-    names = {"FINISHED": "finished", "RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
-             "SCHEDULED": "pending"}
+def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[dict[str, str]]:
+    """One row per trial: its run name, state (finished / running / failed / killed /
+    pending) and primary responses, from the sweep's storage alone (Tune's result and error
+    files, the records `trials reeval` and `time` keep, the driver's lease): no store is
+    opened, so it answers at once. Only where the lease names a driver that died (kill -9)
+    is the store opened, to close the runs it left RUNNING (`reap_dead_driver`)."""
+    held = holder_of(exp_dir)
+    alive = held is not None and holder_alive(*held)
+    if held is not None and not alive:
+        _reap(spec.name, tracking_uri)
+    keys = [t.key for t in spec.trials]
+    dirs = layout.trial_dirs(keys, exp_dir, with_results=False)
+    later: dict[str, list[dict]] = {}
+    for record in read_records(exp_dir, keys, "status")[0]:
+        later.setdefault(record["trial_key"], []).append(record)
     cols = columns(spec)  # the sweep's primary responses: never a degenerate or constant one
+    rows = []
     for t in spec.trials:
-        r = runs.get(t.key)
-        row = {"run": t.run_name, "state": names.get(r.info.status, r.info.status.lower()) if r else "pending"}
+        found = dirs.get(t.key, [])
+        results = layout.read_results(found)
+        row = {"run": t.run_name, "state": _state(found, results, alive)}
+        values = _latest(results + later.get(t.key, []))
         for c in cols:
-            v = r.data.metrics.get(store_key(c)) if r else None
+            v = values.get(c)
             row[c] = f"{v:.4g}" if v is not None else ""
         rows.append(row)
     return rows
+
+
+def _state(found: list[Path], results: list[dict], alive: bool) -> str:
+    if results and results[-1].get(DONE_KEY):
+        return "finished"
+    if not found:
+        return "pending"
+    if alive:  # an error file may be one Tune has restarted the trial after
+        return "failed" if layout.failed_last(found[-1]) else "running"
+    return "failed" if layout.errored(found[-1]) else "killed"
+
+
+def _latest(points: list[dict]) -> dict[str, float]:
+    """Each metric's value at its latest step, over Tune's results and the kept records
+    (`{"step", "metrics"}`) alike."""
+    out: dict[str, tuple[int, float]] = {}
+    for p in points:
+        step = int(p.get("step", 0) or 0)
+        for k, v in (p.get("metrics") or p).items():
+            if is_metric(k) and isinstance(v, (int, float)) and not isinstance(v, bool) and \
+                    step >= out.get(k, (-1, 0.0))[0]:
+                out[k] = (step, float(v))
+    return {k: v for k, (_, v) in out.items()}
+
+
+def _reap(name: str, tracking_uri: str) -> None:
+    """Close the runs a dead driver left RUNNING in the store, where the store has the sweep."""
+    check_store(tracking_uri)
+    client = tracking_client(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        reap_dead_driver(client, exp.experiment_id)
+
+
+def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
+    """`spec.yaml` and `sweep.json` beside Tune's experiment folder, each written whole."""
+    raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
+           "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
+           "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
+    if spec.workload != DEFAULT_WORKLOAD:
+        raw = {"workload": spec.workload, **raw}
+    if spec.primary_terms:
+        raw["primary_terms"] = spec.primary_terms
+    if spec.sequential:
+        raw["sequential"] = spec.sequential
+    if spec.generators:
+        raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
+    # each whole or not at all: a reader (status, list, resume) never meets half a file
+    write_atomic(exp_dir / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
+    write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent}))

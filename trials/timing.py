@@ -11,16 +11,9 @@ warm-ups (one prompt or one step each: enough to bring the run's weights into ca
 round alike, so it cancels in the contrasts; the random orders keep a drift within a round
 from siding with one arm.
 
-Drafter stage: each run's final checkpoint is loaded once (`Trainer.load_checkpoint`, the
-shared target from storage, `weights_only=True`), and a repetition decodes the same P held-out
-prompts both ways (autoregressive, then speculative, prompt by prompt, the evaluation's fixed
-decoding seeds, temperature 1, the run's `spec_new_tokens`); `spec/speedup` = (AR seconds
-summed over rounds), with its delete-a-group jackknife over the timing prompts
-(`jack/spec/speedup@g<k>`: a run's speedup also moves with how its drafter fares on the
-prompts decoded, which more prompts average out and more rounds do not). Backbone stage: the step is
-a property of the configuration, not of the learned weights, so each run's Trainer is built
-from its config (its seed) and a repetition is S training steps (`Trainer.step`) on the same
-S batches; `train/step_ms` = mean ms per step over all rounds.
+What a repetition is, and how the timed response follows from the raw times, is the
+workload's (`Workload.timing`; DSpark: `dspark.timed`): DSpark's drafter stage decodes P
+prompts both ways (`spec/speedup`), its backbone stage times S training steps (`train/step_ms`).
 
 Records, written only once every round is done: each trial's run gets its value as a new
 step after its last one (as `trials reeval` logs), with `timing/rounds` and
@@ -28,7 +21,7 @@ step after its last one (as `trials reeval` logs), with `timing/rounds` and
 the sweep's parent run gets the tag `timing` (JSON: id, settings, node, started, seconds,
 response) and the artifact `timing/pass.json` (every raw time of every round and run, and
 the orders). Another pass replaces the values: a new step, a new id. Each pass is kept in
-storage first (`dspark.kept`), so that `trials recover` rebuilds it with the sweep.
+storage first (`trials.store.kept`), so that `trials recover` rebuilds it with the sweep.
 
 Refused before Ray starts, with one line: an unknown sweep, a sweep with no finished trial
 or with trials of both stages, a finished drafter-stage trial without a checkpoint, a gone
@@ -44,13 +37,17 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from trials.store.runs import log_metrics
+from trials.store.keys import PASS_TAG, SUMMARY_TAG, sweep_parent
+from trials.store.kept import keep_parent_record, keep_run_record
+from trials.store.client import tracking_client
 
-PASS_TAG = "timing.pass"  # on each timed trial's run: the id of the pass behind its values
-SUMMARY_TAG = "timing"  # on the sweep's parent run: the last pass, as JSON
+from .workload import load
+from .lease import Lease
+from .identity import check_same_sweep
+
 ARTIFACT_DIR = "timing"
 PASS_FILE = "pass.json"  # the parent's artifact timing/pass.json: every raw time and the orders
-RESPONSE = {"drafter": "spec/speedup", "backbone": "train/step_ms"}
-SIZE = {"drafter": "prompts", "backbone": "steps"}  # what one repetition holds, per stage
 
 
 @dataclass(frozen=True)
@@ -87,98 +84,18 @@ def schedule(keys: list[str], rounds: int, warmup: int, seed: int) -> list[tuple
 
 # ---------------------------------------------------------------- in the Ray task
 
-class Corpora:
-    """One corpus per distinct data setting, shared by the runs' trainers (each would read
-    and hash it again)."""
-
-    def __init__(self):
-        self.found: dict = {}
-
-    def trainer(self, cfg):
-        from dspark.train import Trainer
-
-        key = (cfg.data, cfg.text_column, cfg.seq_len, cfg.max_corpus_bytes)  # what build_corpus reads
-        trainer = Trainer(cfg, corpus=self.found.get(key))
-        self.found[key] = trainer.corpus
-        return trainer
-
-
-class DecodeArms:
-    """Drafter stage: each run's final drafter and head with its (shared) target, decoding
-    the same P prompts autoregressively and speculatively."""
-
-    def __init__(self, configs: dict[str, dict], checkpoints: dict[str, str], settings: TimingSettings, tmp: str):
-        from dspark.config import from_dict
-        from dspark.speculative_eval import prompts_from
-
-        corpora, targets, self.arms = Corpora(), {}, {}
-        for key, config in configs.items():
-            trainer = corpora.trainer(from_dict({**config, "out_dir": tmp}))
-            trainer.load_checkpoint(checkpoints[key])
-            if trainer.stage != "done":
-                raise ValueError(f"time: {checkpoints[key]} is not a finished trial's checkpoint "
-                                 f"(stage {trainer.stage})")
-            cfg = trainer.cfg
-            target = targets.setdefault(cfg.target_path, trainer.target)  # one copy of a shared target
-            for m in (target, trainer.drafter, trainer.head):
-                m.eval()
-            prompts = [p.to(trainer.device) for p in prompts_from(trainer.corpus.val, settings.prompts,
-                                                                  cfg.spec_prompt_len)]
-            self.arms[key] = (target, trainer.drafter, trainer.head, prompts, cfg.spec_new_tokens, trainer.device)
-
-    def run(self, key: str, whole: bool = True) -> dict[str, list[float]]:
-        """One repetition: per prompt, the AR and the speculative seconds (a warm-up, not
-        `whole`: the first prompt alone, enough to bring this run's weights into cache)."""
-        from dspark.speculative_eval import decode_set
-
-        target, drafter, head, prompts, new_tokens, device = self.arms[key]
-        prompts = prompts if whole else prompts[:1]
-        _, _, spec_s, ar_s = decode_set(target, drafter, head, prompts, new_tokens, 1.0, device, n_timed=len(prompts))
-        return {"ar_s": ar_s, "spec_s": spec_s}
-
-
-class StepArms:
-    """Backbone stage: a Trainer per run built from its config (its seed: the step is the
-    configuration's, not the learned weights'), stepping on the same S batches."""
-
-    def __init__(self, configs: dict[str, dict], settings: TimingSettings, tmp: str):
-        import torch
-
-        from dspark.config import from_dict
-        from dspark.data import sample_batch
-
-        corpora, self.arms = Corpora(), {}
-        for key, config in configs.items():
-            trainer = corpora.trainer(from_dict({**config, "out_dir": tmp}))
-            cfg, gen = trainer.cfg, torch.Generator().manual_seed(settings.seed)
-            batches = [sample_batch(trainer.corpus.train, cfg.batch_size, cfg.seq_len + 1, gen).to(trainer.device)
-                       for _ in range(settings.steps)]  # each (B, T + 1)
-            self.arms[key] = (trainer, [(x, trainer.anchors(x.shape[0]).to(trainer.device)) for x in batches])
-
-    def run(self, key: str, whole: bool = True) -> dict[str, list[float]]:
-        """One repetition: the seconds of each of the S steps (each ends synchronised; a
-        warm-up, not `whole`: one step)."""
-        trainer, batches = self.arms[key]
-        batches = batches if whole else batches[:1]
-        out = []
-        for x, anchors in batches:
-            t0 = time.perf_counter()
-            trainer.step(x, anchors)
-            out.append(time.perf_counter() - t0)
-        return {"step_s": out}
-
-
-def timing_task(stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict):
+def timing_task(workload: str, stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict):
     """The whole pass in one Ray worker (one node), with the worker's CPUs as torch's
     threads: `pass_rounds`. Made a Ray task only by the driver, so this module loads without
     Ray (the CLI reads its defaults, and a refused pass never imports it)."""
     import ray
 
     threads = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
-    yield from pass_rounds(stage, configs, checkpoints, settings, threads)
+    yield from pass_rounds(workload, stage, configs, checkpoints, settings, threads)
 
 
-def pass_rounds(stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict, threads: int):
+def pass_rounds(workload: str, stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict,
+                threads: int):
     """The pass in this process: yields {"node", "threads", "load_s"} once the runs are
     loaded, then per round {"round", "order", "times": key -> raw seconds}. The Ray task and
     the Ray-free local runner (`trials run --local`) both run it."""
@@ -187,8 +104,8 @@ def pass_rounds(stage: str, configs: dict[str, dict], checkpoints: dict[str, str
     s = TimingSettings(**settings)
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="dspark-time-") as tmp:
-        arms = DecodeArms(configs, checkpoints, s, tmp) if stage == "drafter" else StepArms(configs, s, tmp)
+    with tempfile.TemporaryDirectory(prefix=f"{workload}-time-") as tmp:
+        arms = load(workload).timing.arms(stage, configs, checkpoints, s, tmp)
         yield {"node": socket.gethostname(), "threads": torch.get_num_threads(), "load_s": time.perf_counter() - t0}
         order, times = [], {}
         events = schedule(list(configs), s.rounds, s.warmup, s.seed)
@@ -204,40 +121,9 @@ def pass_rounds(stage: str, configs: dict[str, dict], checkpoints: dict[str, str
 
 # ---------------------------------------------------------------- the driver
 
-def jack_values(stage: str, rounds: list[dict]) -> dict[str, dict[str, float]]:
-    """Drafter stage: each run's spec/speedup recomputed without each group of timing
-    prompts (prompt i in group i mod G, G = jack_groups(P)), as `jack/spec/speedup@g<k>`:
-    a run's speedup also varies with how its drafter fares on the prompts the pass decodes
-    (the decoding seeds fix that part), so the analysis splits it off like any evaluation's.
-    Backbone stage: none."""
-    from dspark.metrics import jack_groups, jack_name
-
-    if stage != "drafter":
-        return {}
-    out = {}
-    for k in rounds[0]["times"]:
-        ar = [sum(r["times"][k]["ar_s"][i] for r in rounds) for i in range(len(rounds[0]["times"][k]["ar_s"]))]
-        spec = [sum(r["times"][k]["spec_s"][i] for r in rounds) for i in range(len(ar))]
-        G = jack_groups(len(ar))
-        out[k] = {jack_name(RESPONSE[stage], g): sum(a for i, a in enumerate(ar) if i % G != g)
-                  / sum(b for i, b in enumerate(spec) if i % G != g) for g in range(G if G >= 2 else 0)}
-    return out
-
-
-def values(stage: str, rounds: list[dict]) -> dict[str, float]:
-    """Each run's timed response from the rounds' raw times: spec/speedup = AR seconds /
-    speculative seconds, each summed over rounds and prompts; train/step_ms = mean ms per step."""
-    keys = rounds[0]["times"]
-    if stage == "drafter":
-        return {k: sum(sum(r["times"][k]["ar_s"]) for r in rounds) / sum(sum(r["times"][k]["spec_s"]) for r in rounds)
-                for k in keys}
-    return {k: 1000.0 * sum(sum(r["times"][k]["step_s"]) for r in rounds)
-            / sum(len(r["times"][k]["step_s"]) for r in rounds) for k in keys}
-
-
 def sweep_stage(spec) -> str:
-    """The one stage of the sweep's trials; refused when it mixes both."""
-    stages = sorted({t.config.parallel_stage for t in spec.trials})
+    """The one variant (DSpark: parallel stage) of the sweep's trials; refused when it mixes several."""
+    stages = sorted({spec.wl.variant(t.config) for t in spec.trials})
     if len(stages) != 1:
         raise ValueError(f"time: sweep {spec.name!r} has trials of both stages ({', '.join(stages)}); "
                          "a pass times one response")
@@ -248,10 +134,6 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
                settings: TimingSettings = TimingSettings(), say=print) -> dict:
     """Time every finished trial of a sweep (see the module's docstring); returns the pass
     record (what `timing/pass.json` holds)."""
-    from dspark.record import tracking_client
-
-    from .identity import check_same_sweep
-    from .lease import Lease
     from .reeval import bind_existing_targets, check_checkpoints, finished_trials
     from .saved import load_saved, storage_root
 
@@ -263,19 +145,23 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     root = storage_root(storage)
     check_same_sweep(spec, uri, root, "time")
     client = tracking_client(uri)
-    runs, finished, checkpoints = finished_trials(client, spec, root, uri, "time", checkpoints=stage == "drafter")
+    hooks = spec.wl.timing
+    if hooks is None:
+        raise ValueError(f"time: workload {spec.workload!r} has no timing pass")
+    runs, finished, checkpoints = finished_trials(client, spec, root, uri, "time",
+                                                  checkpoints=hooks.needs_checkpoints(stage))
     if not finished:
         raise ValueError(f"time: sweep {name!r} has no finished trial to time (in {uri})")
     bound = bind_existing_targets(spec, root, "time")
-    size = getattr(settings, SIZE[stage])
+    size = getattr(settings, hooks.size[stage])
     with Lease(root / name, name, f"trials time {name}"):
-        from . import runner
+        from . import cluster  # Ray: only once the pass's inputs are checked
 
-        check_checkpoints(checkpoints, bound, "time")  # before Ray starts, and before anything is said
-        say(f"{name}: timing {len(finished)} run(s) ({RESPONSE[stage]}): {settings.rounds} rounds, "
-            f"{settings.warmup} warm-up(s) each, {size} {SIZE[stage]} a repetition")
+        check_checkpoints(checkpoints, bound, spec.workload, "time")  # before Ray starts, and before anything is said
+        say(f"{name}: timing {len(finished)} run(s) ({hooks.response[stage]}): {settings.rounds} rounds, "
+            f"{settings.warmup} warm-up(s) each, {size} {hooks.size[stage]} a repetition")
 
-        started = runner.init_ray(address)
+        started = cluster.init_ray(address)
         try:
             record = _drive(spec, stage, {t.key: bound[t.key].to_dict() for t in finished}, checkpoints, settings, say)
         finally:
@@ -297,7 +183,8 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
 
     pass_id, started, t0 = _pass_id(), time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
     res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
-    stream = ray.remote(max_retries=0)(timing_task).options(**res).remote(stage, configs, checkpoints, asdict(settings))
+    stream = ray.remote(max_retries=0)(timing_task).options(**res).remote(spec.workload, stage, configs, checkpoints,
+                                                                           asdict(settings))
     head, rounds, first = None, [], None
     for ref in stream:
         item = ray.get(ref)
@@ -310,12 +197,13 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
         k, done = item["round"] + 1, time.perf_counter()
         left = (done - first) / k * (settings.rounds - k)
         say(f"{spec.name}: round {k}/{settings.rounds} timed, {clock(done - t0)} elapsed, ~{clock(left)} left")
-    size = SIZE[stage]
+    hooks = spec.wl.timing
+    size = hooks.size[stage]
     return {"id": pass_id, "rounds": settings.rounds, "warmup": settings.warmup, size: getattr(settings, size),
             "seed": settings.seed, "node": head["node"], "threads": head["threads"], "started": started,
-            "seconds": round(time.perf_counter() - t0, 3), "response": RESPONSE[stage], "stage": stage,
+            "seconds": round(time.perf_counter() - t0, 3), "response": hooks.response[stage], "stage": stage, "repetition": size,
             "orders": [r["order"] for r in rounds], "times": [r["times"] for r in rounds],
-            "values": values(stage, rounds), "jack": jack_values(stage, rounds)}
+            "values": hooks.values(stage, rounds), "jack": hooks.jack_values(stage, rounds)}
 
 
 def _pass_id() -> str:
@@ -326,14 +214,10 @@ def _pass_id() -> str:
 def log_pass(client, runs: dict, record: dict, exp_dir: Path | None = None) -> None:
     """The pass's values to each run (a new step after its last one, then the tag), and
     last the pass itself to the sweep's parent run (tag and artifact). Kept in storage
-    first (`dspark.kept`, in `exp_dir`), so that `trials recover` rebuilds it."""
-    from dspark.kept import keep_parent_record, keep_run_record
-    from dspark.record import sweep_parent
-    from dspark.track import log_metrics
-
+    first (`trials.store.kept`, in `exp_dir`), so that `trials recover` rebuilds it."""
     from .reeval import next_step
 
-    size = SIZE[record["stage"]]
+    size = record["repetition"]
     steps = {key: next_step(client, run) for key, run in runs.items()}
     per_run = {key: {record["response"]: record["values"][key], "timing/rounds": record["rounds"],
                      f"timing/{size}": record[size], **record.get("jack", {}).get(key, {})} for key in runs}

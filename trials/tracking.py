@@ -19,19 +19,24 @@ from typing import Any
 from mlflow.entities import Param
 from ray.tune import Callback
 
-from dspark.record import (ARM_TAG, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, EXPERIMENT_KIND_TAG, FACTORS_PARAM,
-                           MODEL_TRAINING, PARENT_TAG, PRIMARY_TERMS_TAG, RESPONSES_TAG, RUNS_VIEW_TAG, SEQUENTIAL_TAG,
-                           STORE_RETRY_S, SWEEP_PARENT_TAG,
-                           TRIAL_KEY_TAG, is_metric, metric_name, retrying, runs_view, sweep_parent, sweep_trials,
-                           tracking_client)
-from dspark.track import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
+from trials.store.client import STORE_RETRY_S, retrying, tracking_client
+from trials.store.keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DONE_KEY, DRIVER_HOST_TAG,
+                               DRIVER_PID_TAG, DRIVER_STARTED_TAG, ERROR_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM,
+                               GIT_COMMIT_TAG, MODEL_TRAINING, NODE_KEY, NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG,
+                               RAY_NODES_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESTARTS_TAG, RESUMED_TAG,
+                               SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, is_metric,
+                               metric_name, sweep_parent, sweep_trials)
+from trials.store.ui import RUNS_VIEW_TAG, runs_view
+from trials.store.runs import config_params, finite, git_commit, log_metrics, log_params, log_run_files, source_tags
 
-from .spec import SweepSpec, Trial, columns
+from .layout import persist_results
+from trials.expand import columns
+from trials.spec import SweepSpec, Trial
 
 def trial_tags(spec: SweepSpec, trial: Trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
-    tags = {PARENT_TAG: parent_id, "sweep": spec.name, "mlflow.runName": trial.run_name, **trial.tags}
+    tags = {PARENT_TAG: parent_id, SWEEP_TAG: spec.name, "mlflow.runName": trial.run_name, **trial.tags}
     tags.update(extra)
-    tags.update(source_tags("trials run", extra.get("git_commit")))
+    tags.update(source_tags("trials run", extra.get(GIT_COMMIT_TAG)))
     return tags
 
 
@@ -54,9 +59,9 @@ class Ledger:
         shown = columns(spec, limit=6)
         self.client.set_experiment_tag(self.experiment_id, RUNS_VIEW_TAG, runs_view(
             list(spec.factors), shown, (ARM_TAG,) if spec.controls else ()))
-        if spec.description and (exp is None or not exp.tags.get("mlflow.note.content")):
+        if spec.description and (exp is None or not exp.tags.get(NOTE_TAG)):
             # the experiment's description in the MLflow UI: which question the sweep answers
-            self.client.set_experiment_tag(self.experiment_id, "mlflow.note.content", spec.description[:4000])
+            self.client.set_experiment_tag(self.experiment_id, NOTE_TAG, spec.description[:4000])
         self.parent_id = self._parent()
 
     def _parent(self) -> str:
@@ -70,8 +75,8 @@ class Ledger:
                     self.client.set_tag(parent.info.run_id, k, v)
             return parent.info.run_id
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
-                                     tags={SWEEP_PARENT_TAG: "true", "sweep": self.spec.name,
-                                           DESIGN_PARAM: self.spec.design, "git_commit": git_commit(),
+                                     tags={SWEEP_PARENT_TAG: "true", SWEEP_TAG: self.spec.name, WORKLOAD_TAG: self.spec.workload,
+                                           DESIGN_PARAM: self.spec.design, GIT_COMMIT_TAG: git_commit(),
                                            **source_tags("trials run"),
                                            FACTORS_PARAM: ",".join(self.spec.factors), **self.identity,
                                            # the primary responses and margins (a tag: a resume may restate them)
@@ -81,12 +86,12 @@ class Ledger:
                                            **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
                                            DESCRIPTION_TAG: self.spec.description[:4000],
                                            # MLflow shows this tag as the run's description
-                                           "mlflow.note.content": self.spec.description[:4000]})
+                                           NOTE_TAG: self.spec.description[:4000]})
         self.client.log_batch(run.info.run_id, params=[
-            Param(DESIGN_PARAM, self.spec.design), Param("replicates", str(self.spec.replicates)),
+            Param(DESIGN_PARAM, self.spec.design), Param(REPLICATES_PARAM, str(self.spec.replicates)),
             # level order matters: the analysis reads it back as each factor's order
             Param(FACTORS_PARAM, json.dumps(self.spec.factors, default=str)[:6000]),
-            Param("base", json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
+            Param(BASE_PARAM, json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
         return run.info.run_id
 
     def declared_plan(self) -> str:
@@ -103,8 +108,8 @@ class Ledger:
 
         me = psutil.Process()
         self.client.update_run(self.parent_id, status="RUNNING")
-        for k, v in (("driver_host", socket.gethostname()), ("driver_pid", str(me.pid)),
-                     ("driver_started", f"{me.create_time():.3f}")):
+        for k, v in ((DRIVER_HOST_TAG, socket.gethostname()), (DRIVER_PID_TAG, str(me.pid)),
+                     (DRIVER_STARTED_TAG, f"{me.create_time():.3f}")):
             self.client.set_tag(self.parent_id, k, v)
 
     def child_runs(self) -> dict[str, Any]:
@@ -121,7 +126,7 @@ class Ledger:
         if existing is not None:
             run_id = existing.info.run_id
             self.client.update_run(run_id, status="RUNNING")
-            self.client.set_tag(run_id, "resumed", str(int(existing.data.tags.get("resumed", "0")) + 1))
+            self.client.set_tag(run_id, RESUMED_TAG, str(int(existing.data.tags.get(RESUMED_TAG, "0")) + 1))
             return run_id, False
         tags = trial_tags(self.spec, trial, self.parent_id, extra_tags)
         run = self.client.create_run(self.experiment_id, run_name=trial.run_name, tags=tags)
@@ -143,7 +148,7 @@ class Ledger:
 
     def finish(self, run_id: str, status: str, error: str | None = None) -> None:
         if error:
-            self.client.set_tag(run_id, "error", error[-4900:])
+            self.client.set_tag(run_id, ERROR_TAG, error[-4900:])
         self.client.set_terminated(run_id, status=status)
 
     def close_open_runs(self, status: str = "KILLED") -> int:
@@ -225,7 +230,7 @@ class SweepTracker(Callback):
 
     @_retried
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        persist_results(trial)  # the results before this one (Tune's own writer comes after this callback)
+        _persist(trial)  # the results before this one (Tune's own writer comes after this callback)
         run_id = self._writable(trial)
         if run_id is None:
             return
@@ -238,12 +243,12 @@ class SweepTracker(Callback):
                    if is_metric(k) and finite(v) and step > last.get(k, -1)}
         self.ledger.log_metrics(run_id, metrics, step)
         last.update({k: step for k in metrics})
-        node = result.get("node_id")
+        node = result.get(NODE_KEY)
         if node and self._nodes.get(run_id) != node:
             self._nodes[run_id] = node
-            nodes = self.ledger.client.get_run(run_id).data.tags.get("ray_nodes", "")
+            nodes = self.ledger.client.get_run(run_id).data.tags.get(RAY_NODES_TAG, "")
             if node not in nodes.split(","):
-                self.ledger.client.set_tag(run_id, "ray_nodes", ",".join(p for p in (nodes, node) if p))
+                self.ledger.client.set_tag(run_id, RAY_NODES_TAG, ",".join(p for p in (nodes, node) if p))
 
     @_retried
     def on_trial_recover(self, iteration, trials, trial, **info):
@@ -252,12 +257,12 @@ class SweepTracker(Callback):
         if run_id is None:
             return
         client = self.ledger.client
-        restarts = int(client.get_run(run_id).data.tags.get("restarts", "0")) + 1
-        client.set_tag(run_id, "restarts", str(restarts))
+        restarts = int(client.get_run(run_id).data.tags.get(RESTARTS_TAG, "0")) + 1
+        client.set_tag(run_id, RESTARTS_TAG, str(restarts))
 
     @_retried
     def on_trial_complete(self, iteration, trials, trial, **info):
-        persist_results(trial)
+        _persist(trial)
         run_id = self._writable(trial)
         if run_id is None:
             return
@@ -277,7 +282,7 @@ class SweepTracker(Callback):
     @_retried
     def on_trial_error(self, iteration, trials, trial, **info):
         _stop_if_storage_full(trial)
-        persist_results(trial)
+        _persist(trial)
         run_id = self._writable(trial)
         if run_id is None:
             return
@@ -285,43 +290,13 @@ class SweepTracker(Callback):
         self._runs.pop(trial.trial_id, None)
 
 
-def persist_results(trial) -> None:
-    """Copy the trial's result file from the driver's staging folder into storage now.
+def _persist(trial) -> None:
+    persist_results(trial, _raise_if_full)
 
-    Tune writes `result.json` under /tmp/ray/session_*/.../driver_artifacts and copies it to
-    storage only every so often (its experiment checkpoints): a driver killed with SIGKILL
-    right after a trial ended left a FINISHED run whose last points storage lacked, so
-    `trials recover` would have rebuilt it as unfinished. Done at each result and before a
-    run is marked FINISHED or FAILED, storage holds every point of every closed run and all
-    but the latest of a running one."""
-    storage = getattr(trial, "storage", None)
-    if storage is None:
-        return
-    try:
-        src = Path(storage.trial_driver_staging_path) / "result.json"
-        dst = Path(storage.trial_fs_path) / "result.json"
-    except (RuntimeError, AttributeError):
-        return  # no trial folder yet
-    if not src.is_file() or src == dst:
-        return
-    from pyarrow.fs import LocalFileSystem, copy_files
 
-    try:
-        if isinstance(storage.storage_filesystem, LocalFileSystem):
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_name(f".result.json.{os.getpid()}.tmp")
-            try:
-                shutil.copyfile(src, tmp)
-                os.replace(tmp, dst)  # a kill mid-copy leaves the older whole file, never half of one
-            finally:
-                tmp.unlink(missing_ok=True)
-        else:
-            copy_files(str(src), dst.as_posix(), source_filesystem=LocalFileSystem(),
-                       destination_filesystem=storage.storage_filesystem)
-    except OSError as e:
-        if is_storage_full(e):
-            raise StorageFull(f"storage {Path(storage.trial_fs_path).parent.parent} is full ({e.strerror or e})") from None
-        raise
+def _raise_if_full(e: OSError, root: Path) -> None:
+    if is_storage_full(e):
+        raise StorageFull(f"storage {root} is full ({e.strerror or e})") from None
 
 
 class StorageFull(RuntimeError):

@@ -1,8 +1,8 @@
 """What runs in a sweep's Ray workers: the trial function Tune calls and the task that
 trains a shared target.
 
-Kept apart from `trials.runner` so that a worker imports what a trial needs (torch,
-dspark, Ray Tune) and not the driver's MLflow and tracking code: Tune unpickles the
+Kept apart from `trials.runner` so that a worker imports what a trial needs (the workload,
+loaded by name; torch; Ray Tune) and not the driver's MLflow and tracking code: Tune unpickles the
 trainable in every trial actor, which imports the module that defines it, and MLflow's
 import alone costs seconds (docs/performance.md).
 """
@@ -13,18 +13,13 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
 import ray
 from ray import tune
 
-from dspark.metrics import HEADLINE
-from dspark.record import DONE_KEY
+from trials.store.keys import DONE_KEY, NODE_KEY
 
-# Tune's progress table shows the first four metrics of the first result it sees, so every
-# result leads with the registry's headline metrics, NaN until measured (the tracker logs
-# no NaN to MLflow)
-TABLE_METRICS = HEADLINE
+from .workload import load, registry
 
 
 # Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys
@@ -45,36 +40,32 @@ def _injected_crash(trial_key: str):
     return before_step
 
 
-def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
-    """One DSpark training run inside Tune's trainable. Besides the trainer's metrics
-    it reports what the sweep costs the trial: `trial/import_s` (torch and dspark imports
-    in this worker) and `trial/report_s` (seconds in `tune.report`, which persists each
-    checkpoint to the sweep's storage), so far."""
-    entered = time.perf_counter()
+def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
+    """One training run of the workload inside Tune's trainable."""
     import torch
 
-    from dspark.train import train
-
-    cost = {"trial/import_s": time.perf_counter() - entered, "trial/report_s": 0.0}
+    train = load(workload).train
+    # Tune's progress table shows the first four metrics of the first result it sees, so every
+    # result leads with the registry's headline metrics, NaN until measured (the tracker logs
+    # no NaN to MLflow)
+    table = registry(workload).headline()
 
     torch.set_num_threads(max(1, int(cpus)))
-    out_dir = tempfile.mkdtemp(prefix="dspark-trial-")
+    out_dir = tempfile.mkdtemp(prefix=f"{workload}-trial-")
     cfg = cfg.replace(out_dir=out_dir)
 
-    node = {"node_id": ray.get_runtime_context().get_node_id()}
+    node = {NODE_KEY: ray.get_runtime_context().get_node_id()}
 
     last: dict = {}
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
-        lead = {k: metrics.get(k, float("nan")) for k in TABLE_METRICS}
-        metrics = {**lead, **metrics, **cost, **node}  # node: where the trial ran, for the run's tags
+        lead = {k: metrics.get(k, float("nan")) for k in table}
+        metrics = {**lead, **metrics, **node}  # node: where the trial ran, for the run's tags
         last.update(metrics)
-        t0 = time.perf_counter()
         if checkpoint_dir is None:
             tune.report(metrics)
         else:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
-        cost["trial/report_s"] += time.perf_counter() - t0
 
     checkpoint = tune.get_checkpoint()
     hook = _injected_crash(trial_key)
@@ -96,13 +87,12 @@ def trial_fn(trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
 
 
 @ray.remote(max_retries=1)
-def shared_target_task(config: dict, path: str, progress_file: str | None = None) -> dict:
+def shared_target_task(workload: str, config: dict, path: str, progress_file: str | None = None) -> dict:
+    """Train one of the sweep's shared artifacts (`Workload.shared`) in a Ray task."""
     import torch
 
-    from dspark.train import train_shared_target
-
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    return train_shared_target(config, path, progress_file)
+    return load(workload).shared.train(config, path, progress_file)
 
 
 def trainable(spec, resume_dirs: dict[str, str]):
@@ -111,7 +101,7 @@ def trainable(spec, resume_dirs: dict[str, str]):
 
     def fn(params):
         t = spec.trial_for(params)
-        trial_fn(t.key, t.config, res["cpu"], resume_dirs.get(t.key))
+        trial_fn(spec.workload, t.key, t.config, res["cpu"], resume_dirs.get(t.key))
 
-    fn.__name__ = "dspark_trial"
+    fn.__name__ = f"{spec.wl.name}_trial"
     return tune.with_resources(fn, res)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from trials.spec import parse
+from trials.validate import parse
 from trials.tracking import Ledger
 
 FACTORS = {

@@ -300,8 +300,9 @@ def test_alias_structure_read_off_the_runs_matches_the_spec():
     the one `trials validate` derives from the generators (2^(4-1), D = A*B*C)."""
     import pandas as pd
 
-    from analysis.report import alias_structure
-    from trials.spec import alias_structure as spec_aliases, parse
+    from analysis.design import alias_structure
+    from trials.design import alias_structure as spec_aliases
+    from trials.validate import parse
 
     spec = parse({"name": "frac", "base": {"preset": "tiny"},
                   "factors": {"A": {"lo": {"lr": 1e-3}, "hi": {"lr": 2e-3}},
@@ -323,7 +324,7 @@ def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
     import mlflow
 
     from tests.analysis.conftest import FACTORS
-    from trials.spec import parse
+    from trials.validate import parse
     from trials.tracking import Ledger
 
     spec = parse({"name": "margins", "base": {"preset": "tiny"}, "factors": FACTORS, "replicates": 2,
@@ -356,7 +357,7 @@ def test_the_model_fit_is_stated_per_response_as_statsmodels_fits_it():
     import statsmodels.formula.api as smf
 
     from analysis.anova import anova_with_fit
-    from analysis.report import model_fit_table
+    from analysis.diagnostics import model_fit_table
 
     rng = np.random.default_rng(3)
     rows = [{"A": a, "B": b, "replicate": r, "y": 1.0 + 0.5 * (a == "a2") + rng.normal(0, 0.2)}

@@ -23,10 +23,12 @@ def _every_field_set() -> SweepFrame:
     """A frame none of whose fields holds its default, so that a field the export loses
     comes back different."""
     base = _sweep(fraction=False)
+    # the toy workload: not the default, and its registry checks the responses on the way back
     record = SweepRecord(experiment="inputs", description="every field set", experiment_id="7",
                          parent_run_id="p" * 32, design="full",
-                         responses={"spec/tau": {"better": "higher", "margin": 0.1}},
-                         sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B"])
+                         responses={"val/acc": {"better": "higher", "margin": 0.01}},
+                         sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B"],
+                         workload="tests.toy.workload:WORKLOAD")
     failed = {"run_id": "r9", "run_name": "A=lo|B=lo|C=lo r9", "status": "FAILED", "cell": "A=lo|B=lo|C=lo",
               "replicate": "9", "seed": "9", "arm": "factorial", "run_order": "99"}
     local = {"run_id": "local-x", "run_name": "x", "status": "FINISHED", "tags": {"trial_key": "x"},

@@ -99,7 +99,7 @@ def test_every_field_declares_its_role_and_one_without_is_refused():
 
 def test_what_reads_the_roles_sorts_fields_as_before():
     from dspark.config import smoke_overrides, with_role
-    from dspark.train import NOT_TRAINING, training_changes
+    from dspark.checkpoint import NOT_TRAINING, training_changes
 
     cfg = Config()
     # the shared target's address: the same 15 fields it always hashed

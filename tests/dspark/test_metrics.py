@@ -6,7 +6,11 @@ from pathlib import Path
 import pytest
 
 from dspark import metrics
-from dspark.metrics import REGISTRY, Metric, better, degenerate_reason, lookup, unmeasured_reason
+from dspark.metrics import REGISTRY, Metric, lookup
+from trials.registry import Registry
+
+RULES = Registry(metrics)  # the engine's rules over DSpark's rows
+better, degenerate_reason, unmeasured_reason = RULES.better, RULES.degenerate_reason, RULES.unmeasured_reason
 
 README = Path(__file__).resolve().parents[2] / "docs" / "responses.md"
 
@@ -66,3 +70,16 @@ def test_a_row_validates_itself():
         Metric("x/y", "up", "", ("drafter",), "")
     with pytest.raises(ValueError, match="stages"):
         Metric("x/y", "higher", "", ("target",), "")
+
+
+def test_dspark_names_its_evaluation_groups_as_the_engine_reads_them():
+    """The workload writes jackknife and per-group metrics; the statistics read them by the
+    engine's convention (`trials.registry`): the two must name them alike."""
+    from trials import registry
+
+    for response, g in (("spec/tau", 0), ("conf/ece_mean", 15)):
+        assert metrics.jack_name(response, g) == registry.jack_name(response, g)
+        assert metrics.split_name(response, g) == registry.split_name(response, g)
+    assert [metrics.jack_groups(n) for n in (0, 1, 7, 40)] == [registry.jack_groups(n) for n in (0, 1, 7, 40)]
+    assert RULES.headline("drafter") == ("tf/tau", "spec/tau") and RULES.timed() == metrics.TIMED
+

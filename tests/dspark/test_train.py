@@ -148,17 +148,30 @@ def test_no_code_outside_the_trainer_calls_its_private_methods():
 
     root = Path(__file__).resolve().parents[2]
     private = re.compile(r"(?<!self)\.(_train_target|_train_head|_anchors|_build_optimizer|_head_loss|"
-                         r"_optimizer_step|_train_mode|_load_shared_target|_emit)\(")
+                         r"_target_loss|_optimizer_step|_train_mode|_load_shared_target|_emit)\(")
     offenders = [f"{p.relative_to(root)}:{i}" for folder in ("dspark", "trials", "bench", "analysis")
                  for p in (root / folder).rglob("*.py")
                  for i, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
     assert offenders == []
 
 
+def test_no_bench_takes_a_step_of_its_own_or_swaps_a_trainers_parts():
+    """The benches time Trainer.step: none runs a backward pass or an optimizer of its own,
+    or assigns a trainer's models, optimizer or stage (as aux_step once set trainer.target
+    and models.head), so what they time is what a run trains with."""
+    import re
+    from pathlib import Path
+
+    own = re.compile(r"\.backward\(|torch\.optim\.|\.(target|head|drafter|models|opt|sched|stage)(\.\w+)*\s*=(?!=)")
+    root = Path(__file__).resolve().parents[2]
+    offenders = [f"{p.relative_to(root)}:{i}" for p in sorted((root / "bench").glob("*.py"))
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if own.search(line)]
+    assert offenders == []
+
 def test_step_is_one_optimizer_update_on_the_batch_given(corpus_dir, tmp_path):
-    """Trainer.step, which train_head runs and the timing pass times: one optimizer update
-    on the batch given, its loss parts as floats; it advances neither the stage's step count
-    nor a data stream, and is refused outside a head stage."""
+    """Trainer.step, which the stage loops run and the benches and the timing pass time: one
+    optimizer update on the batch given, its loss parts as floats; it advances neither the
+    stage's step count nor a data stream, and a head stage's step needs the block anchors."""
     from dspark.data import sample_batch
 
     cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "b"), parallel_stage="backbone", head="rnn",
@@ -173,8 +186,39 @@ def test_step_is_one_optimizer_update_on_the_batch_given(corpus_dir, tmp_path):
     assert out["loss"] > out["lm_ce"]  # CE_lm + 0.1 * L_dspark
     assert any(not torch.equal(before[k], v) for k, v in trainer.target.state_dict().items())
     assert trainer.sched.last_epoch == 1 and trainer.stage_step == 0 and torch.equal(trainer.data_gen.get_state(), data)
-    with pytest.raises(ValueError, match="stage 'target'"):
-        Trainer(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "d"))).step(x, anchors)
+    with pytest.raises(ValueError, match="the joint stage needs the batch's block anchors"):
+        trainer.step(x)
+
+
+def test_the_stage_loops_take_the_steps_trainer_step_takes(corpus_dir, tmp_path):
+    """Both stage loops train through Trainer.step: a trainer of the same config that calls
+    `step` itself on the same data streams ends with the same weights, bit for bit, and
+    the statistics `step` returned are the ones the loops logged."""
+    from dspark.data import sample_batch
+
+    cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "loop"), target_steps=6, draft_steps=6,
+               eval_interval=3)
+    loop = Trainer(cfg)
+    loop.train_target()
+    loop.start_draft()
+    loop.train_head()
+    by_hand, stats = Trainer(cfg.replace(out_dir=str(tmp_path / "hand"))), []
+
+    def steps(gen: torch.Generator, n: int) -> None:
+        for _ in range(n):  # as the loops draw them: the batch, then (head stage) its anchors
+            x = sample_batch(by_hand.corpus.train, cfg.batch_size, cfg.seq_len + 1, gen)
+            stats.append(by_hand.step(x, None if by_hand.stage == "target" else by_hand.anchors(x.shape[0])))
+
+    steps(by_hand.target_data_gen, cfg.target_steps)
+    by_hand.start_draft()
+    steps(by_hand.data_gen, cfg.draft_steps)
+    for module in ("target", "head", "drafter"):
+        mine, theirs = getattr(by_hand, module).state_dict(), getattr(loop, module).state_dict()
+        assert all(torch.equal(mine[k], theirs[k]) for k in theirs), module
+    assert set(stats[0]) == {"loss"} and set(stats[-1]) == {"loss", "ce", "tv", "conf", "tau_tf"}
+    assert [h["target/loss"] for h in loop.history if "target/loss" in h] == [stats[2]["loss"], stats[5]["loss"]]
+    logged = [h for h in loop.history if "train/loss" in h]
+    assert [{k: h[f"train/{k}"] for k in stats[-1]} for h in logged] == [stats[8], stats[11]]
 
 
 def test_a_run_resumed_mid_stage_reports_its_checkpoints_evaluation_first(corpus_dir, tmp_path):

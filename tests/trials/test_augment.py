@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from trials import runner, spec as specmod
+from trials import expand, runner, saved, spec as specmod, validate
 from trials.augment import augment
 from tests.trials.conftest import D1_D9, write_spec
 
@@ -33,7 +33,7 @@ def kids(uri, name):
 def test_augment_adds_blocks_with_new_seeds_and_order_rerunning_nothing(ray_local, tmp_path, corpus_dir):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "aug", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "aug", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     _, before = kids(uri, "aug")
     ended = {r.data.tags["trial_key"]: r.info.end_time for r in before}
@@ -48,8 +48,8 @@ def test_augment_adds_blocks_with_new_seeds_and_order_rerunning_nothing(ray_loca
     new = [r for r in after if r.data.tags["replicate"] == "1"]
     assert {int(r.data.tags["seed"]) for r in new} == {specmod.replicate_seed("aug", 1)}
     assert sorted(int(r.data.tags["run_order"]) for r in new) == [4, 5, 6, 7]
-    saved, _ = runner.load_saved("aug", storage)
-    assert saved.replicates == 2 and saved.responses == {"tf/tau": {"better": "higher", "margin": 0.001}}
+    kept, _ = saved.load_saved("aug", storage)
+    assert kept.replicates == 2 and kept.responses == {"tf/tau": {"better": "higher", "margin": 0.001}}
     with pytest.raises(ValueError, match="--replicates N, or --until-decided"):
         augment("aug", storage)
     with pytest.raises(ValueError, match="fewer than the sweep's 2 blocks"):
@@ -65,7 +65,7 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "look", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "look", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     said = []
     out = augment("look", storage, until_decided=True, max_replicates=2, say=said.append)
@@ -158,11 +158,12 @@ def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir)
 
 
 def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, tmp_path, corpus_dir):
-    from trials.reeval import REEVAL_TAG, reeval
+    from trials.reeval import reeval
+    from trials.store.keys import REEVAL_TAG
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     _, before = kids(uri, "again")
     old = {r.data.tags["trial_key"]: (r.data.metrics["spec/tau"], r.data.metrics["split/prompts"]) for r in before}
@@ -208,12 +209,11 @@ def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_t
     """What `_until_decided` checks after finishing an interrupted block: runs that differ in
     their re-evaluation counts, or that lack the sweep's last timing pass."""
     from trials.augment import _unevenly_measured
-    from trials.reeval import BATCHES_TAG
-    from trials.timing import PASS_TAG, SUMMARY_TAG
+    from trials.store.keys import BATCHES_TAG, PASS_TAG, SUMMARY_TAG
     from trials.tracking import Ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = specmod.parse({"name": "uneven", "base": {"preset": "tiny", "parallel_stage": "backbone"},
+    spec = validate.parse({"name": "uneven", "base": {"preset": "tiny", "parallel_stage": "backbone"},
                           "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}},
                           "replicates": 2})
     ledger = Ledger(uri, spec)
@@ -256,10 +256,10 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     uri, root = f"sqlite:///{tmp_path / 'm.db'}", (tmp_path / "st").resolve()
     path = write_spec(tmp_path / "s.yaml", corpus_dir, "grow", {"D1": D1_D9["D1"]}, base=BACKBONE, replicates=2,
                       responses={"val/bpb": {"better": "lower", "margin": 0.01}}, sequential={"max_replicates": 3})
-    spec = specmod.with_replicates(specmod.load(path), 3)
+    spec = expand.with_replicates(validate.load(path), 3)
     exp_dir = root / "grow"
     exp_dir.mkdir(parents=True)
-    runner.save_sweep_files(exp_dir, spec, uri, None)
+    saved.save_sweep_files(exp_dir, spec, uri, None)
     (exp_dir / TARGET_FILE).write_text(json.dumps({"replicates": 3, "command": "trials augment grow --replicates 1"}))
     ledger = Ledger(uri, spec, identity_tags(spec, root))
     first_new = min((t for t in spec.trials if t.replicate == 2), key=lambda t: t.run_order)
@@ -280,7 +280,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     assert len(runs) == 6 and len({r.data.tags["trial_key"] for r in runs}) == 6
     assert all(r.info.status == "FINISHED" for r in runs)
     assert {k: e for k, e in ((r.data.tags["trial_key"], r.info.end_time) for r in runs) if k in ended} == ended
-    assert runner.load_saved("grow", str(root))[0].replicates == 3 and not (exp_dir / TARGET_FILE).exists()
+    assert saved.load_saved("grow", str(root))[0].replicates == 3 and not (exp_dir / TARGET_FILE).exists()
     # the target reached, the same command is a new request: 3 + 1 blocks, past this sweep's plan, refused before
     # any work (without a plan it would add a fourth block)
     with pytest.raises(ValueError, match=r"^--replicates: 3 \+ 1 blocks pass the sweep's sequential plan of at most "

@@ -11,12 +11,12 @@ import ray
 import torch
 from mlflow.tracking import MlflowClient
 
-from dspark.record import store_key
+from trials.store.keys import store_key
 from dspark.train import train
 from tests.conftest import is_timing_metric
 from tests.trials.conftest import write_spec
 from tests.trials.test_runner import children
-from trials import runner, spec as specmod, trainable
+from trials import runner, trainable, validate
 
 WINDOWS = {"D1": {w: {"window": w} for w in ("shifted", "ids_only", "aligned")}}
 
@@ -24,7 +24,7 @@ WINDOWS = {"D1": {w: {"window": w} for w in ("shifted", "ids_only", "aligned")}}
 def test_crashed_trial_resumes_from_its_checkpoint(tmp_path, corpus_dir, monkeypatch):
     ray.shutdown()
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "fault", WINDOWS, max_failures=1,
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "fault", WINDOWS, max_failures=1,
                                    base={"target_steps": 10, "draft_steps": 12, "eval_interval": 5,
                                          "eval_batches": 1, "spec_prompts": 2, "spec_new_tokens": 16,
                                          "spec_prompt_len": 16}))

@@ -9,8 +9,8 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from dspark.record import STORAGE_TAG, TRIALS_TAG, sweep_parent
-from trials import runner, spec as specmod
+from trials.store.keys import STORAGE_TAG, TRIALS_TAG, sweep_parent
+from trials import expand, runner, saved, validate
 from trials.cli import main
 from trials.identity import check_same_sweep, fingerprint, identity_tags
 from trials.recover import recover
@@ -27,9 +27,9 @@ def _first_sweep(tmp_path, corpus_dir, uri):
     A, its parent (with a shared target's tag) and four FINISHED runs in the store."""
     path = write_spec(tmp_path / "first.yaml", corpus_dir, "same", D1_D9, base=BACKBONE,
                       responses={"val/bpb": {"better": "lower", "margin": 0.01}})
-    spec, root = specmod.load(path), (tmp_path / "A").resolve()
+    spec, root = validate.load(path), (tmp_path / "A").resolve()
     (root / "same").mkdir(parents=True)
-    runner.save_sweep_files(root / "same", spec, uri, None)
+    saved.save_sweep_files(root / "same", spec, uri, None)
     ledger = Ledger(uri, spec, identity_tags(spec, root))
     ledger.client.set_tag(ledger.parent_id, "target.0123456789abcdef", str(root / "targets" / "x.pt"))
     for i, t in enumerate(spec.trials):
@@ -101,7 +101,7 @@ def test_moved_storage_and_a_parent_without_the_record_are_the_same_sweep(tmp_pa
     for k in (STORAGE_TAG, TRIALS_TAG):  # a parent made before the record: adopted, not refused
         ledger.client.delete_tag(ledger.parent_id, k)
     check_same_sweep(spec, uri, (tmp_path / "E").resolve(), "run")
-    augmented = specmod.with_replicates(spec, 3)  # augment's blocks keep the fingerprint
+    augmented = expand.with_replicates(spec, 3)  # augment's blocks keep the fingerprint
     assert fingerprint(augmented) == fingerprint(spec) and len(augmented.trials) == 12
 
 

@@ -264,13 +264,13 @@ def test_restart_sigkill_resume_recover_and_a_notebook_on_the_server(server, tmp
 
 def test_the_reading_commands_read_the_server_as_mlflow_does(server):
     """`status`, `list` and `plan` read a tracking server through its REST API without
-    importing MLflow (dspark.reader): on this PostgreSQL-backed server they read what
+    importing MLflow (trials.store.reader): on this PostgreSQL-backed server they read what
     MLflow's own client reads."""
     from mlflow.tracking import MlflowClient
 
-    from dspark.reader import RestReader, reading_client
+    from trials.store.reader import RestReader, reading_client
 
-    from ..dspark.test_reader import assert_reads_alike, populate
+    from .store.test_reader import assert_reads_alike, populate
 
     client = MlflowClient(server.url)
     populate(client)

@@ -4,7 +4,7 @@ responses, and a timed response that no pass has measured yet named with its com
 from types import SimpleNamespace
 
 from trials.progress import arms_table
-from trials.spec import parse
+from trials.validate import parse
 
 
 def test_the_arms_table_is_sorted_and_names_the_timing_pass():

@@ -9,10 +9,11 @@ from mlflow.tracking import MlflowClient
 
 from dspark.evaluate import lm_bpb
 from dspark.train import Trainer
-from trials import runner, spec as specmod
+from trials import layout, runner, validate
 from trials.augment import augment
 from trials.cli import main
-from trials.reeval import BATCHES_TAG, reeval
+from trials.reeval import reeval
+from trials.store.keys import BATCHES_TAG
 from tests.trials.conftest import write_spec
 
 BACKBONE = {"parallel_stage": "backbone", "target_steps": 4, "eval_interval": 2, "eval_batches": 2,
@@ -47,16 +48,16 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
     (what a copy from another tool, or an altered file with its checksum redone, looks like)."""
     import hashlib
 
-    from dspark.train import CHECKSUM_FILE
-    from trials.runner import _save_sweep_files
+    from dspark.checkpoint import CHECKSUM_FILE
+    from trials.saved import save_sweep_files
     from trials.tracking import Ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
         "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE))
     exp_dir = tmp_path / "st" / name
     exp_dir.mkdir(parents=True)
-    _save_sweep_files(exp_dir, spec, uri, None)
+    save_sweep_files(exp_dir, spec, uri, None)
     ledger = Ledger(uri, spec)
     for t in spec.trials:
         run_id, _ = ledger.open_child(t, {})
@@ -123,7 +124,7 @@ def test_a_refused_reeval_names_the_command_that_holds_the_sweep_and_says_nothin
 def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path, corpus_dir, capsys):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "bb", {"D1": {
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "bb", {"D1": {
         "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE, replicates=2))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     before = {r.data.tags["trial_key"]: r.data.metrics["val/bpb"] for r in trials_of(uri, "bb")}
@@ -158,9 +159,9 @@ def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path,
 
 def _check_against_the_checkpoint(spec, storage, runs):
     """One run's new val/bpb and a jack value, computed directly from its final checkpoint."""
-    root = runner.storage_root(storage)
+    root = saved.storage_root(storage)
     trial = next(t for t in spec.trials if t.replicate == 1)
-    ckpt = runner.latest_checkpoints(root / spec.name, [trial])[trial.key]
+    ckpt = layout.latest_checkpoints(root / spec.name, [trial], spec.wl)[trial.key]
     run = next(r for r in runs if r.data.tags["trial_key"] == trial.key)
     trainer = Trainer(trial.config.replace(out_dir=str(root / "direct")))
     trainer.load_checkpoint(ckpt)

@@ -8,7 +8,7 @@ import pytest
 import ray
 import yaml
 
-from trials import spec as specmod
+from trials import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "sweeps").glob("*.yaml"))
@@ -20,7 +20,7 @@ def test_the_four_sweeps_ship():
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
 def test_shipped_spec_validates(path):
-    s = specmod.load(path)
+    s = validate.load(path)
     assert s.name == path.stem
     assert len(s.trials) == len({t.key for t in s.trials})
 
@@ -28,18 +28,18 @@ def test_shipped_spec_validates(path):
 def test_demo_is_the_seed_factorial_on_cpu():
     """`make demo` answers both questions: the paper's architecture (demo) and the seed's
     system (demo-seed), each on CPU."""
-    seed = specmod.load(ROOT / "sweeps" / "demo-seed.yaml")
+    seed = validate.load(ROOT / "sweeps" / "demo-seed.yaml")
     assert all(t.config.parallel_stage == "backbone" and t.config.head == "rnn" and t.config.block_size == 4
                for t in seed.trials)
     assert any(t.arm.startswith("control") and t.config.aux_weight == 0 for t in seed.trials)
-    s = specmod.load(ROOT / "sweeps" / "demo.yaml")
+    s = validate.load(ROOT / "sweeps" / "demo.yaml")
     assert set(s.factors) == {"D1", "D2", "D9"} and s.replicates == 2 and s.design == "full"
     assert all(t.config.preset in ("tiny", "small") and t.config.parallel_stage == "drafter" for t in s.trials)
     assert s.resources.get("gpu", 0) == 0
 
 
 def test_seed_backbone_has_the_pure_ce_control():
-    s = specmod.load(ROOT / "sweeps" / "seed-backbone.yaml")
+    s = validate.load(ROOT / "sweeps" / "seed-backbone.yaml")
     controls = [t for t in s.trials if t.arm.startswith("control")]
     assert controls and all(t.config.aux_weight == 0 for t in controls)
     assert set(s.factors["D1"]) == {"shifted", "ids_only", "aligned"}

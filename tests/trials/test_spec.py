@@ -4,8 +4,10 @@ import sys
 import pytest
 import yaml
 
-from trials import spec as specmod
-from trials.spec import SpecError, alias_structure, parse, replicate_seed
+from trials import expand, spec as specmod, validate
+from trials.design import alias_structure
+from trials.spec import SpecError, replicate_seed
+from trials.validate import parse
 
 GOOD = {
     "name": "t",
@@ -88,7 +90,7 @@ def test_bad_spec_on_the_cli_runs_and_logs_nothing(tmp_path):
 
 
 def test_smoke_shrinks_every_trial():
-    s = specmod.smoke(parse(GOOD))
+    s = expand.smoke(parse(GOOD))
     assert all(t.config.draft_steps <= 10 and t.config.target_steps <= 10 for t in s.trials)
     assert len(s.trials) == 8
 
@@ -141,7 +143,7 @@ def test_run_names_are_short_unique_and_show_the_cell():
     from pathlib import Path
 
     for path in sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml")):
-        s = specmod.load(path)
+        s = validate.load(path)
         names = [t.run_name for t in s.trials]
         assert len(set(names)) == len(names), path.name
         assert all(len(n) <= 40 for n in names), path.name
@@ -150,7 +152,7 @@ def test_run_names_are_short_unique_and_show_the_cell():
 
 
 def test_relative_sqlite_uris_are_made_absolute(tmp_path, monkeypatch):
-    from dspark.record import absolute_uri
+    from trials.store.client import absolute_uri
 
     monkeypatch.chdir(tmp_path)
     assert absolute_uri("sqlite:///mlflow.db") == f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -236,7 +238,7 @@ def test_a_declared_plan_and_family_are_recorded_on_the_parent_before_any_look(t
     s = parse({**_with_responses({"spec/tau": {"margin": 0.1}}), "primary_terms": ["D2", "D1"],
                "sequential": {"max_replicates": 4, "max_prompts": 64}})
     assert s.primary_terms == ["D2", "D1"] and s.sequential == {"max_replicates": 4, "max_prompts": 64, "alpha": 0.05}
-    assert specmod.with_replicates(s, 3).sequential == s.sequential  # augment keeps the plan
+    assert expand.with_replicates(s, 3).sequential == s.sequential  # augment keeps the plan
     no_plan = parse(_with_responses({"spec/tau": {"margin": 0.1}}))
     with pytest.raises(SpecError, match="a plan needs primary responses"):
         parse({**GOOD, "sequential": {"max_replicates": 4}})
@@ -296,12 +298,12 @@ def test_every_trial_key_and_run_name_is_unique_and_fits_the_stores():
     long = {f"F{i}": {"a" * 60: {}, "b" * 60: {}} for i in range(5)}
     # five 60-character levels: the run name passes MLflow's 250 characters
     with pytest.raises(SpecError, match="its run name is 3.. characters, over MLflow's 250"):
-        specmod._check_identity(parse({**GOOD, "factors": GOOD["factors"]}).trials[:0] + [
+        expand.check_trial_keys(parse({**GOOD, "factors": GOOD["factors"]}).trials[:0] + [
             specmod.Trial(key="k", cell="c", replicate=0, seed=0, levels={f: "a" * 60 for f in long},
                           arm="factorial", config=parse(GOOD).trials[0].config)])
     t = parse(GOOD).trials[0]
     with pytest.raises(SpecError, match="is also another design row's"):
-        specmod._check_identity([t, t])
+        expand.check_trial_keys([t, t])
     s = parse({"name": "g", "factors": THREE, "design": {"generators": {"D": "ABC"}}, "replicates": 2})
     assert len({t.key for t in s.trials}) == len(s.trials) == 16
 
@@ -312,14 +314,14 @@ def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
     lines.append(f"description: [{', '.join(['*l8'] * 9)}]")  # 9**10 strings once expanded
     (tmp_path / "bomb.yaml").write_text("\n".join(lines))
     with pytest.raises(SpecError, match="expands to more than 100000 nodes"):
-        specmod.load(tmp_path / "bomb.yaml")
-    (tmp_path / "big.yaml").write_text("#" * (specmod.MAX_SPEC_BYTES + 1))
+        validate.load(tmp_path / "bomb.yaml")
+    (tmp_path / "big.yaml").write_text("#" * (validate.MAX_SPEC_BYTES + 1))
     with pytest.raises(SpecError, match="a spec may hold at most"):
-        specmod.load(tmp_path / "big.yaml")
+        validate.load(tmp_path / "big.yaml")
     # ordinary aliases still load
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(GOOD) + "x_anchor: &w {window: shifted}\n")
     with pytest.raises(SpecError, match="unknown key 'x_anchor'"):
-        specmod.load(tmp_path / "ok.yaml")
+        validate.load(tmp_path / "ok.yaml")
 
 
 def test_a_device_this_machine_lacks_is_refused_by_validate_and_run(tmp_path):

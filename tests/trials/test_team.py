@@ -69,7 +69,7 @@ def _histories(uri: str, sweep: str) -> dict:
     """Per trial, every (step, value) of tf/tau and val/bpb, read by MLflow in a fresh process
     (MLflow keeps one engine per store URI in a process: after the file is deleted and made
     again, this process's engine would still read the deleted one)."""
-    code = ("import json, sys; from mlflow.tracking import MlflowClient; from dspark.record import sweep_trials\n"
+    code = ("import json, sys; from mlflow.tracking import MlflowClient; from trials.store.keys import sweep_trials\n"
             f"c = MlflowClient({uri!r}); e = c.get_experiment_by_name({sweep!r})\n"
             "print(json.dumps({r.info.run_name: {k: sorted([m.step, m.value] for m in c.get_metric_history("
             "r.info.run_id, k)) for k in ('tf/tau', 'val/bpb')} for r in sweep_trials(c, e.experiment_id)}))")
@@ -112,7 +112,7 @@ def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_pa
 
     from mlflow.tracking import MlflowClient
 
-    from trials.spec import parse
+    from trials.validate import parse
     from trials.tracking import SweepTracker
 
     spec = parse({"name": "t", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
@@ -137,12 +137,14 @@ def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_pa
 # ---------------------------------------------------------------- checkpoints
 
 def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
-    from trials.runner import _key_hash, latest_checkpoints
-    from trials.spec import parse
+    from trials.layout import key_hash
+    from trials.layout import latest_checkpoints
+    from trials.workload import load
+    from trials.validate import parse
 
     spec = parse({"name": "c", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
     t = spec.trials[0]
-    trial_dir = tmp_path / f"x_00000_{_key_hash(t.key)}"
+    trial_dir = tmp_path / f"x_00000_{key_hash(t.key)}"
     for i in range(2):
         d = trial_dir / f"checkpoint_00000{i}"
         d.mkdir(parents=True)
@@ -155,7 +157,7 @@ def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
     newest.write_bytes(newest.read_bytes()[:1000])  # a copy cut short by a kill or a full disk
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = latest_checkpoints(tmp_path, [t])
+        found = latest_checkpoints(tmp_path, [t], load())
     assert found == {t.key: str(trial_dir / "checkpoint_000000")}
     assert any("checkpoint_000001" in str(w.message) and "not intact" in str(w.message) for w in caught)
 
@@ -376,14 +378,14 @@ def _saved_sweep(root: Path, name: str, uri: str) -> None:
     """A sweep as `trials run` saves it in storage (spec and settings), with no runs."""
     import yaml
 
-    from trials.runner import _save_sweep_files
-    from trials.spec import load
+    from trials.saved import save_sweep_files
+    from trials.validate import load
 
     (root / name).mkdir(parents=True)
     spec_file = root / f"{name}.yaml"
     spec_file.write_text(yaml.safe_dump({"name": name, "base": {"preset": "tiny"}, "replicates": 1, "factors": {
         "D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}}}))
-    _save_sweep_files(root / name, load(spec_file), uri, None)
+    save_sweep_files(root / name, load(spec_file), uri, None)
 
 
 def test_list_names_a_sweep_whose_store_is_down_in_its_row_and_lists_the_others(tmp_path):
@@ -425,13 +427,13 @@ def test_drivers_that_open_a_new_sqlite_store_together_all_succeed(tmp_path):
     as two sweeps submitted together on a new store did in CI. tracking_client serialises
     the first use across processes."""
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    code = f"import sys; from dspark.record import tracking_client; tracking_client({uri!r}).create_experiment(sys.argv[1])"
+    code = f"import sys; from trials.store.client import tracking_client; tracking_client({uri!r}).create_experiment(sys.argv[1])"
     procs = [subprocess.Popen([sys.executable, "-c", code, f"sweep{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, cwd=tmp_path, env=_env(tmp_path)) for i in range(3)]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
-    from dspark.reader import reading_client
+    from trials.store.reader import reading_client
 
     names = {e.name for e in reading_client(uri).search_experiments()}
     assert {"sweep0", "sweep1", "sweep2"} <= names
@@ -442,7 +444,7 @@ def test_drivers_that_open_a_new_sqlite_store_together_all_succeed(tmp_path):
 def test_bad_saved_sweep_files_are_named_in_one_line_and_list_shows_the_others(tmp_path, capsys):
     """`[1, 2]` as sweep.json once crashed `trials list` for every sweep and `trials status`
     (AttributeError); an empty one said "Expecting value: line 1 column 1" naming no file."""
-    from dspark.record import tracking_client
+    from trials.store.client import tracking_client
     from trials.cli import main
 
     store = f"sqlite:///{tmp_path / 'm.db'}"
@@ -506,8 +508,8 @@ def test_storage_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """spec.yaml and sweep.json go through a temporary file and os.replace: a failure between
     the write and the replace leaves the older files whole and no temporary behind. A lease
     gets its name only once its content is whole (os.link of a written file)."""
-    from trials.runner import _save_sweep_files
-    from trials.spec import load
+    from trials.saved import save_sweep_files
+    from trials.validate import load
 
     _saved_sweep(tmp_path / "st", "s", "sqlite:///old.db")
     exp_dir = tmp_path / "st" / "s"
@@ -518,7 +520,7 @@ def test_storage_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        _save_sweep_files(exp_dir, load(tmp_path / "st" / "s.yaml"), "sqlite:///new.db", 3)
+        save_sweep_files(exp_dir, load(tmp_path / "st" / "s.yaml"), "sqlite:///new.db", 3)
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in exp_dir.iterdir()} == before
     named = []

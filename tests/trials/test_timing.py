@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from trials import runner, spec as specmod
-from trials.reeval import REEVAL_TAG, reeval
-from trials.timing import PASS_TAG, SUMMARY_TAG, TimingSettings, round_order, schedule, time_sweep, values
+from trials import runner, validate
+from trials.reeval import reeval
+from trials.store.keys import PASS_TAG, REEVAL_TAG, SUMMARY_TAG
+from dspark.timed import values
+from trials.timing import TimingSettings, round_order, schedule, time_sweep
 from tests.trials.conftest import D1_D9, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +64,7 @@ def test_settings_refuse_out_of_range_values_and_values_summarise_raw_times():
 def test_kept_records_round_trip_and_a_crafted_one_is_refused_naming_its_file(tmp_path):
     """What `trials recover` replays from storage is input: each bad record is one line
     naming its file, before anything is written to the store."""
-    from dspark.kept import key_dir, keep_parent_record, keep_run_record, read_records
+    from trials.store.kept import keep_parent_record, keep_run_record, key_dir, read_records
 
     keep_run_record(tmp_path, "D1=a|r0", "reeval", 7, {"spec/tau": 2.5, "x/nan": float("nan")}, {"reeval.n": "4"},
                     {"eval/per_prompt_4.json": b"[1]"})
@@ -104,7 +106,7 @@ def _pass_file(client, parent, tmp_path) -> dict:
 
 def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_local, tmp_path, corpus_dir, capsys):
     uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "s.yaml", corpus_dir, "timed", D1_D9, base=DRAFTER,
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "timed", D1_D9, base=DRAFTER,
                                    responses={"spec/speedup": {"better": "higher", "margin": 0.05}}))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     said = []
@@ -151,7 +153,8 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
     recover`: every metric point, tag and artifact that the re-evaluation, the two passes
     and the look wrote is back as the store held it. Recover once said "4 of 4 trials
     finished" with all of them gone, and the analysis fell back to the sweep's own figures."""
-    from analysis.load import load_runs, record_look
+    from analysis.load import load_runs
+    from analysis.publish import record_look
     from analysis.sequential import Plan
     from trials.cli import main
 
@@ -196,7 +199,7 @@ def _held(uri, dest) -> dict:
 def _store_for(tmp_path, storage_copy) -> str:
     """A copy of the store whose sweep records `storage_copy` as its storage: one sweep per
     name per store, and the original store's sweep lives in the original storage."""
-    from dspark.record import STORAGE_TAG, sweep_parent
+    from trials.store.keys import STORAGE_TAG, sweep_parent
 
     db = tmp_path / f"{Path(storage_copy).name}.db"
     shutil.copy(tmp_path / "m.db", db)
@@ -287,7 +290,7 @@ def _refusals(tmp_path, uri, storage, client, runs):
 
 def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ray_local, tmp_path, corpus_dir):
     uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
-    spec = specmod.load(write_spec(tmp_path / "b.yaml", corpus_dir, "steps", {"D9": D1_D9["D9"]}, base=BACKBONE,
+    spec = validate.load(write_spec(tmp_path / "b.yaml", corpus_dir, "steps", {"D9": D1_D9["D9"]}, base=BACKBONE,
                                    controls={"pure_ce": {"aux_weight": 0.0}},
                                    responses={"train/step_ms": {"better": "lower", "margin": 12}}))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
@@ -307,7 +310,7 @@ def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ra
 
 
 def test_the_speedup_jackknife_leaves_out_each_group_of_timing_prompts():
-    from trials.timing import jack_values, values
+    from dspark.timed import jack_values, values
 
     rounds = [{"times": {"a": {"ar_s": [1.0, 2.0, 3.0], "spec_s": [0.5, 1.0, 2.0]}}},
               {"times": {"a": {"ar_s": [1.1, 2.1, 3.1], "spec_s": [0.6, 1.1, 2.1]}}}]

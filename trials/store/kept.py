@@ -32,6 +32,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from .keys import STORAGE_TAG
 
 EVALUATIONS_DIR = "evaluations"
 PARENT_DIR = "parent"
@@ -60,8 +61,6 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 def sweep_storage(parent_tags: dict[str, str], name: str) -> Path | None:
     """The sweep's folder in storage, from its parent run's record of the storage root
     (`sweep.storage`), where this machine sees it; None otherwise (nothing is kept then)."""
-    from .record import STORAGE_TAG
-
     root = parent_tags.get(STORAGE_TAG)
     exp_dir = Path(root) / name if root else None
     return exp_dir if exp_dir is not None and (exp_dir / "spec.yaml").is_file() else None

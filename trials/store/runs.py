@@ -1,6 +1,6 @@
 """MLflow records of a run, shared by `dspark train --tracking-uri` (one run) and the
 sweeps' tracker in `trials` (one run per trial): the same params (every config field),
-metric names (`dspark.record.store_key`), source tags and artifacts, so a single run and a
+metric names (`trials.store.keys.store_key`), source tags and artifacts, so a single run and a
 trial read the same in the MLflow UI. MLflow is imported only when a run is tracked.
 """
 
@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .record import store_key
+from .keys import ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING, store_key
+from .client import tracking_client
 
 
 def git_commit() -> str:
@@ -78,10 +79,6 @@ class TrainRun:
     """One `dspark train` run as an MLflow run: params, tags and metric names as a trial's."""
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, config: dict, tags: dict[str, str]):
-        from .record import tracking_client
-
-        from .record import EXPERIMENT_KIND_TAG, MODEL_TRAINING
-
         self.client = tracking_client(tracking_uri)
         exp = self.client.get_experiment_by_name(experiment)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(
@@ -104,5 +101,5 @@ class TrainRun:
         if final is not None:
             log_run_files(self.client, self.run_id, self.config, final, artifacts_dir)
         if error:
-            self.client.set_tag(self.run_id, "error", error[-4900:])
+            self.client.set_tag(self.run_id, ERROR_TAG, error[-4900:])
         self.client.set_terminated(self.run_id, status=status)

@@ -1,0 +1,78 @@
+"""What the analysis writes back to a sweep's store: a look's record on the parent run
+(`record_look`, kept in storage first so that `trials recover` rebuilds it) and a report's
+verdicts, counts, note and files (`log_to_parent`). The store's reading side is
+`analysis.load`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from trials.store.client import tracking_client
+from trials.store.kept import keep_parent_record, sweep_storage
+from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQUENTIAL_TAG, VERDICT_PREFIX, tag_key
+
+from .anova import AnalysisError
+from .frame import SweepFrame
+from .render import parent_note
+from .types import Report
+from .verdicts import COUNT_METRICS
+
+
+def record_look(sweep: SweepFrame, tracking_uri: str | None, plan_json: str, look_text: str, index: int) -> None:
+    """A look on the sweep's parent run: the sequential record with every look so far (the
+    tag `analysis.sequential` reads back) and the look's own line (`look.<k>`). Kept in the
+    sweep's storage first where this machine sees it (`trials.store.kept`), so that `trials
+    recover` rebuilds the looks, and the alpha they spent, with the sweep."""
+    record = sweep.record
+    if not record.parent_run_id:
+        return
+    client = tracking_client(tracking_uri)
+    tags = {SEQUENTIAL_TAG: plan_json, f"{LOOK_PREFIX}{index}": look_text[:5000]}
+    exp_dir = sweep_storage(client.get_run(record.parent_run_id).data.tags, record.experiment)
+    if exp_dir is not None:
+        keep_parent_record(exp_dir, "look", tags)
+    for k, v in tags.items():
+        client.set_tag(record.parent_run_id, k, v)
+
+
+def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> int:
+    """The attribution on the sweep's parent run: a tag per verdict
+    (`verdict.<response>.<term>` = one of the four states), replacing every verdict tag an
+    earlier analysis left, the verdict table as one artifact (`attribution/verdicts.csv`)
+    beside the report files, and four headline metrics (how many of the family's verdicts are
+    in each state, `verdicts/matters_beyond`, ...). Returns how many tags were set."""
+    from mlflow.entities import Metric, RunTag  # MLflow: only where a report is logged
+
+    parent = sweep.record.parent_run_id
+    if not parent:
+        raise AnalysisError("these runs have no parent run to log the attribution on")
+    client = tracking_client(tracking_uri)
+    d = rep.decision
+
+    tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
+    for stale in set(client.get_run(parent).data.tags) - {t.key for t in tags}:
+        if stale.startswith(VERDICT_PREFIX):
+            client.delete_tag(parent, stale)
+    # what the verdicts rest on: the margins, the alpha and the family
+    used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
+    tags.append(RunTag(MARGINS_TAG, json.dumps(used)[:5000]))
+    tags.append(RunTag(ALPHA_TAG, json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
+                                                         "family": d.family, "terms": d.primary_terms})))
+
+    tags.append(RunTag(NOTE_TAG, parent_note(rep, sweep)))  # the run page's description
+    ts = int(time.time() * 1000)
+    counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
+    for i in range(0, max(len(tags), 1), 90):
+        client.log_batch(parent, metrics=counts if i == 0 else [], tags=tags[i:i + 90])
+    with tempfile.TemporaryDirectory() as tmp:
+        table = Path(tmp) / "verdicts.csv"
+        d.table().to_csv(table, index=False)
+        client.log_artifact(parent, str(table), artifact_path="attribution")
+    for path in (rep.html_path, rep.markdown_path):
+        if path is not None:
+            client.log_artifact(parent, str(path), artifact_path="attribution")
+    return len(tags)

@@ -1,0 +1,192 @@
+"""DSpark as a workload of the sweep engine: everything `trials` and `analysis` need of the
+DSpark trainer, in the shape of `trials.workload`'s interface.
+
+This module imports nothing of `trials` (the interface is structural), and nothing heavy
+at import: torch and the trainer load only when a hook that trains, evaluates or times is
+called, so that the engine's reading commands and the statistics load the registry alone.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from . import metrics
+from .config import FIELD_NAMES, Config, from_dict, role_of, smoke_overrides
+
+DECODING = ("spec/", "conf/", "sched/")  # responses measured by decoding prompts
+
+# the question each stage's sweep answers (README "Two questions")
+QUESTIONS = {
+    "backbone": "the seed's system: which of D1, D2, D9 moves the jointly trained LM's bits per byte and "
+                "the head's teacher-forced acceptance",
+    "drafter": "the paper's system: which of the changes moves a separate drafter's acceptance, speedup and "
+               "confidence calibration",
+}
+
+
+class SharedTarget:
+    """DSpark's shared artifact: the frozen target LM of a drafter-stage sweep, trained once
+    per (target config, corpus) and read by every trial (`dspark.targets`)."""
+
+    def needed(self, cfg: Config) -> bool:
+        return cfg.parallel_stage == "drafter" and not cfg.target_path
+
+    def address(self, cfg: Config, cache: dict) -> tuple[str, dict[str, str]]:
+        from . import targets
+
+        h, sha = targets.address(cfg, cache)
+        return h, {"target_hash": h, "data_sha256": sha}
+
+    def file(self, storage, key: str) -> Path:
+        return Path(storage) / "targets" / f"{key}.pt"
+
+    def read(self, path) -> dict:
+        from .targets import load_target
+
+        return load_target(path)[1]
+
+    def train(self, config: dict, path: str, progress_file: str | None = None) -> dict:
+        from .train import train_shared_target
+
+        return train_shared_target(config, path, progress_file)
+
+    def describe(self, cfg: Config) -> str:
+        return f"{cfg.target_steps} steps of the {cfg.preset} LM"
+
+    def bind(self, cfg: Config, path: str) -> Config:
+        return cfg.replace(target_path=str(path))
+
+
+class Timing:
+    """The timing pass's DSpark part (`dspark.timed`)."""
+    response = {"drafter": "spec/speedup", "backbone": "train/step_ms"}
+    size = {"drafter": "prompts", "backbone": "steps"}  # what one repetition holds
+
+    def needs_checkpoints(self, stage: str) -> bool:
+        return stage == "drafter"  # a backbone step is the configuration's, not the weights'
+
+    def arms(self, stage: str, configs: dict, checkpoints: dict, settings, tmp: str):
+        from . import timed
+
+        return timed.arms(stage, configs, checkpoints, settings, tmp)
+
+    def values(self, stage: str, rounds: list[dict]) -> dict[str, float]:
+        from . import timed
+
+        return timed.values(stage, rounds)
+
+    def jack_values(self, stage: str, rounds: list[dict]) -> dict[str, dict[str, float]]:
+        from . import timed
+
+        return timed.jack_values(stage, rounds)
+
+
+class DSparkWorkload:
+    name = "dspark"
+    fields = FIELD_NAMES
+    variant_field = "parallel_stage"
+    metrics = metrics
+    sequential_fields = {"max_prompts": "spec_prompts", "max_eval_batches": "eval_batches"}
+    checkpoint_file = "state.pt"
+    final_checkpoint = "checkpoint"  # the folder under out_dir holding the run's last checkpoint
+    eval_files = ("per_prompt.json", "rounds.npz")
+    questions = QUESTIONS
+    shared = SharedTarget()
+    timing = Timing()
+
+    def config(self, values: dict) -> Config:
+        return from_dict(values)
+
+    def role(self, field: str) -> str:
+        return role_of(field)
+
+    def smoke(self) -> dict:
+        return smoke_overrides()
+
+    def variant(self, cfg: Config) -> str:
+        return cfg.parallel_stage
+
+    def unmeasured(self, cfg: Config, name: str) -> str | None:
+        """Why an arm cannot give a response beyond what the registry says of its stage: a
+        decoding response where no prompt is decoded."""
+        if name.startswith(DECODING) and cfg.spec_prompts == 0:
+            return "spec_prompts is 0, so no prompt is decoded"
+        return None
+
+    def config_problems(self, cfg: Config) -> list[str]:
+        """What a config names that is not there: a `target_path` that is not a target
+        `dspark` saved (loaded with weights_only=True, as the trainer will)."""
+        if not cfg.target_path:
+            return []
+        from .targets import load_target
+
+        try:
+            load_target(cfg.target_path)
+        except ValueError as e:
+            return [str(e)]
+        return []
+
+    def train(self, cfg: Config, report=None, resume_from=None, before_step=None) -> dict:
+        from .train import train
+
+        return train(cfg, report=report, resume_from=resume_from, before_step=before_step)
+
+    def checkpoint_bytes(self, cfg: Config) -> int:
+        """About the size of one checkpoint of a trial: fp32 weights of the target, drafter
+        and head, with Adam's two moments for the trained part, plus a margin for plots and files."""
+        d, L = cfg.d_model, cfg.n_layers
+        target = 12 * L * d * d + 2 * 256 * d
+        draft = 12 * cfg.drafter_layers * d * d + 2 * 256 * d + 2 * cfg.markov_rank * 256
+        return int(4 * (target + 3 * (target + draft)) + 8e6)
+
+    def checkpoint_problem(self, folder) -> str | None:
+        from .checkpoint import checkpoint_problem
+
+        return checkpoint_problem(folder)
+
+    def finished_problem(self, folder, cfg: Config) -> str | None:
+        """Why a checkpoint cannot be re-evaluated or timed as a finished trial's (loaded
+        weights_only, its tensors memory-mapped, not read), or None."""
+        from .checkpoint import read_checkpoint
+
+        try:
+            state = read_checkpoint(folder, cfg, mmap=True)
+        except ValueError as e:
+            return str(e).removeprefix("resume: ")
+        if state["stage"] != "done":
+            return f"{folder} is not a finished trial's checkpoint (stage {state['stage']})"
+        return None
+
+    def reeval_problem(self, cfg: Config, n_prompts: int | None, n_batches: int | None) -> str | None:
+        """Why `trials reeval` cannot give a trial what is asked (None: it can)."""
+        if n_prompts is not None and cfg.parallel_stage != "drafter":
+            return "it has backbone-stage trials, which decode nothing (--spec-prompts); --eval-batches re-measures them"
+        return None
+
+    def reevaluate(self, config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0
+                   ) -> tuple[dict, dict | None, bytes | None]:
+        """(metrics, per-prompt statistics or None, recorded rounds as .npz bytes or None) of
+        one trial's final checkpoint on n_prompts prompts and n_batches held-out batches (0:
+        that part not asked for)."""
+        from .speculative_eval import PER_PROMPT_FILE, ROUNDS_FILE
+        from .train import Trainer
+
+        out, per_prompt, rounds = {}, None, None
+        with tempfile.TemporaryDirectory(prefix="dspark-reeval-") as tmp:
+            trainer = Trainer(from_dict({**config, "out_dir": tmp}))
+            trainer.load_checkpoint(checkpoint_dir)
+            if trainer.stage != "done":
+                raise ValueError(f"reeval: {checkpoint_dir} is not a finished trial's checkpoint "
+                                 f"(stage {trainer.stage})")
+            if n_batches:
+                out.update(trainer.evaluate(final=True, batches=trainer.held_out(n_batches)))
+            if n_prompts:
+                out.update(trainer.speculative(n_prompts, full=True))
+                per_prompt = json.loads((Path(tmp) / "artifacts" / PER_PROMPT_FILE).read_text())
+                rounds = (Path(tmp) / "artifacts" / ROUNDS_FILE).read_bytes()
+        return out, per_prompt, rounds
+
+
+WORKLOAD = DSparkWorkload()

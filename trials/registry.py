@@ -1,0 +1,122 @@
+"""A workload's metric registry, as the engine and the statistics read it: which direction
+is better, where a metric is not measured, degenerate or constant, which are headline
+columns and which are wall-clock (timed), and a spec's declaration of a primary response.
+
+The workload supplies the rows (`Workload.metrics`: `lookup(name)` returns a row with the
+fields below, or None; `DEFAULT_RESPONSES` maps a variant to its default responses); the
+rules here are the engine's, the same for every workload. A row has: `name`, `better`
+('higher', 'lower' or ''), `unit`, `stages` (the variants that measure it), `meaning`,
+`degenerate_in` and `constant_in` (variant -> why), `headline` and `timed`.
+
+The names of an evaluation's jackknife and per-group metrics are the engine's convention
+too (`jack/<response>@g<k>`, `split/<response>@g<k>`): a workload that reports them uses
+these forms (DSpark's `dspark.metrics` writes the same; a test holds them equal).
+Plain Python: importing it loads no workload, torch or MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SPLIT_PREFIX = "split/"
+JACK_PREFIX = "jack/"
+JACK_GROUPS = 16  # an evaluation's items (prompts, batches) in at most this many jackknife groups
+PRIMARY_FORM = "{better: higher|lower, margin: NUMBER}"
+
+
+def split_name(response: str, group: int) -> str:
+    """The metric holding a response's value on one evaluation group."""
+    return f"{SPLIT_PREFIX}{response}@g{group}"
+
+
+def jack_name(response: str, group: int) -> str:
+    """The metric holding a response recomputed without evaluation group `group`."""
+    return f"{JACK_PREFIX}{response}@g{group}"
+
+
+def jack_groups(items: int) -> int:
+    """How many jackknife groups an evaluation of `items` items forms (item i in group i mod G)."""
+    return max(0, min(int(items), JACK_GROUPS))
+
+
+def margin_problem(margin) -> str | None:
+    """Why a margin is unusable (None when it is a finite number > 0)."""
+    if margin is None:
+        return "required: the smallest effect that would change a decision"
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
+        return f"must be a finite number > 0, got {margin!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The rules over one workload's metric rows (`metrics`: see the module docstring), and
+    the config field that names a run's variant (DSpark: `parallel_stage`; "" where none)."""
+    metrics: object
+    variant_field: str = ""
+
+    def lookup(self, name: str):
+        return self.metrics.lookup(name)
+
+    def better(self, name: str) -> str:
+        """'higher' or 'lower' is better ('higher' for a name the registry does not know)."""
+        m = self.lookup(name)
+        return m.better if m is not None and m.better else "higher"
+
+    def is_timed(self, name: str) -> bool:
+        """A wall-clock response of the timing pass (more evaluation items do not reduce its noise)."""
+        m = self.lookup(name)
+        return bool(m is not None and m.timed)
+
+    def timed(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.metrics.REGISTRY if m.timed)
+
+    def degenerate_reason(self, variant: str | None, name: str) -> str | None:
+        """Why a metric cannot rank arms in a variant, or None."""
+        m = self.lookup(name)
+        return (m.degenerate_in or {}).get(variant or "") if m is not None else None
+
+    def unmeasured_reason(self, variant: str | None, name: str) -> str | None:
+        """Why a variant cannot give a metric at all (not measured there, degenerate or
+        constant), or None."""
+        m = self.lookup(name)
+        if m is None or variant is None:
+            return None
+        if variant not in m.stages:
+            return f"not measured in the {variant} stage (measured in: {', '.join(m.stages)})"
+        return (m.degenerate_in or {}).get(variant) or (m.constant_in or {}).get(variant)
+
+    def headline(self, variant: str | None = None) -> tuple[str, ...]:
+        """The headline columns, those a variant measures when given."""
+        return tuple(m.name for m in self.metrics.REGISTRY if m.headline
+                     and (variant is None or self.unmeasured_reason(variant, m.name) is None))
+
+    def default_responses(self, variant: str | None) -> tuple[str, ...]:
+        """The responses a report analyses by default for a variant (every headline one where
+        the variant is unknown or mixed)."""
+        return tuple(self.metrics.DEFAULT_RESPONSES.get(variant or "", self.headline()))
+
+    def all_default_responses(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r for rs in self.metrics.DEFAULT_RESPONSES.values() for r in rs))
+
+    def primary_response(self, name: str, decl, where: str) -> tuple[dict | None, str | None]:
+        """One primary response as a spec declares it (`name: {better, margin}`), checked: a
+        metric the registry knows, a finite margin > 0, and a better direction that is the
+        registry's (stated or left out). Returns (the clean declaration, None) or (None, one
+        line starting with `where`). The spec and the analysis's readers of a recorded
+        sweep (a parquet export, a parent run) check alike here."""
+        known = self.lookup(name)
+        if known is None:
+            return None, f"{where}: not a metric the trainer reports (see docs/responses.md)"
+        if not isinstance(decl, dict) or set(decl) - {"better", "margin"}:
+            return None, f"{where}: must be {PRIMARY_FORM}"
+        problem = margin_problem(decl.get("margin"))
+        if problem:
+            return None, f"{where}.margin: {problem}"
+        direction = decl.get("better", known.better)
+        if direction not in ("higher", "lower"):
+            return None, f"{where}.better: 'higher' or 'lower', got {direction!r}"
+        if known.better and direction != known.better:
+            return None, f"{where}.better: {known.better} is better for {name}, not {direction}"
+        return {"better": direction, "margin": float(decl["margin"])}, None

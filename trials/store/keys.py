@@ -1,0 +1,92 @@
+"""The names a sweep's records carry in MLflow, in one place: every tag, param and metric
+key the engine writes and the statistics read, and the two queries that find a sweep's runs.
+Plain names and string functions: importing it loads neither MLflow nor torch.
+
+- Metric names: MLflow refuses '@', so a trainer's `tf/accept@3` is stored as
+  `tf/accept:3`; `metric_name` maps it back. Tune's results keep the trainer's names.
+- Tags: `mlflow.parentRunId` links a trial's run to its sweep's parent run (tagged
+  `sweep_parent=true`); `factor.<name>` holds each factor's level.
+"""
+
+from __future__ import annotations
+
+PARENT_TAG = "mlflow.parentRunId"
+SWEEP_PARENT_TAG = "sweep_parent"
+FACTOR_PREFIX = "factor."
+RESPONSES_TAG = "responses"  # on the parent: JSON {response: {better, margin}}, the primary responses
+SEQUENTIAL_TAG = "sequential"  # on the parent: JSON of analysis.sequential.Plan: the declared plan and every look
+PRIMARY_TERMS_TAG = "primary_terms"  # on the parent: JSON list of the spec's primary terms ([] = the default)
+LOOK_PREFIX = "look."  # on the parent: look.<k> = JSON of that look's blocks, alpha, verdict counts and action
+VERDICT_PREFIX = "verdict."  # on the parent: verdict.<response>.<term> = matters|negligible|undecided
+# a trial run's tags (trials.spec.Trial.tags) and the parent's params and tags
+TRIAL_KEY_TAG = "trial_key"  # cell + replicate: what finds a trial's run again
+CELL_TAG, REPLICATE_TAG, SEED_TAG, ARM_TAG, RUN_ORDER_TAG = "cell", "replicate", "seed", "arm", "run_order"
+DESCRIPTION_TAG = "description"
+FACTORS_PARAM, DESIGN_PARAM = "factors", "design"  # the parent's: factor -> levels (JSON, spec order); full | 2^(k-p)
+# on the parent, recorded when it is made: one sweep per name per store (`trials.identity`)
+STORAGE_TAG = "sweep.storage"  # the storage root the sweep's trials, checkpoints and kept records are in
+TRIALS_TAG = "sweep.trials_sha256"  # a fingerprint of its first block's resolved trials (keys and configs)
+# the parent's record of the sweep and its driver, and a run's history
+SWEEP_TAG = "sweep"  # every run of a sweep: its name
+WORKLOAD_TAG = "workload"  # the parent: the workload swept (`trials.workload`; absent before it was recorded)
+GIT_COMMIT_TAG = "git_commit"
+NOTE_TAG = "mlflow.note.content"  # MLflow's description of a run or an experiment
+REPLICATES_PARAM, BASE_PARAM = "replicates", "base"
+DRIVER_HOST_TAG, DRIVER_PID_TAG, DRIVER_STARTED_TAG = "driver_host", "driver_pid", "driver_started"
+RESUMED_TAG = "resumed"  # a trial run: how many times a sweep was resumed into it
+RAY_NODES_TAG = "ray_nodes"  # a trial run: the Ray nodes it ran on
+RESTARTS_TAG = "restarts"  # a trial run: how many times Tune restarted it
+KILLED_REASON_TAG = "killed_reason"
+RECOVERED_FROM_TAG = "recovered_from"  # the parent: the storage `trials recover` rebuilt it from
+SHARED_PREFIX = "target."  # the parent: target.<hash> = the shared artifact's file
+NODE_KEY = "node_id"  # in a trial's results: the Ray node that reported it
+ERROR_TAG = "error"  # a failed run: the end of its error
+REEVAL_TAG = "reeval.spec_prompts"  # a trial run: the prompts `trials reeval` evaluated it on last
+BATCHES_TAG = "reeval.eval_batches"  # ... and the held-out batches
+PASS_TAG = "timing.pass"  # a timed trial's run: the id of the timing pass behind its values
+SUMMARY_TAG = "timing"  # the parent: the last timing pass, as JSON
+MARGINS_TAG = "attribution.margins"  # the parent: the margins the verdicts used
+ALPHA_TAG = "attribution.alpha"  # the parent: the alpha, alpha*, family and terms they used
+DONE_KEY = "trial/done"  # 1.0 in a trial's last result (and metric): its final metrics were all reported
+# the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+
+
+def store_key(name: str) -> str:
+    """The stored name of a trainer metric (`tf/accept@3` -> `tf/accept:3`)."""
+    return name.replace("@", ":")
+
+
+def metric_name(stored: str) -> str:
+    """The trainer's name of a stored metric (`tf/accept:3` -> `tf/accept@3`)."""
+    return stored.replace(":", "@")
+
+
+def sweep_trials(client, experiment_id: str, page_size: int = 5000) -> list:
+    """Every trial run of a sweep's experiment (the runs with a trial key), all pages: the
+    one query that decides which runs are a sweep's trials."""
+    out, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], f"tags.{TRIAL_KEY_TAG} != ''", max_results=page_size,
+                                  page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def sweep_parent(client, experiment_id: str):
+    """The sweep's parent run in its experiment, or None."""
+    found = client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1)
+    return found[0] if found else None
+
+
+def tag_key(text: str) -> str:
+    """Text made a valid MLflow tag key (letters, digits, '_', '-', '.', ' ', ':', '/')."""
+    return "".join(ch if ch.isalnum() or ch in "_-. :/" else "_" for ch in text)
+
+
+def is_metric(key: str) -> bool:
+    return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
+

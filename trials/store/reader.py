@@ -1,0 +1,250 @@
+"""Reading an MLflow store for the commands that only read (`trials list` of a store, the
+analysis' loader, the probe every command makes first), through MLflow's public interfaces
+only: nothing here names MLflow's SQL tables.
+
+`reading_client(uri)` returns an object with the reading methods of MLflow's `MlflowClient`
+the project calls (`get_experiment_by_name`, `search_experiments`, `search_runs` with a
+`tags.<key> = '<v>'` or `tags.<key> != '<v>'` filter), whose entities have the same fields
+(`run.info.status`, `run.data.metrics`, `experiment.tags`):
+
+- an HTTP(S) tracking server: MLflow's documented REST API (`/api/2.0/mlflow/...`) read with
+  `requests` (its proxies, netrc and certificate bundles), with MLflow's basic or token
+  credentials and MLflow's retries of a busy server: no MLflow import, which alone takes
+  about 2.3 s here;
+- anything else (SQLite, PostgreSQL, MySQL; MLflow workspaces; a setting only MLflow's
+  client speaks: its TLS options, auth plugins): MLflow's own client (`client.tracking_client`).
+
+`tests/trials/store/test_reader.py` checks that the REST reader gives what MLflow's client
+gives on the same server, and that every failure is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .client import SQLITE, STORE_TIMEOUT_S, StoreReadError, sqlite_path, store_error, tracking_client
+
+# settings that MLflow's client honours and this reader does not: where one is set, MLflow's
+# client reads. Workspaces scope every read.
+WORKSPACE_ENV = ("MLFLOW_WORKSPACE", "MLFLOW_ENABLE_WORKSPACES")
+CLIENT_ONLY_ENV = ("MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH",
+                   "MLFLOW_TRACKING_CLIENT_CERT_PATH", "MLFLOW_TRACKING_AUTH", "MLFLOW_TRACKING_AWS_SIGV4")
+RETRY_CODES = (408, 429, 500, 502, 503, 504)  # what MLflow's client retries
+FILTER_RE = re.compile(r"^tags\.`?([\w./:-]+)`?\s*(=|!=)\s*'([^']*)'$")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    experiment_id: str
+    name: str
+    lifecycle_stage: str = "active"
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    run_name: str | None
+    status: str
+    start_time: int | None
+    end_time: int | None
+    experiment_id: str = ""
+
+
+@dataclass(frozen=True)
+class RunData:
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Run:
+    info: RunInfo
+    data: RunData
+
+
+class Page(list):
+    """A page of results, with MLflow's `token` for the next one (None on the last)."""
+
+    def __init__(self, items, token: str | None = None):
+        super().__init__(items)
+        self.token = token
+
+
+def parse_filter(text: str) -> tuple[str, str, str]:
+    """`tags.<key> = '<v>'` or `tags.<key> != '<v>'` -> (key, op, value); the only filters
+    the project searches runs with."""
+    m = FILTER_RE.match(text.strip())
+    if m is None:
+        raise ValueError(f"reader: unsupported run filter {text!r}")
+    return m.group(1), m.group(2), m.group(3)
+
+
+def reading_client(uri: str):
+    """The fastest faithful reader of `uri`'s store (see the module docstring)."""
+    if (uri.startswith(("http://", "https://")) and not any(os.environ.get(k) for k in WORKSPACE_ENV)
+            and not any(os.environ.get(k) for k in CLIENT_ONLY_ENV)):
+        return RestReader(uri)
+    return tracking_client(uri)
+
+
+class RestReader:
+    """MLflow's REST API, read with `requests`."""
+
+    def __init__(self, uri: str):
+        import requests
+
+        self.base = uri.rstrip("/") + "/api/2.0/mlflow/"
+        self.timeout = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "30"))
+        self.session = requests.Session()
+        user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+        if user and password:
+            self.session.auth = (user, password)
+        elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
+            self.session.headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
+
+    def _call(self, endpoint: str, body: dict | None = None, query: dict | None = None) -> dict | None:
+        """One request, retried as MLflow's client retries (a few times on 429 and 5xx, with a
+        doubling wait); None for MLflow's RESOURCE_DOES_NOT_EXIST; StoreReadError, in one
+        line, otherwise."""
+        import requests
+
+        url = self.base + endpoint
+        retries = int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3"))
+        wait = float(os.environ.get("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"))
+        for attempt in range(retries + 1):
+            try:
+                answer = (self.session.post(url, json=body, timeout=self.timeout) if body is not None
+                          else self.session.get(url, params=query, timeout=self.timeout))
+            except requests.RequestException as e:
+                raise StoreReadError(f"{url}: {_one_line(_cause(e))}") from None
+            if answer.ok:
+                return _json_object(answer, url)
+            detail = _one_line(answer.text)
+            if answer.status_code == 404 and "RESOURCE_DOES_NOT_EXIST" in detail:
+                return None
+            if answer.status_code not in RETRY_CODES or attempt == retries:
+                raise StoreReadError(f"HTTP {answer.status_code} from {url}: {_mlflow_message(detail)}")
+            time.sleep(wait * 2 ** attempt)
+        raise StoreReadError(f"{url}: no answer")  # pragma: no cover (the loop returns or raises)
+
+    def get_experiment_by_name(self, name: str) -> Experiment | None:
+        found = self._call("experiments/get-by-name", query={"experiment_name": name})
+        return _shaped(lambda: _rest_experiment(found["experiment"]), "experiments/get-by-name") if found else None
+
+    def search_experiments(self, max_results: int = 1000, page_token: str | None = None) -> Page:
+        body = {"max_results": max_results, "view_type": "ACTIVE_ONLY", **({"page_token": page_token} if page_token
+                                                                            else {})}
+        found = self._call("experiments/search", body) or {}
+        return _shaped(lambda: Page([_rest_experiment(e) for e in found.get("experiments", [])],
+                                    found.get("next_page_token")), "experiments/search")
+
+    def search_runs(self, experiment_ids: list[str], filter_string: str = "", max_results: int = 1000,
+                    page_token: str | None = None) -> Page:
+        parse_filter(filter_string)  # the same filters as the SQLite reader, refused alike
+        body = {"experiment_ids": list(experiment_ids), "filter": filter_string, "max_results": max_results,
+                "run_view_type": "ACTIVE_ONLY", **({"page_token": page_token} if page_token else {})}
+        found = self._call("runs/search", body) or {}
+        return _shaped(lambda: Page([_rest_run(r) for r in found.get("runs", [])], found.get("next_page_token")),
+                       "runs/search")
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _mlflow_message(detail: str) -> str:
+    """MLflow's own error message from a JSON error body; otherwise say what came back."""
+    try:
+        found = json.loads(detail)
+        return _one_line(str(found.get("message") or found.get("error_code") or detail))
+    except (ValueError, AttributeError):
+        return "not MLflow's JSON error (is this an MLflow server, at this path?)" if "<" in detail else detail
+
+
+def _pairs(items) -> dict[str, str]:
+    return {i["key"]: i.get("value", "") for i in items or []}
+
+
+def _shaped(build, endpoint: str):
+    """Entities from an answer, or StoreReadError where it lacks MLflow's fields."""
+    try:
+        return build()
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise StoreReadError(f"{endpoint}: the answer lacks MLflow's fields ({type(e).__name__}: "
+                             f"{_one_line(str(e), 80)}): is this an MLflow server?") from None
+
+
+def _rest_experiment(e: dict) -> Experiment:
+    return Experiment(str(e["experiment_id"]), e["name"], e.get("lifecycle_stage", "active"), _pairs(e.get("tags")))
+
+
+def _rest_run(r: dict) -> Run:
+    info, data = r["info"], r.get("data", {})
+    tags = _pairs(data.get("tags"))
+    end = info.get("end_time")
+    return Run(RunInfo(info.get("run_id") or info["run_uuid"], info.get("run_name") or tags.get("mlflow.runName", ""),
+                       info["status"], int(info["start_time"]) if info.get("start_time") is not None else None,
+                       int(end) if end is not None else None, str(info.get("experiment_id", ""))),
+               RunData(tags, _pairs(data.get("params")),
+                       {m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics") or []}))
+
+
+def _cause(e: BaseException) -> str:
+    """The innermost reason `requests` gives (a refused connection, a name not found)."""
+    while e.__context__ is not None and not str(e):
+        e = e.__context__
+    text = str(e) or type(e).__name__
+    return "connection refused (is the server running?)" if "Connection refused" in text else text
+
+
+def _json_object(answer, url: str) -> dict:
+    try:
+        found = answer.json() if answer.content else {}
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise StoreReadError(f"{url}: the answer is not MLflow's JSON (is this an MLflow server?)")
+    return found
+
+
+def probe_store(uri: str, timeout_s: float = STORE_TIMEOUT_S, writable: bool = False) -> None:
+    """Check, before any work, that the store answers as MLflow within `timeout_s`; raise
+    ValueError with one line naming the URI and the cause. A SQLite store is checked on
+    disk (its folder exists and, for a writer, is writable; an existing file is SQLite)."""
+    if uri.startswith(SQLITE):
+        path = sqlite_path(uri)
+        if path.exists() and not path.is_file():
+            raise ValueError(f"tracking-uri: {path} is not a file")
+        if path.is_file():
+            with open(path, "rb") as f:
+                head = f.read(16)
+            if head and head != b"SQLite format 3\x00":
+                raise ValueError(f"tracking-uri: {path} is not a SQLite database")
+        elif not path.parent.is_dir():
+            raise ValueError(f"tracking-uri: folder {path.parent} does not exist")
+        if writable and not os.access(path if path.is_file() else path.parent, os.W_OK):
+            raise ValueError(f"tracking-uri: {path} is not writable")
+        return
+    outcome: dict = {}
+
+    def ask():
+        try:
+            reading_client(uri).search_experiments(max_results=1)
+            outcome["ok"] = True
+        except Exception as e:  # MLflow raises many kinds for a store that is not there
+            outcome["error"] = e
+
+    worker = threading.Thread(target=ask, daemon=True, name="store-probe")
+    worker.start()
+    worker.join(timeout_s)
+    if "error" in outcome:
+        raise ValueError(store_error(uri, outcome["error"]))
+    if not outcome.get("ok"):
+        raise ValueError(f"tracking-uri: {uri} did not answer within {timeout_s:g} s")
