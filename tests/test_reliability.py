@@ -256,31 +256,46 @@ def test_resume_unpickles_nothing_from_storage(tmp_path, corpus_dir):
 
 def test_status_closes_the_runs_of_a_driver_killed_with_sigkill(tmp_path):
     """After kill -9 of the driver its runs stayed RUNNING and `status` showed them as
-    running for ever; now they end KILLED once the recorded driver is gone."""
+    running for ever; now they end KILLED once the recorded driver is gone. `status` reads
+    the sweep's storage (its trial folders and the driver's lease), and opens the store only
+    to close a dead driver's runs."""
+    import json
     import socket
 
+    import psutil
     from mlflow.tracking import MlflowClient
 
-    from trials import runner
+    from trials import layout, saved
+    from trials.lease import LEASE_FILE
     from trials.tracking import Ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = parse({"name": "k9", "base": {"preset": "tiny"},
                   "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
+    exp_dir = tmp_path / "st" / "k9"
+    exp_dir.mkdir(parents=True)
+    saved.save_sweep_files(exp_dir, spec, uri, None)
     ledger = Ledger(uri, spec)
     ledger.claim()
-    for t in spec.trials:
+    for i, t in enumerate(spec.trials):  # each trial started: its folder, one result, not done
         ledger.open_child(t, {})
-    rows = runner.status(spec, uri)  # the driver (this process) is alive: nothing is touched
+        (exp_dir / layout.trial_dirname(f"k9_{i:05d}", t.key)).mkdir()
+        (exp_dir / layout.trial_dirname(f"k9_{i:05d}", t.key) / layout.RESULT_FILE).write_text('{"step": 1}\n')
+    me = psutil.Process()
+    lease = {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time(), "command": "trials run"}
+    (exp_dir / LEASE_FILE).write_text(json.dumps(lease))
+    rows = saved.status(spec, exp_dir, uri)  # the driver (this process) is alive: nothing is touched
     assert [r["state"] for r in rows] == ["running", "running"]
     dead = subprocess.Popen(["true"])
     dead.wait()
+    (exp_dir / LEASE_FILE).write_text(json.dumps({**lease, "pid": dead.pid}))
     client = MlflowClient(uri)
     client.set_tag(ledger.parent_id, "driver_pid", str(dead.pid))
     assert client.get_run(ledger.parent_id).data.tags["driver_host"] == socket.gethostname()
-    rows = runner.status(spec, uri)
+    rows = saved.status(spec, exp_dir, uri)
     assert [r["state"] for r in rows] == ["killed", "killed"]
     assert client.get_run(ledger.parent_id).info.status == "KILLED"
+    assert all(r.info.status == "KILLED" for r in client.search_runs([ledger.experiment_id]))
 
 
 def test_a_local_ray_listens_on_loopback_only():

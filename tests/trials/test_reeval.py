@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from dspark.evaluate import lm_bpb
 from dspark.train import Trainer
-from trials import layout, runner, validate
+from trials import layout, runner, saved, validate
 from trials.augment import augment
 from trials.cli import main
 from trials.reeval import reeval

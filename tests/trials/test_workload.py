@@ -84,4 +84,4 @@ def test_a_second_workload_goes_through_every_command(tmp_path):
     text = rep.stdout
     assert "val/loss" in text and "norm" in text and "smooth" in text, text
     # the toy's own registry: its default responses (val/acc beside the primary val/loss), none of DSpark's
-    assert "val/acc" in (out / "report.md").read_text() and "spec/tau" not in text, text
+    assert "val/acc" in (out / "toy" / "report.md").read_text() and "spec/tau" not in text, text

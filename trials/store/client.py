@@ -119,7 +119,7 @@ def store_error(uri: str, e: BaseException) -> str:
     lines = [ln.strip() for ln in text.splitlines()
              if ln.strip() and not ln.strip().startswith(("(Background on this error", "[parameters:"))]
     cause = lines[-1] if lines else type(e).__name__
-    if "Max retries exceeded" in str(e) or "Connection refused" in str(e):
+    if "Max retries exceeded" in str(e) or "connection refused" in str(e).lower():
         cause = "connection refused (is the server running?)"
     full = disk_full_cause(e)
     if full:
