@@ -20,6 +20,7 @@ from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_bal
 from .design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
 from .verdicts import control_contrast as contrast
+from .types import ResponseResult
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 
@@ -30,19 +31,6 @@ def stage_of(df: pd.DataFrame, rules: Registry) -> str | None:
         return None
     stages = set(df[rules.variant_field].dropna().astype(str))
     return stages.pop() if len(stages) == 1 else None
-
-
-@dataclass
-class ResponseResult:
-    response: str
-    anova: pd.DataFrame
-    effects: pd.DataFrame | None
-    typ: int
-    balanced: bool
-    warnings: list[str] = field(default_factory=list)
-    block: str | None = None
-    fit: ModelFit | None = None  # S, R², adjusted R², the residuals
-    levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # each factor's (low, high) in `effects`
 
 
 def empty_cells(df: pd.DataFrame, factors: list[str]) -> list[str]:

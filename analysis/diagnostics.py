@@ -16,7 +16,8 @@ from trials.workload import registry
 
 from . import power
 from .anova import AnalysisError, check_design
-from .attribution import ResponseResult, control_contrast, dunnett_vs_control, stage_of
+from .attribution import control_contrast, dunnett_vs_control, stage_of
+from .types import ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, with_value
 from .load import responses as metric_columns
 

@@ -24,7 +24,8 @@ from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
 from .sequential import LookResult, look_for
 from .variance import prompts_to_decide, split, why_not_items
-from .verdicts import DECISION_POWER, MAX_BLOCKS, UNDECIDED, blocks_to_decide, decide_all, margins_for
+from .types import DECISION_POWER, UNDECIDED
+from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_all, margins_for
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:

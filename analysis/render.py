@@ -18,13 +18,11 @@ from trials.store.kept import write_atomic
 from trials.store.ui import UI_URL, run_url
 
 from . import plots
-from .attribution import ResponseResult
+from .types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .frame import SweepFrame
 from .load import report_incomplete
-from .types import Report
-from .verdicts import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision
 
 
 def _fmt(x, digits=4):

@@ -1,19 +1,318 @@
-"""The analysis' typed results that travel between the statistics, the renderer and the
-store writer: a sweep's whole attribution (`Report`). The parts it holds are typed where
-they are computed: `ResponseResult` (attribution.py), `Decision` and its verdicts
-(verdicts.py), `Split` (variance.py), `LookResult` (sequential.py).
+"""The analysis' typed results, which travel between the statistics, the renderer and the
+store writer: a response's ANOVA and effects (`ResponseResult`), its noise split (`Split`),
+each contrast's verdict in one of the four states (`Verdict`, with `Contrast`, `BlockTest`,
+`ResponseCheck`, `SimpleEffect`), the family's decision (`Decision`), and a sweep's whole
+attribution (`Report`). The modules that compute them (attribution, variance, verdicts,
+report) import them from here; a look's result is `analysis.sequential.LookResult`, beside
+the plan it belongs to.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from .attribution import ResponseResult
+from .anova import ModelFit
+from .power import MAX_REPLICATES
 from .sequential import LookResult
-from .verdicts import Decision
+
+
+DECISION_POWER = 0.8  # the planner's target: the probability that the next step decides a term
+
+
+BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED = ("matters, beyond the margin", "matters, size unsure", "negligible",
+                                         "undecided")
+
+
+VERDICTS = (BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED)
+
+
+SMALLER = "detected, smaller than the margin"  # the qualifier of a negligible effect that excludes zero
+
+
+BLOCK_ALPHA = 0.05  # the block-by-term test names a term whose effect differs between blocks at this level
+
+
+@dataclass(frozen=True)
+class Contrast:
+    term: str  # D1, D1:D9, D1[shifted->aligned], vs pure_ce
+    label: str  # what the difference is, e.g. "shifted -> aligned"
+    estimate: float
+    se: float
+    df: float
+    group: str = ""  # the spec's name for it: D1 (also for D1[a->b]), D1:D9, pure_ce
+    errors: str = ""  # the errors behind se and df where they are the contrast's own (a control's)
+
+
+@dataclass(frozen=True)
+class BlockTest:
+    """The block-by-term interaction: F on (q, df) degrees of freedom and its p."""
+    F: float
+    q: int
+    df: float
+    p: float
+
+    def text(self) -> str:
+        flag = "; the effect differs between blocks" if self.p < BLOCK_ALPHA else ""
+        return f"block x term F({self.q}, {self.df:g}) = {self.F:.2f}, p = {self.p:.2g}{flag}"
+
+
+@dataclass
+class Verdict:
+    response: str
+    term: str
+    label: str
+    verdict: str  # one of VERDICTS
+    estimate: float
+    se: float
+    df: float
+    alpha_star: float
+    ci_low: float  # the (1 - alpha*) interval: the test of "no effect"
+    ci_high: float
+    eq_low: float  # the (1 - 2 alpha*) interval: its bounds are the one-sided bounds at alpha*
+    eq_high: float
+    margin: float | None
+    better: str
+    p: float  # two-sided, unadjusted
+    p_adj: float  # p times the family's size (capped at 1)
+    p_equiv: float | None  # TOST: the larger one-sided p, unadjusted
+    detectable: float  # the true effect the test rejects with 80% power at alpha*
+    to_boundary: float  # the estimate's distance to the nearest decision boundary, in standard errors
+    in_family: bool = True
+    errors: str = "pooled"  # pooled | HC2 | POOLED_FALLBACK
+    block: BlockTest | None = None
+    next_step: str = ""  # for an undecided term: what would decide it
+    blocks: int | None = None  # replicate blocks to add that would decide it (80%), None if unknown
+
+    @property
+    def matters(self) -> bool:
+        return self.verdict in (BEYOND, UNSURE)
+
+    @property
+    def detected(self) -> bool:
+        return self.ci_low > 0 or self.ci_high < 0
+
+    @property
+    def smaller_than_margin(self) -> bool:
+        return self.verdict == NEGLIGIBLE and (self.eq_low > 0 or self.eq_high < 0)
+
+    def direction(self) -> str:
+        """'better' or 'worse' for a main effect or control contrast that matters (an
+        interaction's sign says how effects combine, not which arm is better)."""
+        if not self.matters or not self.better or not self.label:
+            return ""
+        good = (self.estimate > 0) == (self.better == "higher")
+        return "better" if good else "worse"
+
+    def interval(self) -> tuple[float, float, float]:
+        """(low, high, level) of the interval the verdict rests on: the (1 - 2 alpha*) one,
+        whose bounds are the one-sided tests at alpha*, for "beyond the margin" and
+        "negligible"; the (1 - alpha*) one otherwise."""
+        if self.verdict in (BEYOND, NEGLIGIBLE):
+            return self.eq_low, self.eq_high, 1 - 2 * self.alpha_star
+        return self.ci_low, self.ci_high, 1 - self.alpha_star
+
+    def text(self) -> str:
+        """One sentence that starts with `<term>: <verdict>` and agrees with its interval."""
+        lo, hi, level = self.interval()
+        what = f"{self.label}: " if self.label else ""
+        est = f"{what}{self.estimate:+.4g} [{lo:+.4g}, {hi:+.4g}] at {pct(level)}"
+        m = f"+-{self.margin:g}" if self.margin is not None else ""
+        if self.verdict == BEYOND:
+            way = self.direction()
+            out = f"{self.term}: {BEYOND} ({est}, wholly beyond {m}{', ' + way if way else ''})"
+        elif self.verdict == UNSURE:
+            way = self.direction()
+            reach = (f"; excludes zero, but its one-sided bounds [{self.eq_low:+.4g}, {self.eq_high:+.4g}] "
+                     f"({pct(1 - 2 * self.alpha_star)}) reach inside {m}" if self.margin is not None
+                     else "; no margin declared")
+            out = f"{self.term}: {UNSURE} ({est}{reach}{', ' + way if way else ''})"
+        elif self.verdict == NEGLIGIBLE:
+            out = f"{self.term}: negligible within {m} ({est})"
+            if self.smaller_than_margin:
+                out += f"; {SMALLER}"
+        else:
+            out = f"{self.term}: undecided ({est}"
+            if self.margin is None:
+                out += "; no margin declared, so negligible cannot be shown)"
+            else:
+                out += (f"; not shown within {m}: [{self.eq_low:+.4g}, {self.eq_high:+.4g}] at "
+                        f"{pct(1 - 2 * self.alpha_star)})")
+            if math.isfinite(self.detectable):
+                out += f"; this sweep detects {self.detectable:.3g} or more with {DECISION_POWER:.0%} power"
+            if self.next_step:
+                out += f"; {self.next_step}"
+        out += f"; {self.to_boundary:.1f} se from the nearest boundary"
+        if self.errors != "pooled":
+            out += f"; {self.errors} errors on {self.df:.3g} df"
+        if self.block is not None:
+            out += f"; {self.block.text()}"
+        if not self.in_family:
+            out += " [outside the family]"
+        return out
+
+
+@dataclass
+class ResponseCheck:
+    """What a response's verdicts rest on: the model's fit and errors, sigma with its own
+    interval, and the replicates that sigma implies for a margin-sized effect."""
+    response: str
+    better: str
+    margin: float | None
+    primary: bool
+    n: int
+    df_resid: float
+    sigma: float
+    sigma_low: float  # 95% interval of sigma (chi-square on df_resid)
+    sigma_high: float
+    r2: float
+    r2_adj: float
+    errors: str  # "pooled" (balanced), "HC2" (unbalanced) or POOLED_FALLBACK
+    n_cells: int
+    replicates: int
+    replicates_for_margin: tuple[int | None, int | None, int | None] | None = None  # at sigma low, point, high
+
+    def text(self, alpha_star: float) -> str:
+        parts = [f"{self.better} is better" if self.better else "no better direction",
+                 f"margin +-{self.margin:g}" if self.margin is not None else "no margin declared",
+                 f"sigma {self.sigma:.3g} [95% CI {self.sigma_low:.3g}, {self.sigma_high:.3g}] on {self.df_resid:g} df",
+                 f"R2 {self.r2:.2f} (adj {self.r2_adj:.2f})",
+                 "pooled errors (balanced design)" if self.errors == "pooled" else
+                 "HC2 errors with Satterthwaite df (unbalanced design)" if self.errors == "HC2" else
+                 f"{self.errors} errors (unbalanced design)"]
+        if self.replicates_for_margin:
+            lo, mid, hi = (reps(v) for v in self.replicates_for_margin)
+            parts.append(f"replicates to detect +-{self.margin:g} with {DECISION_POWER:.0%} power at alpha*: {mid} "
+                         f"({lo}-{hi} over sigma's CI)")
+        return f"{self.response} ({'; '.join(parts)})"
+
+
+@dataclass
+class SimpleEffect:
+    """A primary main effect at one combination of the other factors' levels."""
+    response: str
+    term: str
+    at: str  # e.g. "D2=const4, D9=hidden"
+    verdict: Verdict
+
+
+@dataclass
+class Decision:
+    alpha: float
+    adjust: str
+    alpha_star: float
+    family: int
+    checks: dict[str, ResponseCheck]
+    verdicts: list[Verdict]
+    primary_terms: list[str] = field(default_factory=list)
+    simple: list[SimpleEffect] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def of(self, response: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.response == response]
+
+    def primary(self) -> list[str]:
+        return [r for r, c in self.checks.items() if c.primary]
+
+    def family_verdicts(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.in_family]
+
+    def table(self) -> pd.DataFrame:
+        cols = ["response", "term", "label", "verdict", "estimate", "se", "df", "ci_low", "ci_high", "eq_low",
+                "eq_high", "margin", "better", "p", "p_adj", "p_equiv", "detectable", "to_boundary", "alpha_star",
+                "in_family", "errors", "block_F", "block_p", "next_step"]
+        rows = []
+        for v in self.verdicts:
+            row = {c: getattr(v, c) for c in cols if hasattr(v, c)}
+            row["block_F"] = v.block.F if v.block else np.nan
+            row["block_p"] = v.block.p if v.block else np.nan
+            rows.append(row)
+        return pd.DataFrame(rows, columns=cols)
+
+    def counts(self) -> dict[str, int]:
+        """The family's verdicts by state."""
+        fam = self.family_verdicts()
+        return {k: sum(v.verdict == k for v in fam) for k in VERDICTS}
+
+    def undecided(self) -> int:
+        return self.counts()[UNDECIDED]
+
+    def counts_text(self) -> str:
+        c = self.counts()
+        return (f"{c[BEYOND]} matter beyond the margin, {c[UNSURE]} matter (size unsure), {c[NEGLIGIBLE]} negligible, "
+                f"{c[UNDECIDED]} undecided")
+
+    def method(self) -> str:
+        terms = ", ".join(self.primary_terms)
+        adj = (f"Bonferroni over the family's {self.family} hypotheses (primary responses x primary terms: {terms})"
+               if self.adjust == "bonferroni" else "no adjustment")
+        return (f"one alpha for every verdict: alpha {self.alpha:.3g}, {adj}, so each test runs at alpha* = "
+                f"{self.alpha_star:.3g}, other terms and responses too, outside the family; intervals: "
+                f"{pct(1 - self.alpha_star)} for 'no effect', {pct(1 - 2 * self.alpha_star)} (one-sided bounds at "
+                "alpha*) for 'beyond the margin' and 'negligible' (TOST); factors of more than two levels as "
+                "pairwise contrasts")
+
+
+def pct(level: float) -> str:
+    s = f"{100 * level:.3f}".rstrip("0").rstrip(".")
+    return f"{s}%"
+
+
+def reps(v: int | None) -> str:
+    return f">{MAX_REPLICATES}" if v is None else str(v)
+
+
+@dataclass
+class ResponseResult:
+    response: str
+    anova: pd.DataFrame
+    effects: pd.DataFrame | None
+    typ: int
+    balanced: bool
+    warnings: list[str] = field(default_factory=list)
+    block: str | None = None
+    fit: ModelFit | None = None  # S, R², adjusted R², the residuals
+    levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # each factor's (low, high) in `effects`
+
+
+@dataclass
+class Split:
+    """One response's noise, split."""
+    response: str
+    kind: str  # "prompts" or "eval_batches": what a re-evaluation adds
+    method: str
+    groups: int
+    items: int
+    sigma: float
+    share: float  # the evaluation's share of the residual variance (not capped)
+    share_low: float  # its 95% interval
+    share_high: float
+    df_eval: float
+    df_resid: float
+    var_eval: dict[str, float] = field(default_factory=dict)  # term -> the contrast's evaluation variance
+
+    @property
+    def sigma_eval(self) -> float:
+        return self.sigma * math.sqrt(max(self.share, 0.0))
+
+    @property
+    def sigma_seed(self) -> float:
+        return self.sigma * math.sqrt(max(1.0 - self.share, 0.0))
+
+    def text(self) -> str:
+        what = {"prompts": "prompts", "eval_batches": "held-out batches",
+                "timing_prompts": "prompts of the timing pass"}[self.kind]
+        head = (f"{self.response}: residual sigma {self.sigma:.3g}; the evaluation's share of its variance "
+                f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what}, "
+                f"{self.method})")
+        if self.share > 1:
+            return head + ("; over 100%: the evaluation alone exceeds the residual variance, so the model does not "
+                           "fit these runs (the seeds' part comes out negative)")
+        return head + f"; evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}"
 
 
 @dataclass

@@ -43,48 +43,13 @@ from trials.registry import Registry, jack_groups, jack_name, split_name
 from trials.workload import registry
 
 from .design import factorial_rows
-from .verdicts import DECISION_POWER, Verdict, contrasts, fit_response, p_decided
+from .types import DECISION_POWER, Split, Verdict
+from .verdicts import contrasts, fit_response, p_decided
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value
 DECODED = ("spec/", "conf/", "sched/")  # responses of the decoded prompts; the others of held-out batches
 COUNTS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_prompts": "timing/prompts"}
-
-
-@dataclass
-class Split:
-    """One response's noise, split."""
-    response: str
-    kind: str  # "prompts" or "eval_batches": what a re-evaluation adds
-    method: str
-    groups: int
-    items: int
-    sigma: float
-    share: float  # the evaluation's share of the residual variance (not capped)
-    share_low: float  # its 95% interval
-    share_high: float
-    df_eval: float
-    df_resid: float
-    var_eval: dict[str, float] = field(default_factory=dict)  # term -> the contrast's evaluation variance
-
-    @property
-    def sigma_eval(self) -> float:
-        return self.sigma * math.sqrt(max(self.share, 0.0))
-
-    @property
-    def sigma_seed(self) -> float:
-        return self.sigma * math.sqrt(max(1.0 - self.share, 0.0))
-
-    def text(self) -> str:
-        what = {"prompts": "prompts", "eval_batches": "held-out batches",
-                "timing_prompts": "prompts of the timing pass"}[self.kind]
-        head = (f"{self.response}: residual sigma {self.sigma:.3g}; the evaluation's share of its variance "
-                f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what}, "
-                f"{self.method})")
-        if self.share > 1:
-            return head + ("; over 100%: the evaluation alone exceeds the residual variance, so the model does not "
-                           "fit these runs (the seeds' part comes out negative)")
-        return head + f"; evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}"
 
 
 def kind_of(response: str, rules: Registry | None = None) -> str:

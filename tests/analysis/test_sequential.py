@@ -22,7 +22,8 @@ import pytest
 
 from analysis.sequential import LEGACY, Plan, fingerprint, information_fraction, look_for, plan_of, spent
 from analysis.variance import split
-from analysis.verdicts import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, classify, contrasts, fit_response
+from analysis.types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
+from analysis.verdicts import classify, contrasts, fit_response
 from dspark.metrics import jack_name
 
 ALPHA = 0.05

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide, split
-from analysis.verdicts import UNDECIDED, Contrast, contrasts, decide, fit_response, p_decided
+from analysis.types import Contrast, UNDECIDED
+from analysis.verdicts import contrasts, decide, fit_response, p_decided
 from dspark import calibration
 from dspark.metrics import jack_groups, jack_name
 

@@ -15,9 +15,8 @@ from statsmodels.stats.weightstats import ttost_ind
 
 from analysis.anova import AnalysisError
 from analysis.effects import factorial_effects
-from analysis.verdicts import (BEYOND, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE, Contrast, bm_df, blocks_to_decide,
-                               contrasts, decide, decide_all, distance_to_boundary, fit_response, margins_for,
-                               p_decided, parse_margins, sigma_interval)
+from analysis.types import BEYOND, Contrast, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE
+from analysis.verdicts import blocks_to_decide, bm_df, contrasts, decide, decide_all, distance_to_boundary, fit_response, margins_for, p_decided, parse_margins, sigma_interval
 
 
 def design(effects, sigma=0.05, replicates=3, seed=0, block_shift=0.02, sd_by=None):
@@ -309,7 +308,7 @@ def test_margins_come_from_the_spec_and_the_command_line():
 
 def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
     from analysis.render import VERDICT_COLOURS, verdict_colour
-    from analysis.verdicts import Verdict
+    from analysis.types import Verdict
 
     def v(verdict, estimate, better):
         return Verdict(response="r", term="D1", label="D1", verdict=verdict, estimate=estimate, se=0.1, df=10,
