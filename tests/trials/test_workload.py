@@ -33,7 +33,7 @@ def _runs(uri: str, name: str):
 
 def test_a_second_workload_goes_through_every_command(tmp_path):
     spec = {"workload": TOY, "name": "toy", "description": "LayerNorm and label smoothing on a tiny MLP",
-            "base": {"steps": 60, "eval_interval": 20, "step_sleep_ms": 40.0},
+            "base": {"steps": 40, "eval_interval": 20, "step_sleep_ms": 20.0},
             "factors": {"norm": {"none": {"norm": "none"}, "layer": {"norm": "layer"}},
                         "smooth": {"off": {"label_smoothing": 0.0}, "on": {"label_smoothing": 0.1}}},
             "responses": {"val/loss": {"margin": 0.02}}, "max_concurrent": 1}
