@@ -44,7 +44,7 @@ def build(folder: Path) -> tuple[str, Path, Path]:
 
     from trials.saved import save_sweep_files
     from trials.validate import load
-    from trials.tracking import Ledger
+    from trials.tracking import open_ledger
 
     raw = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())
     raw.update(name="bench", replicates=3)
@@ -52,7 +52,7 @@ def build(folder: Path) -> tuple[str, Path, Path]:
     spec_file.write_text(yaml.safe_dump(raw))
     spec = load(spec_file)
     uri = f"sqlite:///{folder / 'm.db'}"
-    ledger = Ledger(uri, spec)
+    ledger = open_ledger(uri, spec)
     rng = np.random.default_rng(0)
     for t in spec.trials:
         run_id, _ = ledger.open_child(t, {})

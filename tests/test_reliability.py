@@ -267,7 +267,7 @@ def test_status_closes_the_runs_of_a_driver_killed_with_sigkill(tmp_path):
 
     from trials import layout, saved
     from trials.lease import LEASE_FILE
-    from trials.tracking import Ledger
+    from trials.tracking import open_ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = parse({"name": "k9", "base": {"preset": "tiny"},
@@ -275,7 +275,7 @@ def test_status_closes_the_runs_of_a_driver_killed_with_sigkill(tmp_path):
     exp_dir = tmp_path / "st" / "k9"
     exp_dir.mkdir(parents=True)
     saved.save_sweep_files(exp_dir, spec, uri, None)
-    ledger = Ledger(uri, spec)
+    ledger = open_ledger(uri, spec)
     ledger.claim()
     for i, t in enumerate(spec.trials):  # each trial started: its folder, one result, not done
         ledger.open_child(t, {})

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from trials.store.keys import (DONE_KEY, GIT_COMMIT_TAG, KILLED_REASON_TAG, RECOVERED_FROM_TAG, TRIAL_KEY_TAG,
                                is_metric, sweep_trials)
-from trials.store.runs import finite, log_run_files
+from trials.store.runs import finite, git_commit, log_run_files
 
 from . import layout, shared
 from .layout import read_results
@@ -121,7 +121,7 @@ def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]
     store's later records (`trials.store.kept`); the parent ends FINISHED when every trial did,
     else KILLED (resume it). Everything is checked before the store is written: a store that
     holds another sweep under this name, and every kept record."""
-    from .tracking import Ledger, git_commit
+    from .tracking import open_ledger
 
     check_same_sweep(spec, tracking_uri, exp_dir.parent, "recover")
     if not with_results(spec, exp_dir):
@@ -130,7 +130,7 @@ def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]
     identity = identity_tags(spec, exp_dir.parent)
     found = shared.addresses(spec)
     spec = shared.bound(spec, found, shared.in_storage(spec, exp_dir.parent, found))[0]  # each trial as it ran
-    ledger = Ledger(tracking_uri, spec, identity)
+    ledger = open_ledger(tracking_uri, spec, identity)
     commit = git_commit()
     tags = {t.key: {**found.get(t.key, ("", {}))[1], GIT_COMMIT_TAG: commit} for t in spec.trials}
     counts = replay(ledger, tags, spec, exp_dir, close=True)

@@ -42,10 +42,12 @@ from .recover import missing_records, replay
 from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
-from .tracking import Ledger, StorageFull, SweepTracker, git_commit, is_storage_full
+from .tracking import StorageFull, SweepTracker, is_storage_full, open_ledger
 from .workload import DEFAULT as DEFAULT_WORKLOAD
 from .workload import load as load_workload
 from trials.store.keys import GIT_COMMIT_TAG, SHARED_PREFIX
+from trials.store.ledger import Ledger
+from trials.store.runs import git_commit
 
 def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,
                  addresses: dict[str, tuple[str, dict[str, str]]] | None = None
@@ -273,7 +275,7 @@ def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, a
             cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
             spec, tags, made = bind_targets(spec, root, cpus, addressing.result())
             warming.result()
-            ledger = opened["ledger"] = Ledger(tracking_uri, spec, identity)
+            ledger = opened["ledger"] = open_ledger(tracking_uri, spec, identity)
             tracker = _open_records(ledger, spec, tags, made, exp_dir, resume, store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             results = _fit(spec, todo, resume_dirs, root, [tracker, *callbacks], signals, max_concurrent,

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from trials.validate import parse
-from trials.tracking import Ledger
+from trials.tracking import open_ledger
 
 FACTORS = {
     "D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}},
@@ -19,7 +19,7 @@ def synthetic_sweep(uri, name="synthetic", replicates=3, noise=0.05, seed=0, fai
     if controls:
         raw["controls"] = controls
     spec = parse(raw)
-    ledger = Ledger(uri, spec)
+    ledger = open_ledger(uri, spec)
     rng = np.random.default_rng(seed)
     code = {"shifted": -1, "aligned": 1, "const4": -1, "block": 1, "hidden": -1, "markov": 1}
     for i, t in enumerate(spec.trials):

@@ -325,11 +325,11 @@ def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
 
     from tests.analysis.conftest import FACTORS
     from trials.validate import parse
-    from trials.tracking import Ledger
+    from trials.tracking import open_ledger
 
     spec = parse({"name": "margins", "base": {"preset": "tiny"}, "factors": FACTORS, "replicates": 2,
                   "responses": {"spec/tau": {"margin": 0.25}}})
-    ledger = Ledger(store, spec)
+    ledger = open_ledger(store, spec)
     rng = np.random.default_rng(0)
     for t in spec.trials:
         run_id, _ = ledger.open_child(t, {"target_hash": "0" * 16})

@@ -210,13 +210,13 @@ def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_t
     their re-evaluation counts, or that lack the sweep's last timing pass."""
     from trials.augment import _unevenly_measured
     from trials.store.keys import BATCHES_TAG, PASS_TAG, SUMMARY_TAG
-    from trials.tracking import Ledger
+    from trials.tracking import open_ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = validate.parse({"name": "uneven", "base": {"preset": "tiny", "parallel_stage": "backbone"},
                           "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}},
                           "replicates": 2})
-    ledger = Ledger(uri, spec)
+    ledger = open_ledger(uri, spec)
     ids = []
     for t in spec.trials:
         run_id, _ = ledger.open_child(t, {})
@@ -251,7 +251,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     FINISHED. The rerun trains the one trial left (real Ray) and stops at 3 blocks."""
     from trials.augment import TARGET_FILE
     from trials.identity import identity_tags
-    from trials.tracking import Ledger
+    from trials.tracking import open_ledger
 
     uri, root = f"sqlite:///{tmp_path / 'm.db'}", (tmp_path / "st").resolve()
     path = write_spec(tmp_path / "s.yaml", corpus_dir, "grow", {"D1": D1_D9["D1"]}, base=BACKBONE, replicates=2,
@@ -261,7 +261,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     exp_dir.mkdir(parents=True)
     saved.save_sweep_files(exp_dir, spec, uri, None)
     (exp_dir / TARGET_FILE).write_text(json.dumps({"replicates": 3, "command": "trials augment grow --replicates 1"}))
-    ledger = Ledger(uri, spec, identity_tags(spec, root))
+    ledger = open_ledger(uri, spec, identity_tags(spec, root))
     first_new = min((t for t in spec.trials if t.replicate == 2), key=lambda t: t.run_order)
     for t in [t for t in spec.trials if t.replicate < 2] + [first_new]:
         run_id, _ = ledger.open_child(t, {})

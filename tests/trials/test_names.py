@@ -14,7 +14,7 @@ from trials import expand, runner, saved, validate
 from trials.cli import main
 from trials.identity import check_same_sweep, fingerprint, identity_tags
 from trials.recover import recover
-from trials.tracking import Ledger
+from trials.tracking import open_ledger
 from tests.trials.conftest import D1_D9, write_spec
 
 BACKBONE = {"parallel_stage": "backbone", "target_steps": 4, "eval_interval": 2, "eval_batches": 1,
@@ -30,7 +30,7 @@ def _first_sweep(tmp_path, corpus_dir, uri):
     spec, root = validate.load(path), (tmp_path / "A").resolve()
     (root / "same").mkdir(parents=True)
     saved.save_sweep_files(root / "same", spec, uri, None)
-    ledger = Ledger(uri, spec, identity_tags(spec, root))
+    ledger = open_ledger(uri, spec, identity_tags(spec, root))
     ledger.client.set_tag(ledger.parent_id, "target.0123456789abcdef", str(root / "targets" / "x.pt"))
     for i, t in enumerate(spec.trials):
         run_id, _ = ledger.open_child(t, {})
@@ -93,7 +93,7 @@ def test_moved_storage_and_a_parent_without_the_record_are_the_same_sweep(tmp_pa
                                          "another name$"):
         check_same_sweep(spec, uri, (tmp_path / "D").resolve(), "run")  # D does not hold it: not a move
     check_same_sweep(spec, uri, c, "resume")
-    ledger = Ledger(uri, spec, identity_tags(spec, c))  # what resume then records
+    ledger = open_ledger(uri, spec, identity_tags(spec, c))  # what resume then records
     tags = ledger.client.get_run(ledger.parent_id).data.tags
     assert tags[STORAGE_TAG] == str(c) and tags[TRIALS_TAG] == fingerprint(spec)
     with pytest.raises(ValueError, match=f"storage at {c}, not .*; .* trials resume same --storage {c}$"):

@@ -50,7 +50,7 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
 
     from dspark.checkpoint import CHECKSUM_FILE
     from trials.saved import save_sweep_files
-    from trials.tracking import Ledger
+    from trials.tracking import open_ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
@@ -58,7 +58,7 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
     exp_dir = tmp_path / "st" / name
     exp_dir.mkdir(parents=True)
     save_sweep_files(exp_dir, spec, uri, None)
-    ledger = Ledger(uri, spec)
+    ledger = open_ledger(uri, spec)
     for t in spec.trials:
         run_id, _ = ledger.open_child(t, {})
         ledger.log_metrics(run_id, {"val/bpb": 2.0, "tf/tau": 1.5}, step=4)

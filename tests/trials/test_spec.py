@@ -233,7 +233,7 @@ def test_a_declared_plan_and_family_are_recorded_on_the_parent_before_any_look(t
 
     from mlflow.tracking import MlflowClient
 
-    from trials.tracking import Ledger
+    from trials.tracking import open_ledger
 
     s = parse({**_with_responses({"spec/tau": {"margin": 0.1}}), "primary_terms": ["D2", "D1"],
                "sequential": {"max_replicates": 4, "max_prompts": 64}})
@@ -243,7 +243,7 @@ def test_a_declared_plan_and_family_are_recorded_on_the_parent_before_any_look(t
     with pytest.raises(SpecError, match="a plan needs primary responses"):
         parse({**GOOD, "sequential": {"max_replicates": 4}})
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    ledger = Ledger(uri, s)
+    ledger = open_ledger(uri, s)
     tags = MlflowClient(uri).get_run(ledger.parent_id).data.tags
     plan = json.loads(tags["sequential"])
     assert plan == {"declared": True, "max_replicates": 4, "max_prompts": 64, "alpha": 0.05, "looks": []}

@@ -1,0 +1,152 @@
+"""A sweep's records in its MLflow store, written by the driver alone (a SQLite store takes
+one writer): one experiment per sweep, a parent run for the sweep, one child run per trial
+(`mlflow.parentRunId`), named by cell and replicate, found again by its `trial_key` tag when
+a trial or the sweep resumes, so no run is ever duplicated. The engine opens it
+(`trials.tracking.open_ledger`), with the responses the sweep's runs view shows; a sweep and
+its trials are read here only through their fields (name, factors, responses, ...; a
+trial's key, tags and run name).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+from mlflow.entities import Param
+
+from .client import tracking_client
+from .keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DRIVER_HOST_TAG, DRIVER_PID_TAG,
+                   DRIVER_STARTED_TAG, ERROR_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM, GIT_COMMIT_TAG, MODEL_TRAINING,
+                   NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
+                   SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, metric_name,
+                   sweep_parent, sweep_trials)
+from .runs import config_params, git_commit, log_metrics, log_params, source_tags
+from .ui import RUNS_VIEW_TAG, runs_view
+
+
+def trial_tags(spec, trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
+    tags = {PARENT_TAG: parent_id, SWEEP_TAG: spec.name, "mlflow.runName": trial.run_name, **trial.tags}
+    tags.update(extra)
+    tags.update(source_tags("trials run", extra.get(GIT_COMMIT_TAG)))
+    return tags
+
+
+class Ledger:
+    """Experiment, parent run and child runs of one sweep in one MLflow store."""
+
+    def __init__(self, tracking_uri: str, spec, identity: dict[str, str] | None = None, shown: tuple = ()):
+        self.uri = tracking_uri
+        self.spec = spec
+        self.identity = dict(identity or {})  # the parent's record of the sweep (`trials.identity`)
+        self.client = tracking_client(tracking_uri)
+        exp = self.client.get_experiment_by_name(spec.name)
+        self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(spec.name)
+        if exp is None or exp.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+            # MLflow 3 opens an experiment of this kind in its model-training (runs) view,
+            # not the GenAI "Overview / Traces" page
+            self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+        # the sweep's runs view (the link `trials run` prints opens it): written each time, as a
+        # resume may restate the primary responses
+        self.client.set_experiment_tag(self.experiment_id, RUNS_VIEW_TAG, runs_view(
+            list(spec.factors), list(shown), (ARM_TAG,) if spec.controls else ()))
+        if spec.description and (exp is None or not exp.tags.get(NOTE_TAG)):
+            # the experiment's description in the MLflow UI: which question the sweep answers
+            self.client.set_experiment_tag(self.experiment_id, NOTE_TAG, spec.description[:4000])
+        self.parent_id = self._parent()
+
+    def _parent(self) -> str:
+        parent = sweep_parent(self.client, self.experiment_id)
+        if parent is not None:
+            self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
+            if self.spec.sequential and SEQUENTIAL_TAG not in parent.data.tags:
+                self.client.set_tag(parent.info.run_id, SEQUENTIAL_TAG, self.declared_plan())
+            for k, v in self.identity.items():  # checked before any work: a parent made before them, or moved storage
+                if parent.data.tags.get(k) != v:
+                    self.client.set_tag(parent.info.run_id, k, v)
+            return parent.info.run_id
+        run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
+                                     tags={SWEEP_PARENT_TAG: "true", SWEEP_TAG: self.spec.name, WORKLOAD_TAG: self.spec.workload,
+                                           DESIGN_PARAM: self.spec.design, GIT_COMMIT_TAG: git_commit(),
+                                           **source_tags("trials run"),
+                                           FACTORS_PARAM: ",".join(self.spec.factors), **self.identity,
+                                           # the primary responses and margins (a tag: a resume may restate them)
+                                           RESPONSES_TAG: json.dumps(self.spec.responses),
+                                           PRIMARY_TERMS_TAG: json.dumps(self.spec.primary_terms),
+                                           # the sequential plan, before any look can happen
+                                           **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
+                                           DESCRIPTION_TAG: self.spec.description[:4000],
+                                           # MLflow shows this tag as the run's description
+                                           NOTE_TAG: self.spec.description[:4000]})
+        self.client.log_batch(run.info.run_id, params=[
+            Param(DESIGN_PARAM, self.spec.design), Param(REPLICATES_PARAM, str(self.spec.replicates)),
+            # level order matters: the analysis reads it back as each factor's order
+            Param(FACTORS_PARAM, json.dumps(self.spec.factors, default=str)[:6000]),
+            Param(BASE_PARAM, json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
+        return run.info.run_id
+
+    def declared_plan(self) -> str:
+        """The spec's sequential plan as `analysis.sequential.Plan` reads it, with no look yet."""
+        return json.dumps({"declared": True, **self.spec.sequential, "looks": []})
+
+    def claim(self) -> None:
+        """Mark the parent RUNNING under this driver (host, pid and process start time), so
+        that `status` and `resume` can tell a sweep whose driver died (kill -9) from one
+        still running."""
+        import socket
+
+        import psutil
+
+        me = psutil.Process()
+        self.client.update_run(self.parent_id, status="RUNNING")
+        for k, v in ((DRIVER_HOST_TAG, socket.gethostname()), (DRIVER_PID_TAG, str(me.pid)),
+                     (DRIVER_STARTED_TAG, f"{me.create_time():.3f}")):
+            self.client.set_tag(self.parent_id, k, v)
+
+    def child_runs(self) -> dict[str, Any]:
+        """trial_key -> run, for this sweep's trials."""
+        return {r.data.tags.get(TRIAL_KEY_TAG): r for r in sweep_trials(self.client, self.experiment_id)}
+
+    def open_child(self, trial, extra_tags: dict[str, str]) -> tuple[str, bool]:
+        """The run of a trial: reused when it exists (resume), else created. The flag says
+        the run had already FINISHED (Tune may replay a trial whose end it had not yet
+        saved; its finished run is left as it is)."""
+        existing = self.child_runs().get(trial.key)
+        if existing is not None and existing.info.status == "FINISHED":
+            return existing.info.run_id, True
+        if existing is not None:
+            run_id = existing.info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            self.client.set_tag(run_id, RESUMED_TAG, str(int(existing.data.tags.get(RESUMED_TAG, "0")) + 1))
+            return run_id, False
+        tags = trial_tags(self.spec, trial, self.parent_id, extra_tags)
+        run = self.client.create_run(self.experiment_id, run_name=trial.run_name, tags=tags)
+        log_params(self.client, run.info.run_id, config_params(trial.config.to_dict()))
+        return run.info.run_id, False
+
+    def last_steps(self, run_id: str) -> dict[str, int]:
+        """metric (the trainer's name) -> the last step this run logged it at."""
+        run = self.client.get_run(run_id)
+        out = {}
+        for stored in run.data.metrics:
+            history = self.client.get_metric_history(run_id, stored)
+            if history:
+                out[metric_name(stored)] = max(m.step for m in history)
+        return out
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
+        log_metrics(self.client, run_id, metrics, step)
+
+    def finish(self, run_id: str, status: str, error: str | None = None) -> None:
+        if error:
+            self.client.set_tag(run_id, ERROR_TAG, error[-4900:])
+        self.client.set_terminated(run_id, status=status)
+
+    def close_open_runs(self, status: str = "KILLED") -> int:
+        """End every child still RUNNING (an interrupted sweep); returns how many."""
+        n = 0
+        for run in self.child_runs().values():
+            if run.info.status == "RUNNING":
+                self.client.set_terminated(run.info.run_id, status=status)
+                n += 1
+        return n
