@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -16,7 +15,7 @@ from statsmodels.stats.multitest import multipletests
 
 from trials.registry import Registry
 
-from .anova import AnalysisError, ModelFit, anova_with_fit, check_design, is_balanced
+from .anova import AnalysisError, anova_with_fit, check_design, is_balanced
 from .design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
 from .verdicts import control_contrast as contrast

@@ -31,7 +31,7 @@ more prompts do not reduce a run's timing noise.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np

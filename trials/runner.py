@@ -8,7 +8,6 @@ holds the content-addressed shared targets.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -31,7 +30,7 @@ from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIME
 from trials.store.kept import write_atomic
 from trials.store.reader import probe_store
 
-from . import spec as specmod, validate
+from . import spec as specmod
 from .cluster import (DEFAULT_RESOURCE_WAIT_S, check_gcs_reachable, check_local_resources, check_resources, init_ray,
                       kill_local_ray, local_gcs_gone)
 from .identity import check_same_sweep, identity_tags
@@ -43,7 +42,6 @@ from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import StorageFull, SweepTracker, is_storage_full, open_ledger
-from .workload import DEFAULT as DEFAULT_WORKLOAD
 from .workload import load as load_workload
 from trials.store.keys import GIT_COMMIT_TAG, SHARED_PREFIX
 from trials.store.ledger import Ledger

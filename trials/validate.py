@@ -16,7 +16,7 @@ from . import workload as workloads
 from .design import low_resolution, parse_generator
 from .expand import build, resolve_arms, unmeasured_responses
 from .registry import PRIMARY_FORM
-from .spec import MAX_RUN_NAME, MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
+from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
 
 
 TOP_KEYS = {"workload", "name", "base", "factors", "replicates", "design", "controls", "resources",

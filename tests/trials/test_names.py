@@ -10,7 +10,7 @@ import ray
 from mlflow.tracking import MlflowClient
 
 from trials.store.keys import STORAGE_TAG, TRIALS_TAG, sweep_parent
-from trials import expand, runner, saved, validate
+from trials import expand, saved, validate
 from trials.cli import main
 from trials.identity import check_same_sweep, fingerprint, identity_tags
 from trials.recover import recover
