@@ -80,10 +80,6 @@ def saved_settings(path: Path, command: str) -> dict:
     return meta
 
 
-STATES = {"FINISHED": "finished", "RUNNING": "running", "FAILED": "failed", "KILLED": "killed",
-          "SCHEDULED": "pending"}
-
-
 def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[dict[str, str]]:
     """One row per trial: its run name, state (finished / running / failed / killed /
     pending) and primary responses, from the sweep's storage alone (Tune's result and error
