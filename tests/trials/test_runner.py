@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+import psutil
 from mlflow.tracking import MlflowClient
 
 from trials import expand, runner, validate
@@ -95,13 +95,14 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
     assert targets[0].stat().st_mtime_ns == mtime
 
 
-@pytest.mark.parametrize("sig", [-signal.SIGTERM, signal.SIGKILL], ids=["sigterm-to-the-group", "sigkill"])
-def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir, sig):
-    """-SIGTERM: to the driver's whole process group (`setsid`, then `kill -TERM -- -PGID`, as
+def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
+    """SIGTERM to the driver's whole process group (`setsid`, then `kill -TERM -- -PGID`, as
     timeout, scancel and service managers send it), which stops the local Ray's GCS too: it
     once hung 60 s on the dead GCS, exited 1 with no resume line, and left runs RUNNING and 7
     Ray processes alive. (SIGTERM to the driver alone, Ray left running, is
-    tests/trials/test_augment.py's interrupted augment.)"""
+    tests/trials/test_augment.py's interrupted augment; SIGKILL, then `status` and `resume`, is
+    tests/trials/test_postgres.py's, and `status` closing a SIGKILLed driver's runs on SQLite is
+    tests/test_reliability.py's.)"""
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec_path = write_spec(tmp_path / "s.yaml", corpus_dir, "interrupt", D1_D9, max_concurrent=1,
                            base={"target_steps": 10, "draft_steps": 40, "eval_interval": 10, "eval_batches": 1,
@@ -110,7 +111,7 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir, sig)
     cmd = [sys.executable, "-m", "trials.cli", "run", str(spec_path), "--tracking-uri", uri,
            "--storage", str(tmp_path / "st")]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=sig < 0)
+                            start_new_session=True)
     deadline = time.time() + 240
     finished_before = {}
     while time.time() < deadline:
@@ -124,30 +125,19 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir, sig)
             finished_before = {r.data.tags["trial_key"]: r.info.end_time for r in done}
             break
     assert finished_before, "the sweep never reached a finished and a running trial"
-    if sig < 0:
-        import psutil
-
-        os.killpg(proc.pid, -sig)
-        t0 = time.monotonic()
-        assert proc.wait(timeout=120) == 143
-        assert time.monotonic() - t0 < 30  # without waiting on the dead GCS
-        err = proc.stderr.read()
-        assert "trials resume interrupt --storage" in err and "Failed to connect to GCS" not in err, err[-2000:]
-        time.sleep(1)
-        left = [p for p in psutil.process_iter(["pid", "status", "cmdline"])
-                if p.info["status"] != psutil.STATUS_ZOMBIE and _pgid(p.info["pid"]) == proc.pid]
-        assert not left, [p.info["cmdline"] for p in left]  # every Ray process it started is gone
-        _, parents, kids = children(uri, "interrupt")
-        assert not any(r.info.status == "RUNNING" for r in kids)
-        assert parents[0].info.status == "KILLED"
-    else:  # kill -9 closes nothing; `status` sees the driver is gone and closes its runs
-        proc.send_signal(sig)
-        assert proc.wait(timeout=60) == -9
-        s = subprocess.run([sys.executable, "-m", "trials.cli", "status", "interrupt", "--storage",
-                            str(tmp_path / "st")], cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert s.returncode == 0 and "running" not in s.stdout, s.stdout
-        _, parents, kids = children(uri, "interrupt")
-        assert not any(r.info.status == "RUNNING" for r in [*kids, *parents])
+    os.killpg(proc.pid, signal.SIGTERM)
+    t0 = time.monotonic()
+    assert proc.wait(timeout=120) == 143
+    assert time.monotonic() - t0 < 30  # without waiting on the dead GCS
+    err = proc.stderr.read()
+    assert "trials resume interrupt --storage" in err and "Failed to connect to GCS" not in err, err[-2000:]
+    time.sleep(1)
+    left = [p for p in psutil.process_iter(["pid", "status", "cmdline"])
+            if p.info["status"] != psutil.STATUS_ZOMBIE and _pgid(p.info["pid"]) == proc.pid]
+    assert not left, [p.info["cmdline"] for p in left]  # every Ray process it started is gone
+    _, parents, kids = children(uri, "interrupt")
+    assert not any(r.info.status == "RUNNING" for r in kids)
+    assert parents[0].info.status == "KILLED"
     r = subprocess.run([sys.executable, "-m", "trials.cli", "resume", "interrupt", "--storage", str(tmp_path / "st")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
