@@ -270,7 +270,8 @@ def test_backbone_stage_ranks_val_bpb_and_step_cost_and_names_degenerate_respons
         build_report(sweep, None, ["tf/tau"])
 
 
-def test_plan_cli_prints_the_replicates_needed(store):
+def test_plan_cli_prints_the_replicates_needed(store, capsys):
+    from analysis.cli import main
     from analysis.power import replicates_needed
 
     synthetic_sweep(store, failed=0)
@@ -280,19 +281,17 @@ def test_plan_cli_prints_the_replicates_needed(store):
     sigma = build_report(load_runs("synthetic", store), None, ["spec/tau"]).decision.checks["spec/tau"].sigma
     need = replicates_needed(0.05, sigma, 8)
     assert f"spec/tau: sigma {sigma:.4g} over 8 cells" in r.stdout and f"needed: {need} replicates" in r.stdout
-    bad = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
-                          "--effect", "0"], capture_output=True, text=True, cwd=ROOT)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--effect" in bad.stderr
-    for args, word in ((["--effect=-1e999"], "--effect"), (["--effect", "0.1", "--power", "1.5"], "--power"),
+    # the refusals, in process (the command's own exit path, run_command, is the same)
+    for args, word in ((["--effect", "0"], "--effect"), (["--effect=-1e999"], "--effect"),
+                       (["--effect", "0.1", "--power", "1.5"], "--power"),
                        (["--margin", "spec/tau=-1"], "--margin"), (["--margin", "spec/tau"], "--margin")):
-        bad = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
-                              *args], capture_output=True, text=True, cwd=ROOT)
-        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and word in bad.stderr, (args, bad.stderr)
+        assert main(["plan", "synthetic", "--tracking-uri", store, *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("analysis: ") and word in err, (args, err)
     # without --effect: what would decide each undecided term
-    r = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "synthetic", "--tracking-uri", store,
-                        "--margin", "spec/tau=0.01"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    assert "spec/tau (primary):" in r.stdout and "more replicate block(s)" in r.stdout
+    assert main(["plan", "synthetic", "--tracking-uri", store, "--margin", "spec/tau=0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "spec/tau (primary):" in out and "more replicate block(s)" in out
 
 
 def test_alias_structure_read_off_the_runs_matches_the_spec():
