@@ -24,11 +24,29 @@ D1_D9 = {
 }
 
 
-def quick_spec(tmp_path, corpus_dir, name, draft_steps=6, replicates=1):
+QUICK_BASE = {"target_steps": 6, "eval_interval": 3, "eval_batches": 1, "spec_prompts": 0, "seq_len": 64,
+              "max_corpus_bytes": 300000}
+
+
+@pytest.fixture(scope="session")
+def quick_target(tmp_path_factory, corpus_dir):
+    """A target LM for quick_spec's sweeps, trained once for the session in this process
+    rather than once per sweep in a Ray task and logged over HTTP: the tracking-server tests
+    are about what happens to the trials (about 15 s each less). The shared target's own
+    path is tested by the sweeps that train theirs: tests/trials/test_runner.py, the fault
+    tests of tests/trials/test_team.py and the rest."""
+    from dspark.train import train_shared_target
+
+    path = tmp_path_factory.mktemp("quick-target") / "target.pt"
+    train_shared_target({"preset": "tiny", "data": [str(corpus_dir)], **QUICK_BASE}, path)
+    return path
+
+
+def quick_spec(tmp_path, corpus_dir, name, draft_steps=6, replicates=1, target=None):
     """A 2-cell sweep (D1) of a few tiny steps with no decoding, one trial at a time: the
-    CLI-level fault tests' sweep."""
-    base = {"target_steps": 6, "draft_steps": draft_steps, "eval_interval": 3, "eval_batches": 1,
-            "spec_prompts": 0, "seq_len": 64, "max_corpus_bytes": 300000}
+    CLI-level fault tests' sweep. `target`: a trained target (quick_target) its trials load,
+    so that the sweep trains none."""
+    base = {**QUICK_BASE, "draft_steps": draft_steps, **({"target_path": str(target)} if target else {})}
     return write_spec(tmp_path / f"{name}.yaml", corpus_dir, name,
                       {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}},
                       base=base, replicates=replicates, max_concurrent=1)

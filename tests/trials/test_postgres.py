@@ -112,14 +112,14 @@ def _cli(module, *args, cwd, timeout=600):
     return r.returncode, r.stdout, r.stderr
 
 
-def _spec(tmp_path, corpus_dir, name, draft_steps=6):
-    return quick_spec(tmp_path, corpus_dir, name, draft_steps, replicates=2)
+def _spec(tmp_path, corpus_dir, name, draft_steps, target):
+    return quick_spec(tmp_path, corpus_dir, name, draft_steps, replicates=2, target=target)
 
 
-def test_a_sweep_on_the_server_survives_its_loss_and_reads_back(server, tmp_path, corpus_dir):
+def test_a_sweep_on_the_server_survives_its_loss_and_reads_back(server, tmp_path, corpus_dir, quick_target):
     from mlflow.tracking import MlflowClient
 
-    spec = _spec(tmp_path, corpus_dir, "gone", draft_steps=30)
+    spec = _spec(tmp_path, corpus_dir, "gone", 30, quick_target)
     args = ["--storage", str(tmp_path / "st"), "--tracking-uri", server.url]
     driver = subprocess.Popen([sys.executable, "-m", "trials.cli", "run", str(spec), *args, "--store-retry", "5"],
                               cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -186,10 +186,11 @@ def _store_points(client, experiment: str, metric: str) -> list[tuple[str, int, 
     return sorted(out)
 
 
-def test_restart_sigkill_resume_recover_and_a_notebook_on_the_server(server, tmp_path, corpus_dir):
+def test_restart_sigkill_resume_recover_and_a_notebook_on_the_server(server, tmp_path, corpus_dir,
+                                                                     quick_target):
     from mlflow.tracking import MlflowClient
 
-    spec = _spec(tmp_path, corpus_dir, "team", draft_steps=30)
+    spec = _spec(tmp_path, corpus_dir, "team", 30, quick_target)
     storage = tmp_path / "st"
     args = ["--storage", str(storage), "--tracking-uri", server.url]
     log = open(tmp_path / "driver.log", "w")  # read on a failure: what the driver saw
