@@ -127,8 +127,7 @@ def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir)
     storage = str(tmp_path / "st")
     base = {**QUICK, "draft_steps": 40, "eval_interval": 10}
     spec_path = write_spec(tmp_path / "s.yaml", corpus_dir, "cut", {"D1": D1_D9["D1"]}, base=base,
-                           responses=PRIMARY,
-                           max_concurrent=1)
+                           responses=PRIMARY, max_concurrent=1)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     first = subprocess.run([sys.executable, "-m", "trials.cli", "run", str(spec_path), "--tracking-uri", uri,
                             "--storage", storage], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
