@@ -35,6 +35,7 @@ class SweepRecord:
     responses: dict = field(default_factory=dict)  # the primary responses and their margins
     sequential: str = ""  # JSON of analysis.sequential.Plan: the declared plan and the looks so far
     primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
+    contrasts: dict = field(default_factory=dict)  # the spec's named contrasts: {name: {from: {f: level}, to: {...}}}
     workload: str = DEFAULT_WORKLOAD  # the trainer swept (`trials.workload`): its metric registry
 
     @classmethod

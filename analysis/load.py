@@ -27,7 +27,7 @@ import pandas as pd
 
 from trials.store.client import StoreReadError, check_store, tracking_client
 from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM,
-                               PRIMARY_TERMS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
+                               PRIMARY_TERMS_TAG, CONTRASTS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
                                SEQUENTIAL_TAG, WORKLOAD_TAG, metric_name, sweep_parent, sweep_trials)
 
 from .frame import META_COLUMNS, SweepFrame, SweepRecord
@@ -90,6 +90,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
                          design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
                          sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
                          primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
+                         contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
                          workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
     try:  # the parent's tags are input too: checked as a parquet export's metadata is
         check_record({"factors": sweep.factors, **asdict(record)}, sweep.runs.columns)
@@ -105,6 +106,14 @@ def _json_list(text: str) -> list:
     except json.JSONDecodeError:
         return []
     return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _json_dict(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _responses(parent) -> dict:
@@ -286,6 +295,7 @@ def check_record(given: dict, columns) -> None:
     terms = given.get("primary_terms") or []
     if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
         raise ValueError(f"primary_terms: a list of term names, got {_short(terms)}")
+    check_contrasts(given.get("contrasts") or {}, factors)
     responses = given.get("responses") or {}
     if not isinstance(responses, dict):
         raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
@@ -303,6 +313,23 @@ def check_record(given: dict, columns) -> None:
         from .sequential import plan_of
 
         plan_of(given["sequential"])  # ValueError naming the sequential record
+
+
+def check_contrasts(contrasts, factors: list[str]) -> None:
+    """A recorded sweep's named contrasts: each {from: {factor: level}, to: {...}} over the
+    same factors of the sweep; ValueError naming the first that is not."""
+    if not isinstance(contrasts, dict):
+        raise ValueError(f"contrasts: a mapping of names to {{from: {{...}}, to: {{...}}}}, got {_short(contrasts)}")
+    for name, decl in contrasts.items():
+        ok = isinstance(decl, dict) and set(decl) == {"from", "to"} and all(
+            isinstance(decl[k], dict) and decl[k] and all(isinstance(v, str) for v in decl[k].values())
+            for k in ("from", "to"))
+        if not ok or set(decl["from"]) != set(decl["to"]):
+            raise ValueError(f"contrasts.{str(name)[:60]}: {{from: {{FACTOR: LEVEL}}, to: {{FACTOR: LEVEL}}}} over "
+                             f"the same factors, got {_short(decl)}")
+        unknown = sorted(set(decl["from"]) - set(factors))
+        if unknown:
+            raise ValueError(f"contrasts.{str(name)[:60]}: {unknown[0][:60]!r} is not a factor of the sweep")
 
 
 def _check_records(records, key: str, allowed: set | None, mappings: tuple[str, ...]) -> None:

@@ -95,7 +95,8 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
-                   primary_terms=record.primary_terms or None, block_tests=False, rules=sweep.registry)
+                   primary_terms=record.primary_terms or None, block_tests=False, rules=sweep.registry,
+                   contrasts=record.contrasts)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")

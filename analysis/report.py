@@ -56,7 +56,7 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, look.alpha, adjust, controls[0] if controls else None,
-                          record.primary_terms or None, rules=rules)
+                          record.primary_terms or None, rules=rules, contrasts=record.contrasts)
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
     header = header_text(sweep, stage, factors, look.label())

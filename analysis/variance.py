@@ -44,7 +44,7 @@ from trials.workload import registry
 
 from .design import factorial_rows
 from .types import DECISION_POWER, Split, Verdict
-from .verdicts import contrasts, fit_response, p_decided
+from .verdicts import fit_response, p_decided, term_contrasts
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value
@@ -88,7 +88,7 @@ def split(df: pd.DataFrame, response: str, factors: list[str], rules: Registry |
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
     full = fit_response(data, response, factors, block, errors="pooled")
     sigma2 = float(full.result.mse_resid)
-    se2 = {c.term: c.se ** 2 for c in contrasts(full, data, factors)}
+    se2 = {c.term: c.se ** 2 for c in term_contrasts(full, data, factors)}
     by_group: dict[str, list[float]] = {}
     # the same runs, so the same terms and design as the full fit: only the response differs,
     # and one fit of every group's column at once gives each group's coefficients (a refit per
@@ -99,7 +99,7 @@ def split(df: pd.DataFrame, response: str, factors: list[str], rules: Registry |
               np.asarray(OLS(Y, full.result.model.exog).fit().params).reshape(-1, len(cols)))  # (p, G)
     for g in range(len(cols)):
         group = replace(full, result=SimpleNamespace(params=params[:, g], df_resid=full.result.df_resid))
-        for c in contrasts(group, data, factors):
+        for c in term_contrasts(group, data, factors):
             by_group.setdefault(c.term, []).append(c.estimate)
     if legacy:
         var_eval = {t: float(np.var(v, ddof=1) / G) for t, v in by_group.items() if len(v) == G}

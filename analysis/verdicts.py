@@ -222,7 +222,7 @@ def _contrast(fit: Fit, weights: dict, term: str, label: str, group: str) -> Con
     return Contrast(term, label, float(L @ np.asarray(fit.result.params)), se, fit.df_of(L), group)
 
 
-def contrasts(fit: Fit, data: pd.DataFrame, factors: list[str]) -> list[Contrast]:
+def term_contrasts(fit: Fit, data: pd.DataFrame, factors: list[str]) -> list[Contrast]:
     """Every estimable term's contrast(s): the estimate, its standard error and df."""
     out = []
     pairs = {f: _pairs(data, f) for f in {f for term in fit.terms for f in term}}
@@ -242,6 +242,27 @@ def contrasts(fit: Fit, data: pd.DataFrame, factors: list[str]) -> list[Contrast
             label = f"{combo[0][0]} -> {combo[0][1]}" if len(term) == 1 and not combo[0][2] else ""
             out.append(_contrast(fit, weights, name, label, ":".join(term)))
     return out
+
+
+def setting_label(setting: dict[str, str]) -> str:
+    return ", ".join(f"{f}={lv}" for f, lv in setting.items())
+
+
+def named_contrast(fit: Fit, factors: list[str], name: str, sides: dict[str, dict[str, str]]) -> Contrast | None:
+    """A spec's named contrast: the model's mean over the cells at `to` minus its mean over
+    the cells at `from` (each side averaged over the other factors' levels, which the spec's
+    check made balanced), e.g. the operating point K 7 with decay 7 against K 4 with decay 4.
+    None where a side has no cell among these runs."""
+    means = []
+    for side in ("from", "to"):
+        at = [c for c in fit.cell_rows if all(c[factors.index(f)] == lv for f, lv in sides[side].items())]
+        if not at:
+            return None
+        means.append(sum(fit.cell_rows[c] for c in at) / len(at))
+    L = means[1] - means[0]
+    se = float(np.sqrt(max(L @ fit.cov @ L, 0.0)))
+    label = f"{setting_label(sides['from'])} -> {setting_label(sides['to'])}"
+    return Contrast(name, label, float(L @ np.asarray(fit.result.params)), se, fit.df_of(L), name)
 
 
 def simple_effects(fit: Fit, data: pd.DataFrame, factors: list[str], factor: str) -> list[tuple[str, Contrast]]:
@@ -427,32 +448,31 @@ def sigma_interval(sigma: float, df: float, level: float = 0.95) -> tuple[float,
             float(sigma * math.sqrt(df / stats.chi2.ppf(a / 2, df))))
 
 
-def default_terms(factors: list[str], control: str | None) -> list[str]:
-    """The family's terms when a spec names none: every main effect and the control."""
-    return list(factors) + ([control.split("=", 1)[-1]] if control else [])
+def default_terms(factors: list[str], control: str | None, contrasts: dict | None = None) -> list[str]:
+    """The family's terms when a spec names none: every main effect, every named contrast and
+    the control."""
+    return list(factors) + list(contrasts or {}) + ([control.split("=", 1)[-1]] if control else [])
 
 
 def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margins: dict[str, dict],
                alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
                primary_terms: list[str] | None = None, block_tests: bool = True,
-               rules: Registry | None = None) -> Decision:
+               rules: Registry | None = None, contrasts: dict | None = None) -> Decision:
     """Verdicts for every contrast of every response. The family is the primary responses
     (those with a margin, or every one where none has) x the primary terms (`primary_terms`,
-    or every main effect and the control). `block_tests`: each family term's block-by-term
+    or every main effect, named contrast and the control). `contrasts`: the spec's named
+    contrasts ({name: {from: {factor: level}, to: {...}}}, `named_contrast`). `block_tests`: each family term's block-by-term
     test (a refit per term, the costliest part at hundreds of blocks), which the planner
     does not print. `rules`: the swept workload's registry (its better directions)."""
     rules = rules or registry()
     _check_settings(adjust, alpha)
     data = factorial_rows(df, factors)
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
-    fits, found = {}, {}
     rows = {r: with_value(data, r) for r in responses}  # each response on the runs that hold it
-    for r in responses:
-        fits[r] = fit_response(rows[r], r, factors, block)
-        found[r] = contrasts(fits[r], rows[r], factors)
-        if control is not None:
-            found[r].append(control_contrast(with_value(df, r), r, control, "replicate"))
-    terms = list(primary_terms or default_terms(factors, control))
+    fits = {r: fit_response(rows[r], r, factors, block) for r in responses}
+    found = {r: _every_contrast(fits[r], rows[r], with_value(df, r), r, factors, control, contrasts)
+             for r in responses}
+    terms = list(primary_terms or default_terms(factors, control, contrasts))
     primary = [r for r in responses if r in margins] or list(responses)
     family = sum(c.group in terms for r in primary for c in found[r])
     if family == 0:
@@ -481,6 +501,18 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts, terms)
     decision.simple = _simple(fits, rows, factors, primary, terms, margins, alpha_star, family, rules)
     return decision
+
+
+def _every_contrast(fit: Fit, rows: pd.DataFrame, runs: pd.DataFrame, response: str, factors: list[str],
+                    control: str | None, contrasts: dict | None) -> list[Contrast]:
+    """One response's contrasts: every estimable term's, the named ones, the control's."""
+    found = term_contrasts(fit, rows, factors)
+    for name, sides in (contrasts or {}).items():
+        if (c := named_contrast(fit, factors, name, sides)) is not None:
+            found.append(c)
+    if control is not None:
+        found.append(control_contrast(runs, response, control, "replicate"))
+    return found
 
 
 def _check_settings(adjust: str, alpha: float) -> None:

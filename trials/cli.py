@@ -58,6 +58,11 @@ def cmd_validate(args) -> int:
         print(f"  {f}: {', '.join(levels)}")
     for line in design.alias_structure(spec):
         print("  " + line)
+    for name, sides in spec.contrasts.items():
+        show = {k: ", ".join(f"{f}={lv}" for f, lv in v.items()) for k, v in sides.items()}
+        print(f"  contrast {name}: {show['from']} -> {show['to']} (each side averaged over the other factors)")
+    if spec.primary_terms:
+        print(f"  primary terms: {', '.join(spec.primary_terms)}")
     if spec.responses:
         print("  primary responses: " + ", ".join(f"{r} ({d['better']} is better, margin +-{d['margin']:g})"
                                                   for r, d in spec.responses.items()))

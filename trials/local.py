@@ -142,7 +142,8 @@ def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
         row = run_row(r["run_id"], r["run_name"], r["status"], r["tags"], r["params"], r["metrics"])
         flat.append({**row, "run_s": r["run_s"]})
     record = SweepRecord(experiment=spec.name, description=spec.description, design=spec.design,
-                         responses=spec.responses)
+                         responses=spec.responses, primary_terms=list(spec.primary_terms),
+                         contrasts=dict(spec.contrasts))
     # the rows as a parquet export gives them back (plain JSON data): what a rerun resumes from
     return replace(finished_frame(pd.DataFrame(flat), order), record=record, local_rows=json.loads(json.dumps(rows)))
 

@@ -148,6 +148,8 @@ def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_conc
            "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
     if spec.workload != DEFAULT_WORKLOAD:
         raw = {"workload": spec.workload, **raw}
+    if spec.contrasts:
+        raw["contrasts"] = spec.contrasts
     if spec.primary_terms:
         raw["primary_terms"] = spec.primary_terms
     if spec.sequential:

@@ -13,7 +13,9 @@ design: full                        # or {generators: {D: ABC}} for a 2^(k-p) fr
 controls: {aux0: {aux_weight: 0.0}} # optional extra arms outside the factorial
 responses:                          # the primary responses, each with its margin
   spec/tau: {better: higher, margin: 0.1}
-primary_terms: [D1, D2, aux0]       # the family's terms (default: every main effect and control)
+contrasts:                          # optional: two settings of some factors, each averaged over the rest
+  diagonal: {from: {D1: shifted, D2: const4}, to: {D1: aligned, D2: block}}
+primary_terms: [D1, D2, aux0]       # the family's terms (default: every main effect, contrast and control)
 sequential: {max_replicates: 6}     # looks planned before the first one (alpha 0.05 unless given)
 resources: {cpu: 1, gpu: 0}         # per trial
 max_concurrent: 2
@@ -22,7 +24,10 @@ max_failures: 2
 
 Each factor maps level names to trainer-config overrides. A fraction's generated factor
 takes, in every run, the product of the coded levels (-1 = first level listed, +1 = the
-second) of the factors in its generator. A primary response's margin is the smallest
+second) of the factors in its generator. A named contrast compares two settings of some
+factors (e.g. the operating point "K 7 with decay 7" against "K 4 with decay 4"): the mean
+of the cells at `to` minus the mean of the cells at `from`, each averaged over the other
+factors, which every side must hold equally often. A primary response's margin is the smallest
 effect of practical interest: the analysis calls a term negligible only where equivalence
 within +-margin is shown. The family of verdicts is primary responses x primary terms; other
 terms and responses are reported at the same alpha, outside the family. A sequential plan
@@ -106,7 +111,9 @@ class SweepSpec:
     max_failures: int = 2
     description: str = ""
     responses: dict[str, dict[str, Any]] = field(default_factory=dict)  # primary: {better, margin}
-    primary_terms: list[str] = field(default_factory=list)  # [] = every main effect and control
+    # name -> {"from": {factor: level}, "to": {factor: level}}: a difference of two settings
+    contrasts: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    primary_terms: list[str] = field(default_factory=list)  # [] = every main effect, contrast and control
     sequential: dict[str, Any] = field(default_factory=dict)  # {max_replicates, alpha, ...}; {} = no plan
     trials: list[Trial] = field(default_factory=list)
 

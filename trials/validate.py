@@ -13,14 +13,15 @@ from typing import Any
 import yaml
 
 from . import workload as workloads
-from .design import low_resolution, parse_generator
+from .design import cells, low_resolution, parse_generator
 from .expand import build, resolve_arms, unmeasured_responses
 from .registry import PRIMARY_FORM
 from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
 
 
 TOP_KEYS = {"workload", "name", "base", "factors", "replicates", "design", "controls", "resources",
-            "max_concurrent", "max_failures", "description", "responses", "primary_terms", "sequential"}
+            "max_concurrent", "max_failures", "description", "responses", "primary_terms", "sequential",
+            "contrasts"}
 
 
 SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches"}
@@ -99,7 +100,8 @@ def parse(raw: Any) -> SweepSpec:
     spec.max_failures = _count(raw, "max_failures", 2, problems)
     spec.description = str(raw.get("description", ""))
     spec.responses = _parse_responses(raw, workloads.registry(spec.workload), problems)
-    spec.primary_terms = _parse_primary_terms(raw, spec.factors, spec.controls, problems)
+    spec.contrasts = _parse_contrasts(raw, spec, problems)
+    spec.primary_terms = _parse_primary_terms(raw, spec.factors, spec.controls, spec.contrasts, problems)
     spec.sequential = _parse_sequential(raw, spec, problems)
     if problems:
         raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
@@ -180,29 +182,104 @@ def _parse_responses(raw: dict, registry, problems: list[str]) -> dict[str, dict
     return clean
 
 
-def _parse_primary_terms(raw: dict, factors: dict, controls: dict, problems: list[str]) -> list[str]:
+def _parse_primary_terms(raw: dict, factors: dict, controls: dict, contrasts: dict,
+                         problems: list[str]) -> list[str]:
     """The family's terms: factor names (a main effect; every pair of levels of a factor of
-    more than two), interactions `A:B`, and control names (every factorial arm against it)."""
+    more than two), interactions `A:B`, named contrasts, and control names (every factorial
+    arm against it)."""
     given = raw.get("primary_terms")
     if given is None:
         return []
     if not isinstance(given, list) or not given or not all(isinstance(t, str) for t in given):
-        problems.append("primary_terms: a non-empty list of factor names, interactions (A:B) and control names")
+        problems.append("primary_terms: a non-empty list of factor names, interactions (A:B), contrasts "
+                        "and control names")
         return []
     clean = []
     for term in given:
         parts = term.split(":")
-        if term in controls and term not in factors:
+        if (term in controls or term in contrasts) and term not in factors:
             clean.append(term)
         elif all(p in factors for p in parts) and len(set(parts)) == len(parts):
             clean.append(":".join(sorted(parts, key=list(factors).index)))
         else:
-            problems.append(f"primary_terms: {term!r} is neither a factor, an interaction of distinct factors "
-                            f"(A:B) nor a control (factors: {', '.join(factors)}; controls: "
-                            f"{', '.join(controls) or 'none'})")
+            problems.append(f"primary_terms: {term[:80]!r} is neither a factor, an interaction of distinct "
+                            f"factors (A:B), a contrast nor a control (factors: {', '.join(factors)}; "
+                            f"contrasts: {', '.join(contrasts) or 'none'}; controls: {', '.join(controls) or 'none'})")
     if len(set(clean)) < len(clean):
         problems.append("primary_terms: a term is named twice")
     return clean
+
+
+CONTRAST_FORM = "{from: {FACTOR: LEVEL, ...}, to: {FACTOR: LEVEL, ...}}"
+
+
+def _parse_contrasts(raw: dict, spec: SweepSpec, problems: list[str]) -> dict[str, dict[str, dict[str, str]]]:
+    """Named contrasts between two settings of the same factors: each side names a level of
+    each of those factors; the design's cells at each side must exist and hold every level of
+    every other factor equally often (so that no other main effect enters the difference: in
+    a fraction, a side may fall on cells that do not)."""
+    given = raw.get("contrasts")
+    if given is None:
+        return {}
+    if not isinstance(given, dict) or not given:
+        problems.append(f"contrasts: a mapping of contrast names to {CONTRAST_FORM}")
+        return {}
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for name, decl in given.items():
+        name = str(name)
+        where = f"contrasts.{name[:80]}"
+        if not NAME_RE.match(name):
+            problems.append(f"{where}: a contrast name must be {NAME_RULE}")
+            continue
+        if name in spec.factors or name in spec.controls or name in RESERVED_NAMES:
+            problems.append(f"{where}: {name!r} is already a factor, a control or a reserved name; "
+                            "call the contrast something else")
+            continue
+        if not isinstance(decl, dict) or set(decl) != {"from", "to"} or \
+                not all(isinstance(decl[k], dict) and decl[k] for k in ("from", "to")):
+            problems.append(f"{where}: {CONTRAST_FORM}")
+            continue
+        sides = {k: {str(f): str(lv) for f, lv in decl[k].items()} for k in ("from", "to")}
+        bad = _contrast_side_problems(where, sides, spec)
+        if bad:
+            problems += bad
+        else:
+            out[name] = sides
+    return out
+
+
+def _contrast_side_problems(where: str, sides: dict[str, dict[str, str]], spec: SweepSpec) -> list[str]:
+    if set(sides["from"]) != set(sides["to"]):
+        return [f"{where}: from and to must name the same factors (from: {', '.join(sides['from'])}; "
+                f"to: {', '.join(sides['to'])})"]
+    if sides["from"] == sides["to"]:
+        return [f"{where}: from and to are the same setting; a contrast compares two"]
+    out = []
+    for side, setting in sides.items():
+        for f, lv in setting.items():
+            if f not in spec.factors:
+                out.append(f"{where}.{side}: {f[:80]!r} is not a factor (factors: {', '.join(spec.factors)})")
+            elif lv not in spec.factors[f]:
+                out.append(f"{where}.{side}.{f}: {lv[:80]!r} is not one of its levels ({', '.join(spec.factors[f])})")
+    if out:
+        return out
+    try:
+        design = cells(spec.factors, spec.generators)
+    except (KeyError, IndexError):  # a fraction the design's own check refuses: named there
+        return out
+    for side, setting in sides.items():
+        at = [c for c in design if all(c[f] == lv for f, lv in setting.items())]
+        label = ", ".join(f"{f}={lv}" for f, lv in setting.items())
+        if not at:
+            out.append(f"{where}.{side}: no cell of the design has {label}")
+            continue
+        for g in (g for g in spec.factors if g not in setting):
+            counts = [sum(c[g] == lv for c in at) for lv in spec.factors[g]]
+            if len(set(counts)) > 1:
+                out.append(f"{where}.{side}: the design's cells at {label} do not hold every level of {g} equally "
+                           f"often ({', '.join(f'{lv}: {n}' for lv, n in zip(spec.factors[g], counts))}), so "
+                           f"{g}'s effect would enter the contrast")
+    return out
 
 
 def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict[str, Any]:

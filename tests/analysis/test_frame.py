@@ -27,7 +27,8 @@ def _every_field_set() -> SweepFrame:
     record = SweepRecord(experiment="inputs", description="every field set", experiment_id="7",
                          parent_run_id="p" * 32, design="full",
                          responses={"val/acc": {"better": "higher", "margin": 0.01}},
-                         sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B"],
+                         sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B", "diag"],
+                         contrasts={"diag": {"from": {"A": "lo", "B": "lo"}, "to": {"A": "hi", "B": "hi"}}},
                          workload="tests.toy.workload:WORKLOAD")
     failed = {"run_id": "r9", "run_name": "A=lo|B=lo|C=lo r9", "status": "FAILED", "cell": "A=lo|B=lo|C=lo",
               "replicate": "9", "seed": "9", "arm": "factorial", "run_order": "99"}

@@ -23,7 +23,7 @@ import pytest
 from analysis.sequential import LEGACY, Plan, fingerprint, information_fraction, look_for, plan_of, spent
 from analysis.variance import split
 from analysis.types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
-from analysis.verdicts import classify, contrasts, fit_response
+from analysis.verdicts import classify, fit_response, term_contrasts
 from dspark.metrics import jack_name
 
 ALPHA = 0.05
@@ -154,7 +154,7 @@ def test_the_twin_is_the_product_on_one_simulated_sweep():
         df[f] = pd.Categorical(df[f], ["lo", "hi"], ordered=True)
     est, se, s2, df_resid = contrast_stats(y)
     fit = fit_response(df, "spec/tau", list("ABC"), "replicate")
-    ours = {c.term: c for c in contrasts(fit, df, list("ABC"))}
+    ours = {c.term: c for c in term_contrasts(fit, df, list("ABC"))}
     for k, term in enumerate(("A", "B", "C")):
         assert ours[term].estimate == pytest.approx(est[0, k], abs=1e-12)
         assert ours[term].se == pytest.approx(se[0, 0], rel=1e-9) and ours[term].df == df_resid

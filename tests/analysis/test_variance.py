@@ -18,7 +18,7 @@ import pytest
 
 from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide, split
 from analysis.types import Contrast, UNDECIDED
-from analysis.verdicts import contrasts, decide, fit_response, p_decided
+from analysis.verdicts import decide, fit_response, term_contrasts, p_decided
 from dspark import calibration
 from dspark.metrics import jack_groups, jack_name
 
@@ -104,7 +104,7 @@ def rounds_sweep(latents, difficulty, rng, jackknife=True):
 
 def _effect_a(df, response):
     fit = fit_response(df, response, ["A", "B"], "replicate", errors="pooled")
-    return next(c.estimate for c in contrasts(fit, df, ["A", "B"]) if c.term == "A")
+    return next(c.estimate for c in term_contrasts(fit, df, ["A", "B"]) if c.term == "A")
 
 
 def truths(rng):
@@ -233,7 +233,7 @@ def test_the_planner_prices_prompts_as_simulated_sweeps_decide():
         df = sweep(sigma_seed, sigma_int, prompts=prompts, replicates=reps, effect=effect, seed=100 + s)
         sp = split(df, "spec/tau", ["A", "B"])
         fit = fit_response(df, "spec/tau", ["A", "B"], "replicate")
-        c = next(c for c in contrasts(fit, df, ["A", "B"]) if c.term == "A")
+        c = next(c for c in term_contrasts(fit, df, ["A", "B"]) if c.term == "A")
         v = decide(Contrast("A", "", effect, c.se, c.df), "spec/tau", alpha_star, margin, "higher", 2)
         picked.append(prompts_to_decide(v, sp.var_eval["A"]))
     index = {k: i for i, k in enumerate(PROMPT_FACTORS)}
@@ -243,7 +243,7 @@ def test_the_planner_prices_prompts_as_simulated_sweeps_decide():
     seeds_only = sweep(0.2, 0.01, prompts=prompts, replicates=reps, effect=0.0, seed=1)
     sp = split(seeds_only, "spec/tau", ["A", "B"])
     fit = fit_response(seeds_only, "spec/tau", ["A", "B"], "replicate")
-    c = next(c for c in contrasts(fit, seeds_only, ["A", "B"]) if c.term == "A")
+    c = next(c for c in term_contrasts(fit, seeds_only, ["A", "B"]) if c.term == "A")
     v = decide(Contrast("A", "", 0.0, c.se, c.df), "spec/tau", alpha_star, margin, "higher", 2)
     assert v.verdict == UNDECIDED and prompts_to_decide(v, sp.var_eval["A"]) is None
 
@@ -278,7 +278,7 @@ def test_each_group_is_fitted_as_its_own_response_would_be():
     by_group = {}
     for g in range(G):
         sub = df.assign(y=df[jack_name("spec/tau", g)])
-        for c in contrasts(fit_response(sub, "y", ["A", "B"], "replicate", errors="pooled"), sub, ["A", "B"]):
+        for c in term_contrasts(fit_response(sub, "y", ["A", "B"], "replicate", errors="pooled"), sub, ["A", "B"]):
             by_group.setdefault(c.term, []).append(c.estimate)
     assert sp.var_eval.keys() == by_group.keys()
     for term, values in by_group.items():

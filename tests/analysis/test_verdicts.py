@@ -16,7 +16,7 @@ from statsmodels.stats.weightstats import ttost_ind
 from analysis.anova import AnalysisError
 from analysis.effects import factorial_effects
 from analysis.types import BEYOND, Contrast, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE
-from analysis.verdicts import blocks_to_decide, bm_df, contrasts, decide, decide_all, distance_to_boundary, fit_response, margins_for, p_decided, parse_margins, sigma_interval
+from analysis.verdicts import blocks_to_decide, bm_df, decide, decide_all, distance_to_boundary, fit_response, margins_for, p_decided, parse_margins, sigma_interval, term_contrasts
 
 
 def design(effects, sigma=0.05, replicates=3, seed=0, block_shift=0.02, sd_by=None):
@@ -127,7 +127,7 @@ def test_tost_matches_statsmodels_ttost_ind():
     df = pd.DataFrame({"A": pd.Categorical(["lo"] * 9 + ["hi"] * 9, ["lo", "hi"], ordered=True),
                        "y": np.r_[lo, hi]})
     fit = fit_response(df, "y", ["A"], None, errors="pooled")
-    (c,) = contrasts(fit, df, ["A"])
+    (c,) = term_contrasts(fit, df, ["A"])
     assert c.estimate == pytest.approx(hi.mean() - lo.mean()) and c.df == 16
     for margin in (0.05, 0.1, 0.2):
         v = decide(c, "y", 0.05, margin, "higher", 1)
@@ -147,7 +147,7 @@ def test_balanced_designs_use_pooled_errors_and_unbalanced_ones_hc2_as_statsmode
     df = design({"A": 0.5, "B": 0.2, "A:B": 0.1}, sd_by=("A", 0.02, 0.2), replicates=3, seed=2)
     fit = fit_response(df, "y", list("ABC"), "replicate")
     assert fit.errors == "pooled"  # balanced, although the variances differ
-    ours = {c.term: c for c in contrasts(fit, df, list("ABC"))}
+    ours = {c.term: c for c in term_contrasts(fit, df, list("ABC"))}
     eff = factorial_effects(df, "y", list("ABC"), block="replicate")
     for term in eff.index:
         assert ours[term].estimate == pytest.approx(eff.loc[term, "effect"], abs=1e-12)
@@ -157,7 +157,7 @@ def test_balanced_designs_use_pooled_errors_and_unbalanced_ones_hc2_as_statsmode
     gone = df.drop(index=[3]).reset_index(drop=True)
     hc2 = fit_response(gone, "y", list("ABC"), "replicate")
     assert hc2.errors == "HC2"
-    theirs = {c.term: c for c in contrasts(hc2, gone, list("ABC"))}
+    theirs = {c.term: c for c in term_contrasts(hc2, gone, list("ABC"))}
     X = _coded(gone, list(eff.index))
     sm_fit = sm.OLS(gone["y"], X).fit(cov_type="HC2")
     for term in eff.index:
@@ -186,7 +186,7 @@ def test_pooled_errors_are_unbiased_under_unequal_variances_in_a_balanced_design
     for seed in range(300):
         df = design({"A": 0.3}, sd_by=("A", 0.02, 0.3), replicates=3, seed=int(rng.integers(1 << 30)))
         fit = fit_response(df, "y", list("ABC"), "replicate")
-        c = next(c for c in contrasts(fit, df, list("ABC")) if c.term == "B")
+        c = next(c for c in term_contrasts(fit, df, list("ABC")) if c.term == "B")
         est.append(c.estimate)
         se2.append(c.se ** 2)
     assert np.mean(se2) == pytest.approx(np.var(est, ddof=1), rel=0.2)
@@ -200,7 +200,7 @@ def test_hc2_intervals_cover_at_their_level_in_an_unbalanced_design():
         df = design({"A": 0.3}, sd_by=("A", 0.02, 0.3), replicates=3, seed=int(rng.integers(1 << 30)))
         df = df.drop(index=[0, 9]).reset_index(drop=True)
         fit = fit_response(df, "y", list("ABC"), "replicate")
-        c = next(c for c in contrasts(fit, df, list("ABC")) if c.term == "A")
+        c = next(c for c in term_contrasts(fit, df, list("ABC")) if c.term == "A")
         half = stats.t.ppf(0.975, c.df) * c.se
         hits += abs(c.estimate - 0.3) <= half
     assert hits / n >= 0.92
@@ -323,3 +323,40 @@ def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
     assert verdict_colour(v(NEGLIGIBLE, +0.01, "lower")) == "negligible"
     assert verdict_colour(v(UNDECIDED, +0.3, "higher")) == "undecided"
     assert len(set(VERDICT_COLOURS.values())) == 6
+
+
+def test_a_named_contrast_is_the_difference_of_two_settings_in_a_half_fraction():
+    """The seed's operating point: K 7 with decay 7 against K 4 with decay 4, in a resolution V
+    2^(5-1) (E = ABCD). The fraction's 16 cells fit the main effects and two-factor
+    interactions exactly, so the contrast is the mean of the runs at one setting minus the
+    mean at the other, and (the two-factor interactions averaging out) the sum of the two
+    main effects; its pooled error is sigma * sqrt(1/n + 1/n)."""
+    rng = np.random.default_rng(3)
+    effects = {"A": 0.2, "D": 0.5, "E": -0.3, "D:E": 0.4, "A:B": 0.1}
+    rows = []
+    for r in range(4):
+        for a, b, c, d_ in itertools.product((-1, 1), repeat=4):
+            x = {"A": a, "B": b, "C": c, "D": d_, "E": a * b * c * d_}
+            y = 1.0 + sum(e / 2 * np.prod([x[f] for f in t.split(":")]) for t, e in effects.items())
+            rows.append({**{f: "lo" if v < 0 else "hi" for f, v in x.items()}, "replicate": r,
+                         "y": y + 0.03 * r + rng.normal(0, 0.05)})
+    df = pd.DataFrame(rows)
+    for f in "ABCDE":
+        df[f] = pd.Categorical(df[f], categories=["lo", "hi"], ordered=True)
+    sides = {"from": {"D": "lo", "E": "lo"}, "to": {"D": "hi", "E": "hi"}}
+    d = decide_all(df, ["y"], list("ABCDE"), {"y": {"better": "higher", "margin": 0.1}},
+                   contrasts={"diagonal": sides}, primary_terms=["diagonal", "D", "E"])
+    v = {x.term: x for x in d.of("y")}
+    assert d.family == 3 and v["diagonal"].in_family and v["diagonal"].label == "D=lo, E=lo -> D=hi, E=hi"
+    hi = df[(df.D == "hi") & (df.E == "hi")]["y"].mean()
+    lo = df[(df.D == "lo") & (df.E == "lo")]["y"].mean()
+    assert v["diagonal"].estimate == pytest.approx(hi - lo, abs=1e-9)
+    assert v["diagonal"].estimate == pytest.approx(v["D"].estimate + v["E"].estimate, abs=1e-9)
+    assert v["diagonal"].estimate == pytest.approx(0.5 - 0.3, abs=0.06)
+    fit = fit_response(df, "y", list("ABCDE"), "replicate")
+    n = len(df) / 4  # the runs at each side
+    assert v["diagonal"].se == pytest.approx(np.sqrt(fit.result.mse_resid * 2 / n), rel=1e-9)
+    assert v["diagonal"].verdict == BEYOND
+    # with no primary terms named, a named contrast is in the default family
+    assert decide_all(df, ["y"], list("ABCDE"), {"y": {"better": "higher", "margin": 0.1}},
+                      contrasts={"diagonal": sides}).family == 6

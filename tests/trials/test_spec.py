@@ -235,8 +235,9 @@ def test_a_declared_plan_and_family_are_recorded_on_the_parent_before_any_look(t
 
     from trials.tracking import open_ledger
 
+    diagonal = {"from": {"D1": "shifted", "D2": "const4"}, "to": {"D1": "aligned", "D2": "block"}}
     s = parse({**_with_responses({"spec/tau": {"margin": 0.1}}), "primary_terms": ["D2", "D1"],
-               "sequential": {"max_replicates": 4, "max_prompts": 64}})
+               "sequential": {"max_replicates": 4, "max_prompts": 64}, "contrasts": {"diagonal": diagonal}})
     assert s.primary_terms == ["D2", "D1"] and s.sequential == {"max_replicates": 4, "max_prompts": 64, "alpha": 0.05}
     assert expand.with_replicates(s, 3).sequential == s.sequential  # augment keeps the plan
     no_plan = parse(_with_responses({"spec/tau": {"margin": 0.1}}))
@@ -248,6 +249,7 @@ def test_a_declared_plan_and_family_are_recorded_on_the_parent_before_any_look(t
     plan = json.loads(tags["sequential"])
     assert plan == {"declared": True, "max_replicates": 4, "max_prompts": 64, "alpha": 0.05, "looks": []}
     assert json.loads(tags["primary_terms"]) == ["D2", "D1"]
+    assert json.loads(tags["contrasts"]) == {"diagonal": diagonal}
     from analysis.sequential import Plan
 
     assert Plan.from_json(tags["sequential"]).declared and not no_plan.sequential
@@ -358,3 +360,45 @@ def test_progress_columns_are_primary_measured_and_never_constant():
     assert undecoded and not [c for c in undecoded if c.startswith("spec/")]
     backbone = columns(parse({"name": "b", "base": {**base, "parallel_stage": "backbone"}, "factors": D1}))
     assert backbone and not [c for c in backbone if c.startswith("tf/")]  # degenerate there
+
+
+# ---- named contrasts: two settings of some factors (the seed's operating point) ----
+
+FIVE = {**THREE, "E": {"lo": {"markov_rank": 16}, "hi": {"markov_rank": 32}}}
+HALF = {"name": "half", "factors": FIVE, "design": {"generators": {"E": "ABCD"}}}
+DIAGONAL = {"from": {"D": "lo", "E": "lo"}, "to": {"D": "hi", "E": "hi"}}
+
+
+def test_a_named_contrast_is_parsed_validated_shown_and_may_be_primary(tmp_path):
+    s = parse({**HALF, "contrasts": {"diagonal": DIAGONAL}, "primary_terms": ["diagonal", "E"]})
+    assert s.design == "2^(5-1)" and len({t.cell for t in s.trials}) == 16
+    assert s.contrasts == {"diagonal": DIAGONAL} and s.primary_terms == ["diagonal", "E"]
+    path = tmp_path / "half.yaml"
+    path.write_text(yaml.safe_dump({**HALF, "contrasts": {"diagonal": DIAGONAL}}))
+    out = subprocess.run([sys.executable, "-m", "trials.cli", "validate", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "contrast diagonal: D=lo, E=lo -> D=hi, E=hi" in out.stdout
+
+
+@pytest.mark.parametrize("contrast, message", [
+    ({"from": {"D": "lo"}, "to": {"E": "hi"}}, "contrasts.c: from and to must name the same factors"),
+    ({"from": {"D": "lo"}, "to": {"D": "lo"}}, "contrasts.c: from and to are the same setting"),
+    ({"from": {"Z": "lo"}, "to": {"Z": "hi"}}, "contrasts.c.from: 'Z' is not a factor"),
+    ({"from": {"D": "lo"}, "to": {"D": "mid"}}, "contrasts.c.to.D: 'mid' is not one of its levels (lo, hi)"),
+    ({"from": {"D": "lo"}}, "contrasts.c: {from: {FACTOR: LEVEL, ...}, to: {FACTOR: LEVEL, ...}}"),
+    ({"from": {}, "to": {}}, "contrasts.c: {from:"),
+    # in the half fraction, fixing four factors leaves one cell a side, so E is not averaged over
+    ({"from": {"A": "lo", "B": "lo", "C": "lo", "D": "lo"}, "to": {"A": "hi", "B": "hi", "C": "hi", "D": "hi"}},
+     "contrasts.c.from: the design's cells at A=lo, B=lo, C=lo, D=lo do not hold every level of E equally often"),
+])
+def test_a_named_contrast_that_is_not_a_difference_of_two_balanced_settings_is_refused(contrast, message):
+    with pytest.raises(SpecError) as e:
+        parse({**HALF, "contrasts": {"c": contrast}})
+    assert any(message in p for p in e.value.problems), e.value.problems
+
+
+def test_a_contrast_cannot_take_a_factor_or_control_name_and_is_named_in_primary_terms():
+    with pytest.raises(SpecError, match="contrasts.A: 'A' is already a factor"):
+        parse({**HALF, "contrasts": {"A": DIAGONAL}})
+    with pytest.raises(SpecError, match="primary_terms: 'diag' is neither a factor.*contrasts: diagonal"):
+        parse({**HALF, "contrasts": {"diagonal": DIAGONAL}, "primary_terms": ["diag"]})

@@ -18,7 +18,7 @@ from mlflow.entities import Param
 from .client import tracking_client
 from .keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DRIVER_HOST_TAG, DRIVER_PID_TAG,
                    DRIVER_STARTED_TAG, ERROR_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM, GIT_COMMIT_TAG, MODEL_TRAINING,
-                   NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
+                   NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG, CONTRASTS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
                    SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, metric_name,
                    sweep_parent, sweep_trials)
 from .runs import config_params, git_commit, log_metrics, log_params, source_tags
@@ -73,6 +73,8 @@ class Ledger:
                                            # the primary responses and margins (a tag: a resume may restate them)
                                            RESPONSES_TAG: json.dumps(self.spec.responses),
                                            PRIMARY_TERMS_TAG: json.dumps(self.spec.primary_terms),
+                                           **({CONTRASTS_TAG: json.dumps(self.spec.contrasts)}
+                                              if self.spec.contrasts else {}),
                                            # the sequential plan, before any look can happen
                                            **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
                                            DESCRIPTION_TAG: self.spec.description[:4000],
