@@ -18,7 +18,7 @@ from trials.registry import Registry
 from .anova import AnalysisError, anova_with_fit, check_design, is_balanced
 from .design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
-from .verdicts import control_contrast as contrast
+from .model import control_contrast as contrast
 from .types import ResponseResult
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}

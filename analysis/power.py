@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 import math
 
-from scipy import optimize, stats
+import numpy as np
+from scipy import optimize, special, stats
 
 MAX_REPLICATES = 100_000
 
@@ -130,3 +131,26 @@ def replicates_needed(effect: float, sigma: float, n_cells: int, alpha: float = 
 
 
 _power = power  # the module-level name, for use inside functions whose argument shadows it
+
+
+def p_decided(theta: float, se: float, df: float, alpha_star: float, margin: float | None) -> float:
+    """The probability that a contrast with true value `theta` and standard error `se` ends
+    decided (either "matters" or "negligible") at alpha* (its estimate taken as normal,
+    critical values t)."""
+    # scipy.special's t quantile and normal cdf: what stats.t.ppf and stats.norm.cdf compute,
+    # without their argument checks, since the plan calls this hundreds of times
+    t1 = special.stdtrit(df, 1 - alpha_star / 2) * se
+    regions = [(-np.inf, -t1), (t1, np.inf)]
+    if margin is not None:
+        t2 = special.stdtrit(df, 1 - alpha_star) * se
+        if margin - t2 > -margin + t2:
+            regions.append((-margin + t2, margin - t2))
+    # the probability of the union of the regions
+    edges = sorted(regions)
+    merged = [list(edges[0])]
+    for a, b in edges[1:]:
+        if a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return float(sum(special.ndtr((b - theta) / se) - special.ndtr((a - theta) / se) for a, b in merged))

@@ -44,7 +44,8 @@ from trials.workload import registry
 
 from .design import factorial_rows
 from .types import DECISION_POWER, Split, Verdict
-from .verdicts import fit_response, p_decided, term_contrasts
+from .model import fit_response, term_contrasts
+from .power import p_decided
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value

@@ -6,7 +6,7 @@ timed inside the sweep (`spec/speedup_sweep`, `train/step_ms_sweep`), and their 
     python bench/timing_pass.py NAME [--tracking-uri sqlite:///mlflow.db]
 
 The sweep must have had a timing pass (`trials time NAME`). Both responses are fitted as the
-analysis fits them (`analysis.verdicts.fit_response`: the estimable terms, the replicate as
+analysis fits them (`analysis.model.fit_response`: the estimable terms, the replicate as
 a block) on the factorial runs that hold both, so the two sigmas have the same residual
 degrees of freedom; a ratio below 1 is the noise the pass removed.
 """
@@ -27,7 +27,7 @@ def residual_sigmas(df, factors: list[str]) -> list[dict]:
     import pandas as pd
 
     from analysis.design import factorial_rows
-    from analysis.verdicts import fit_response
+    from analysis.model import fit_response
 
     data = factorial_rows(df, factors)
     block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None

@@ -92,7 +92,7 @@ def test_dunnett_against_the_control_arm(store):
     assert v.estimate == pytest.approx(c["diff"]) and v.verdict == "matters, size unsure"  # no margin declared
     assert v.in_family and v.errors == "pooled"  # a primary term by default; one run per block, as every cell
     # a control arm of another size: HC2 with Bell-McCaffrey df
-    from analysis.verdicts import control_contrast
+    from analysis.model import control_contrast
 
     more = pd.concat([df, df[df["cell"] == "control=dflash"]], ignore_index=True)
     c2 = control_contrast(more, "spec/tau", "control=dflash", "replicate")

@@ -23,7 +23,8 @@ import pytest
 from analysis.sequential import LEGACY, Plan, fingerprint, information_fraction, look_for, plan_of, spent
 from analysis.variance import split
 from analysis.types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
-from analysis.verdicts import classify, fit_response, term_contrasts
+from analysis.model import fit_response, term_contrasts
+from analysis.verdicts import classify
 from dspark.metrics import jack_name
 
 ALPHA = 0.05

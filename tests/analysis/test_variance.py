@@ -18,7 +18,9 @@ import pytest
 
 from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide, split
 from analysis.types import Contrast, UNDECIDED
-from analysis.verdicts import decide, fit_response, term_contrasts, p_decided
+from analysis.model import fit_response, term_contrasts
+from analysis.power import p_decided
+from analysis.verdicts import decide
 from dspark import calibration
 from dspark.metrics import jack_groups, jack_name
 

@@ -16,7 +16,10 @@ from statsmodels.stats.weightstats import ttost_ind
 from analysis.anova import AnalysisError
 from analysis.effects import factorial_effects
 from analysis.types import BEYOND, Contrast, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE
-from analysis.verdicts import blocks_to_decide, bm_df, decide, decide_all, distance_to_boundary, fit_response, margins_for, p_decided, parse_margins, sigma_interval, term_contrasts
+from analysis.model import bm_df, fit_response, term_contrasts
+from analysis.power import p_decided
+from analysis.verdicts import (blocks_to_decide, decide, decide_all, distance_to_boundary, margins_for, parse_margins,
+                               sigma_interval)
 
 
 def design(effects, sigma=0.05, replicates=3, seed=0, block_shift=0.02, sd_by=None):
