@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a primary response's margin (repeatable; supplies or overrides the spec's)")
     pl.add_argument("--response", action="append", help="response(s) to plan for (none: the stage's primary ones)")
     pl.add_argument("--power", type=float, default=0.8, help="the power wanted")
+    pl.add_argument("--all", action="store_true", dest="every",
+                    help="every undecided term of every response (default: the primary terms of the primary responses)")
     pl.add_argument("--alpha", type=float, help="the familywise level (none: the report's: 0.05, or the current "
                                                 "look's under a sweep's sequential rule)")
     pl.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
@@ -163,7 +165,8 @@ def _report_or_plan(args) -> int:
     if args.command == "plan":
         from .plan import plan_with_look
 
-        text, look = plan_with_look(sweep, args.effect, args.response, args.alpha, args.power, margins, unrecorded)
+        text, look = plan_with_look(sweep, args.effect, args.response, args.alpha, args.power, margins, unrecorded,
+                                    args.every)
         print(text)
         _record(look, sweep, args)
         return 0
@@ -197,7 +200,7 @@ def _report_or_plan(args) -> int:
 def _record(look, sweep, args) -> None:
     """A new look of the sweep, read from its store, is recorded on the parent run (what-ifs
     and parquet exports are not)."""
-    if look is None or not look.new or look.what_if or getattr(args, "parquet", None):
+    if look is None or not (look.new or look.sealed) or look.what_if or getattr(args, "parquet", None):
         return
     from .publish import record_look
 

@@ -148,7 +148,7 @@ def _pairs(data: pd.DataFrame, factor: str) -> list[tuple[str, str, bool]]:
 def _contrast(fit: Fit, weights: dict, term: str, label: str, group: str) -> Contrast:
     L = sum(w * fit.cell_rows[c] for c, w in weights.items()) / (sum(w > 0 for w in weights.values()) or 1)
     se = float(np.sqrt(max(L @ fit.cov @ L, 0.0)))
-    return Contrast(term, label, float(L @ np.asarray(fit.result.params)), se, fit.df_of(L), group)
+    return Contrast(term, label, float(L @ np.asarray(fit.result.params)), se, fit.df_of(L), group, L=L)
 
 
 def term_contrasts(fit: Fit, data: pd.DataFrame, factors: list[str]) -> list[Contrast]:
@@ -191,7 +191,7 @@ def named_contrast(fit: Fit, factors: list[str], name: str, sides: dict[str, dic
     L = means[1] - means[0]
     se = float(np.sqrt(max(L @ fit.cov @ L, 0.0)))
     label = f"{setting_label(sides['from'])} -> {setting_label(sides['to'])}"
-    return Contrast(name, label, float(L @ np.asarray(fit.result.params)), se, fit.df_of(L), name)
+    return Contrast(name, label, float(L @ np.asarray(fit.result.params)), se, fit.df_of(L), name, L=L)
 
 
 def simple_effects(fit: Fit, data: pd.DataFrame, factors: list[str], factor: str) -> list[tuple[str, Contrast]]:
@@ -281,4 +281,5 @@ def block_interaction(fit: Fit, term: tuple[str, ...]) -> BlockTest | None:
         F, p, q = bigger.compare_f_test(fit.result)
     if not np.isfinite(F):
         return None
-    return BlockTest(float(F), int(round(q)), float(bigger.df_resid), float(p))
+    ms = (float(fit.result.ssr) - float(bigger.ssr)) / q
+    return BlockTest(float(F), int(round(q)), float(bigger.df_resid), float(p), ms)

@@ -22,10 +22,11 @@ from trials.registry import Registry
 from .design import factorial_rows
 from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
-from .sequential import LookResult, look_for
-from .variance import prompts_to_decide, split, why_not_items
+from .power import p_decided
+from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .types import DECISION_POWER, UNDECIDED
-from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_all, margins_for
+from .variance import WHAT, prompts_to_decide, why_not_items
+from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_all, margins_for, response_models
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:
@@ -39,14 +40,16 @@ def check_arguments(effect: float | None, alpha: float, target_power: float) -> 
 
 
 def plan_text(sweep: SweepFrame, effect: float | None, responses: list[str] | None = None,
-              alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None) -> str:
-    """`alpha` None: the report's (the current look's under the sweep's plan)."""
-    return plan_with_look(sweep, effect, responses, alpha, target_power, margins)[0]
+              alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None,
+              every: bool = False) -> str:
+    """`alpha` None: the report's (the current look's under the sweep's plan); `every`: every
+    undecided term of every response, not only the primary terms."""
+    return plan_with_look(sweep, effect, responses, alpha, target_power, margins, every=every)[0]
 
 
 def plan_with_look(sweep: SweepFrame, effect: float | None, responses: list[str] | None = None,
                    alpha: float | None = None, target_power: float = 0.8, margins: dict[str, float] | None = None,
-                   unrecorded: str = "") -> tuple[str, LookResult | None]:
+                   unrecorded: str = "", every: bool = False) -> tuple[str, LookResult | None]:
     """The plan's text and, without `--effect`, the look its verdicts are (None with it)."""
     df, factors, record = sweep.runs, list(sweep.factors), sweep.record
     check_arguments(effect, 0.05 if alpha is None else alpha, target_power)
@@ -54,7 +57,7 @@ def plan_with_look(sweep: SweepFrame, effect: float | None, responses: list[str]
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
     declared = margins_for(record, margins)
     if effect is None:
-        return _decision_plan(sweep, responses, alpha, declared, bool(margins), unrecorded)
+        return _decision_plan(sweep, responses, alpha, declared, bool(margins), unrecorded, every)
     alpha = 0.05 if alpha is None else alpha
     chosen, _ = choose_responses(df, responses, factors, experiment=record.experiment, rules=sweep.registry)
     data = factorial_rows(df, factors)
@@ -80,41 +83,54 @@ def plan_with_look(sweep: SweepFrame, effect: float | None, responses: list[str]
 
 
 def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float | None,
-                   declared: dict[str, dict], what_if: bool, unrecorded: str) -> tuple[str, LookResult]:
-    """Per undecided term, the two ways to decide it, each priced: more replicate blocks
-    (retraining, with the measured time per trial) and more evaluation items on the existing
-    checkpoints (`trials reeval`, possible only where the runs carry jackknife records); then
-    the cheapest way to decide every primary term. The verdicts are the current look's (the
-    alpha the report tests this data at)."""
-    df, factors, record = sweep.runs, list(sweep.factors), sweep.record
+                   declared: dict[str, dict], what_if: bool, unrecorded: str,
+                   every: bool = False) -> tuple[str, LookResult]:
+    """Per undecided primary term (`every`: every undecided term of every response), the two
+    ways to decide it, each priced within what the sweep's sequential plan still allows:
+    more replicate blocks (retraining, with the measured time per trial) and more evaluation
+    items on the existing checkpoints (`trials reeval`, where the runs carry jackknife
+    records), each at the alpha the plan would give that look; past the plan's maximum, a
+    new, declared study and its size. The verdicts are the current look's."""
+    df, factors, record, rules = sweep.runs, list(sweep.factors), sweep.record, sweep.registry
+    every = every or bool(responses)  # responses named on the command line: every term of each
     chosen, _ = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment,
-                                 rules=sweep.registry)
-    noise = {r: sp for r in chosen if (sp := split(df, r, factors, sweep.registry)) is not None}
-    shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
-    look = look_for(sweep, shares, alpha, what_if)
+                                 rules=rules)
+    models = response_models(df, chosen, factors, rules)
+    look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if)
     look.unrecorded = unrecorded
+    prices = plan_prices(look, models, chosen, declared, rules)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
-                   primary_terms=record.primary_terms or None, block_tests=False, rules=sweep.registry,
-                   contrasts=record.contrasts)
+                   primary_terms=record.primary_terms or None, rules=rules, contrasts=record.contrasts,
+                   models=models, plan=prices)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")
-    cost = (f"blocks priced at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
+    cost = (f"blocks at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
             "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
-    lines = [f"{record.experiment}: what would decide each undecided term ({look.label()}; "
-             f"{d.method()}; {cost})",
-             "  items (prompts, held-out batches) are priced per term from its jackknife: k times the items divide "
-             "the evaluation's part of its variance by k and leave the seeds' part, so a term whose se is mostly "
-             "the seeds' is not decided by items at any k"]
-    more, blocks_all, item_multiples = _undecided_lines(d, noise, sweep.registry)
+    lines = [f"{record.experiment}: what would decide each undecided {'term' if every else 'primary term'}",
+             f"  {look.label()}", f"  {_within(look, prices)}; {cost}",
+             "  each term's se is seeds + items x runs + items x term (analysis.variance): blocks shrink the first "
+             "two, items the last two"]
+    more, blocks_all, item_multiples = _undecided_lines(d, rules, prices, every)
     lines += more
     if blocks_all:
         price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
-        lines.append(f"every primary term decided by blocks alone (each with 80% probability, if the effects are as "
-                     f"estimated): {blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
-    lines += _items_lines(noise, item_multiples, len(df), decode)
+        lines.append(f"every primary term decided by blocks alone (80% each, if the effects are as estimated): "
+                     f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
+    lines += _items_lines(d.noise, item_multiples, len(df), decode)
     return "\n".join(lines), look
+
+
+def _within(look: LookResult, prices: PlanPrices | None) -> str:
+    """What the prices below are within: the plan's blocks and items left, or no plan."""
+    if look.what_if:
+        return "a what-if: priced at the alpha given, outside any plan"
+    if prices is None:
+        return ("no sequential plan declared: a next look would be post hoc (declare `sequential:` in the spec "
+                "before the first look); priced at this look's alpha")
+    items = f", up to {prices.items_left:.3g}x today's items" if prices.items_left else ""
+    return f"within the plan: {prices.blocks_left} more block(s){items}, each look at the alpha the plan gives it"
 
 
 def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float | None) -> list[str]:
@@ -124,7 +140,7 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
     if not item_multiples:
         return []
     if None in item_multiples.values():
-        return ["more evaluation items alone cannot decide every primary term"]
+        return ["more evaluation items alone cannot decide every primary term within the plan"]
     out = []
     for kind in sorted({noise[r].kind for r, _ in item_multiples}):
         k = max(m for (r, _), m in item_multiples.items() if noise[r].kind == kind)
@@ -138,36 +154,51 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
     return out
 
 
-def _undecided_lines(d, noise: dict, rules: Registry) -> tuple[list[str], int, dict]:
+def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool) -> tuple[list[str], int, dict]:
     """Per response, its undecided terms with what would decide each; the blocks that would
     decide every primary term and, per undecided primary term, the multiple of evaluation
     items that would (None where more items alone would not)."""
     lines, blocks_all, item_multiples = [], 0, {}
+    per_test = d.alpha_star / d.alpha
+    alpha_items = (lambda k: prices.alpha_items(k) * per_test) if prices is not None else None
+    most = prices.items_left if prices is not None else None
     for r, check in d.checks.items():
-        undecided = [v for v in d.of(r) if v.verdict == UNDECIDED and v.in_family == check.primary]
+        if not (check.primary or every):
+            continue
+        undecided = [v for v in d.of(r) if v.verdict == UNDECIDED and (v.in_family or every)]
         tag = "primary" if check.primary else "secondary"
         if not undecided:
-            lines.append(f"  {r} ({tag}): every term is decided")
+            lines.append(f"  {r} ({tag}): every {'term' if every else 'primary term'} is decided")
             continue
-        sp = noise.get(r)
+        sp = d.noise.get(r)
         lines.append(f"  {r} ({tag}): {len(undecided)} undecided" + (
-            f"; {sp.text()}" if sp else "; timed: more prompts do not reduce its noise (re-time it with trials time, "
-            "or add blocks)" if rules.is_timed(r) else "; no jackknife records: the evaluation's share of the "
-            "noise is unknown"))
+            "" if sp else "; timed: more prompts do not reduce the seeds' noise (re-time it with trials time, or "
+            "add blocks)" if rules.is_timed(r) else "; no jackknife records: the evaluation's part is unknown"))
         for v in undecided:
             step = v.next_step or _blocks_step(v, check)
-            k = prompts_to_decide(v, sp.var_eval.get(v.term, 0.0)) if sp else None
+            k = prompts_to_decide(v, alpha_at=alpha_items, most=most) if sp else None
             if sp:
-                what = {"prompts": "prompts", "eval_batches": "held-out batches",
-                        "timing_prompts": "prompts of the timing pass"}[sp.kind]
+                what = WHAT[sp.kind]
                 step += (f"; or {k}x the {what} ({k * sp.items}) on the existing checkpoints" if k
-                         else f"; {why_not_items(v, sp.var_eval.get(v.term, 0.0))}")
+                         else f"; {why_not_items(v, most)}")
+            if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
+                step += f"; {new_study(v, d.family, prices.alpha)}"
             lines.append(f"    {v.term}: {step}")
             if check.primary and v.in_family:
-                blocks_all = max(blocks_all, v.blocks or 0)
+                blocks_all = None if v.blocks is None or blocks_all is None else max(blocks_all, v.blocks)
                 if sp:
                     item_multiples[(r, v.term)] = k
-    return lines, blocks_all, item_multiples
+    return lines, blocks_all or 0, item_multiples
+
+
+def new_study(v, family: int, alpha: float, most: int = 400) -> str:
+    """A new, declared study of the same cells that would decide the term on its own (80%,
+    if the effect is as estimated) at `alpha` split over the same family, in one look."""
+    for b in range(2, most + 1):
+        se, df = v.noise.at(b, 1.0)
+        if p_decided(v.estimate, se, df, alpha / max(family, 1), v.margin) >= DECISION_POWER:
+            return f"past the plan: a new study declared for it, {b} blocks at alpha {alpha:g} over the same family"
+    return f"past the plan: a new study of up to {most} blocks would not decide it"
 
 
 def _blocks_step(v, check) -> str:

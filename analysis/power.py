@@ -67,6 +67,8 @@ def t_power(effect: float, se: float, df: float, alpha: float) -> float:
 def t_detectable(se: float, df: float, alpha: float, power: float = 0.8) -> float:
     """The smallest true effect that the two-sided t-test at `alpha` rejects with at least
     `power`, for an estimate with standard error `se` and `df` degrees of freedom."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: must lie in (0, 1), got {alpha!r}")
     if not (math.isfinite(se) and se > 0 and df >= 1):
         return float("nan")
     if power <= alpha:

@@ -18,6 +18,7 @@ from trials.store.kept import write_atomic
 from trials.store.ui import UI_URL, run_url
 
 from . import plots
+from .sequential import LookResult
 from .types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
@@ -188,19 +189,27 @@ def sentence(decision: Decision, response: str) -> str:
     return f"{response}: " + "; ".join(parts) + "." if parts else f"{response}: no term to judge."
 
 
-def next_step(decision: Decision, experiment: str) -> str:
+def next_step(decision: Decision, experiment: str, look: LookResult | None = None) -> str:
     """The planner's cheapest next step when a family verdict is undecided: the fewest replicate
-    blocks that would decide one of them (80%, if its effect is as estimated)."""
+    blocks, within the sweep's plan, that would decide one of them (80%, if its effect is as
+    estimated). Where the sweep declared no plan, it says first that the next look would be
+    post hoc; where the plan's blocks are spent, that a new, declared study is the way on."""
     open_ = [v for v in decision.family_verdicts() if v.verdict == UNDECIDED]
     if not open_:
         return ""
+    plan = look.plan if look is not None and not look.what_if else None
+    tail = f"every option, items too, priced: analysis plan {experiment}"
+    if plan is not None and plan.planned and look.look is not None and look.look.blocks >= plan.max_replicates:
+        return (f"next step: the plan's {plan.max_replicates} blocks are all run, so the {len(open_)} undecided "
+                f"term(s) need a new, declared study; its size and other options: analysis plan {experiment}")
     priced = sorted((v for v in open_ if v.blocks), key=lambda v: v.blocks)
-    tail = f"every option, prompts too, priced: analysis plan {experiment}"
     if not priced:
-        return f"next step: no number of blocks is priced for the {len(open_)} undecided term(s); {tail}"
+        return f"next step: no number of blocks within reach decides the {len(open_)} undecided term(s); {tail}"
     v = priced[0]
+    post_hoc = ("; this sweep declared no sequential plan, so that look would be POST HOC (declare `sequential:` "
+                "in the spec before a sweep's first look)" if plan is not None and not plan.planned else "")
     return (f"next step: {v.blocks} more replicate block(s) would decide {v.response} {v.term} (80%, if its effect "
-            f"is as estimated): trials augment {experiment} --replicates {v.blocks}; {tail}")
+            f"is as estimated): trials augment {experiment} --replicates {v.blocks}{post_hoc}; {tail}")
 
 
 def brief_text(rep: Report, sweep: SweepFrame, header: str, closing: str) -> str:
@@ -214,7 +223,7 @@ def brief_text(rep: Report, sweep: SweepFrame, header: str, closing: str) -> str
     for i, line in enumerate(header.splitlines()):
         lines += _wrap(textwrap.shorten(line, 3 * BRIEF_WIDTH, placeholder=" [...]") if i == 0 else line, "  ", "")
     lines += answer_lines(d)
-    step = next_step(d, sweep.record.experiment)
+    step = next_step(d, sweep.record.experiment, rep.look)
     if step:
         lines += _wrap(step, "  ", "")
     kind = "the family's verdicts" if any(c.margin is not None for c in d.checks.values()) else "verdicts"
@@ -241,8 +250,10 @@ def parent_note(rep: Report, sweep: SweepFrame) -> str:
         c = d.checks[r]
         head = f"{r} ({'+-' + format(c.margin, 'g') if c.margin is not None else 'no margin'})"
         for i, v in enumerate(_shown_terms(d, r)):
-            lines.append(f"| {head if i == 0 else ''} | {v.term} | {v.verdict} | {_est(v)} |")
-    lines += ["", *[f"- {sentence(d, r)}" for r in answer_columns(d)], "",
+            why = f" ({v.caveat()})" if v.caveat() else ""
+            lines.append(f"| {head if i == 0 else ''} | {v.term} | {v.verdict}{why} | {_est(v)} |")
+    lines += ["", *[f"- {sentence(d, r)}" for r in answer_columns(d)],
+              *[f"- {r}: {n}" for r in answer_columns(d) for n in d.caveats.get(r, [])], "",
               f"The family's verdicts: {d.counts_text()}."]
     text = "\n".join(lines)
     return text if len(text) <= NOTE_LIMIT else text[:NOTE_LIMIT - 40] + "\n\n[cut: the rest in the report]"
@@ -261,7 +272,12 @@ def answer_lines(d: Decision) -> list[str]:
         c = d.checks[r]
         lines.append(f"  {r} ({c.better + ' is better; ' if c.better else ''}"
                      f"{'margin +-' + format(c.margin, 'g') if c.margin is not None else 'no margin declared'})")
-        lines += [f"    {v.term.ljust(term_w)}  {v.verdict.ljust(verdict_w)}  {_est(v)}" for v in shown[r]]
+        for v in shown[r]:
+            lines.append(f"    {v.term.ljust(term_w)}  {v.verdict.ljust(verdict_w)}  {_est(v)}")
+            if v.caveat():
+                lines += _wrap(f"^ {v.term}: {v.caveat()}", "        ", "      ")
+        for note in d.caveats.get(r, []):
+            lines += _wrap(f"note: {note}", "      ", "    ")
     rest = [v for v in d.verdicts if v.response in cols and all(v is not w for w in shown[v.response])]
     if rest:
         states = [v.verdict for v in rest]
@@ -382,6 +398,7 @@ def _verdict_table_html(decision: Decision) -> str:
     esc = html.escape
     grid = verdict_grid(decision)
     kinds = {(v.term, v.response): verdict_colour(v) for v in decision.verdicts}
+    caveats = {(v.term, v.response): v.caveat() for v in decision.verdicts if v.caveat()}
     head = "".join(f"<th>{esc(c)}<br><small>{esc(_col_note(decision.checks[c]))}</small></th>" for c in grid.columns)
     rows = []
     for term, row in grid.iterrows():
@@ -390,7 +407,8 @@ def _verdict_table_html(decision: Decision) -> str:
             kind = kinds.get((term, response))
             style = (f" class='v-{kind.replace(', ', '-').replace(' ', '-')}' style='background:{VERDICT_COLOURS[kind]}'"
                      if kind else "")
-            cells.append(f"<td{style}>{esc(text)}</td>")
+            why = caveats.get((term, response), "")
+            cells.append(f"<td{style}>{esc(text)}{f'<br><small>{esc(why)}</small>' if why else ''}</td>")
         rows.append(f"<tr><th>{esc(str(term))}</th>{''.join(cells)}</tr>")
     key = " ".join(f"<span style='background:{c};padding:0 6px'>{esc(k)}</span>" for k, c in (
         (f"{BEYOND}: better at the term's +1", VERDICT_COLOURS["better"]),
@@ -400,7 +418,9 @@ def _verdict_table_html(decision: Decision) -> str:
         (NEGLIGIBLE, VERDICT_COLOURS["negligible"]), ("undecided", VERDICT_COLOURS["undecided"])))
     key += (" <small>(+1: a factor's second level; for an interaction, the product of its factors' "
             "codes)</small>")
-    return (f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>"
+    notes = "".join(f"<p class='caveat'><b>{esc(r)}</b>: {esc(n)}</p>" for r in grid.columns
+                    for n in decision.caveats.get(r, []))
+    return (f"<table class='t verdicts'><tr><th>term</th>{head}</tr>{''.join(rows)}</table>{notes}"
             f"<p class='key'><small>{key}</small></p>")
 
 

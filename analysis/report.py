@@ -21,10 +21,9 @@ from .design import factorial_rows
 from .diagnostics import against_control, analysable, choose_responses, drift_check, fraction_note
 from .frame import SweepFrame
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
-from .sequential import look_for
+from .sequential import look_for, look_shares, plan_prices
 from .types import Report
-from .variance import split
-from .verdicts import decide_all, margins_for
+from .verdicts import decide_all, margins_for, response_models
 
 
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
@@ -50,13 +49,14 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     block = "replicate" if data["replicate"].nunique() > 1 else None
     fraction = fraction_note(record.design, data, factors)
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
-    noise = {r: sp for r in chosen if (sp := split(df, r, factors, rules)) is not None}
-    shares = {r: (noise[r].kind, noise[r].share) if r in noise else ("", 0.0) for r in chosen if r in declared}
-    look = look_for(sweep, shares, alpha, what_if=what_if or bool(margins))
+    models = response_models(df, chosen, factors, rules)
+    look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if=what_if or bool(margins))
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, look.alpha, adjust, controls[0] if controls else None,
-                          record.primary_terms or None, rules=rules, contrasts=record.contrasts)
+                          record.primary_terms or None, rules=rules, contrasts=record.contrasts, models=models,
+                          plan=plan_prices(look, models, chosen, declared, rules))
+    noise = decision.noise
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
     header = header_text(sweep, stage, factors, look.label())

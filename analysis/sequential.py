@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -103,20 +104,29 @@ class Plan:
         return self.max_replicates is not None
 
     def find(self, data: str, blocks: int, timed: str = "") -> Look | None:
-        """The recorded look at this data (a legacy look, recorded without a fingerprint, is
-        found by its number of blocks; one recorded without the timed values' digest, by its
-        data alone)."""
+        """The recorded look at this data, timed values included. A legacy look, recorded
+        without a fingerprint, is found by its number of blocks; one recorded without the
+        timed values' digest (before looks kept it) by its data, until `look` seals it with
+        the timed values it is first matched on."""
         for look in self.looks:
-            if (look.data == data and (not look.timed or look.timed == timed)) or \
-                    (not look.data and look.blocks == blocks):
+            if (look.data == data and look.timed == timed) or (not look.data and look.blocks == blocks):
+                return look
+        for look in self.looks:
+            if look.data == data and not look.timed and timed and look is self.looks[-1]:
                 return look
         return None
 
-    def look(self, data: str, blocks: int, evaluation: dict, t: float = 1.0, timed: str = "") -> tuple[Look, bool]:
+    def look(self, data: str, blocks: int, evaluation: dict, t: float = 1.0, timed: str = "",
+             what_if: bool = False) -> tuple[Look, bool]:
         """The look at this data: the recorded one, or a new one appended (with information
-        fraction `t`, used under a plan). Returns (look, new)."""
+        fraction `t`, used under a plan). Returns (look, new). A look at the data of the last
+        one with other timed values (a timing pass again) adds no information on the plan's
+        scale, which counts blocks and items, so no alpha is left for it: refused with a
+        ValueError saying so, unless `what_if` (tested at a given alpha, never recorded)."""
         found = self.find(data, blocks, timed)
         if found is not None:
+            if timed and not found.timed and found.data == data:
+                found.timed = timed  # sealed: the next timing pass is new data
             return found, False
         if not self.planned:
             # the fixed-sample analysis, once; any later look at other data is post hoc
@@ -126,10 +136,25 @@ class Plan:
                 raise ValueError(f"{blocks} replicate blocks exceed the plan's maximum of {self.max_replicates}")
             before = self.looks[-1].t if self.looks else 0.0
             t_k = min(1.0, max(float(t), before))
-            look = Look(data, blocks, evaluation, t_k, spent(t_k, self.alpha) - spent(before, self.alpha),
-                        post_hoc=not self.declared, timed=timed)
+            alpha = spent(t_k, self.alpha) - spent(before, self.alpha)
+            if alpha <= 0 and not what_if:
+                raise ValueError(self._no_alpha(data, t_k))
+            look = Look(data, blocks, evaluation, t_k, alpha, post_hoc=not self.declared, timed=timed)
         self.looks.append(look)
         return look, True
+
+    def _no_alpha(self, data: str, t: float) -> str:
+        """Why a new look has no alpha to test at, in one line."""
+        last = len(self.looks)
+        if self.looks and self.looks[-1].data == data:
+            why = (f"the same runs and evaluation as look {last}, with other timed values (a timing pass again): "
+                   "re-timing adds no information on the plan's scale (blocks and items), and look "
+                   f"{last}'s verdicts stand")
+        else:
+            why = (f"this data adds no information on the plan's scale beyond look {last} (information "
+                   f"{t:.0%})")
+        return (f"no alpha left for a new look: {why}; add blocks within the plan (trials augment) or see it as a "
+                "what-if, unrecorded (--alpha A)")
 
     def spent_alpha(self) -> float:
         return sum(look.alpha for look in self.looks) if self.planned else float("nan")
@@ -230,8 +255,7 @@ def information_fraction(plan: Plan, blocks: int, evaluation: dict, shares: dict
     for kind, share in shares.values() or [("", 0.0)]:
         f = blocks / plan.max_replicates
         n = evaluation.get(kind) if kind else None
-        n_max = {"prompts": plan.max_prompts, "eval_batches": plan.max_eval_batches,
-                 "timing_prompts": plan.max_prompts}.get(kind)
+        n_max = {"prompts": plan.max_prompts, "eval_batches": plan.max_eval_batches}.get(kind)
         if n and n_max and share and np.isfinite(share) and share > 0:
             share = min(share, 1.0)  # a share over 1 (the model misfits) counts as all evaluation
             seed, v = 1.0 - share, share * n  # in units of the residual variance now
@@ -250,6 +274,7 @@ class LookResult:
     plan: Plan | None
     what_if: bool = False
     unrecorded: str = ""  # why a new look is not recorded (a parquet export), "" where it is or is not new
+    sealed: bool = False  # an old look's record gained the timed values' digest: to be written again
 
     def label(self) -> str:
         """One line for the report's first screen and the terminal summary."""
@@ -275,6 +300,57 @@ class LookResult:
         return head + (f" (not recorded: {self.unrecorded})" if self.new and self.unrecorded else "")
 
 
+@dataclass(frozen=True)
+class PlanPrices:
+    """What a sweep's sequential plan still allows a next look: the blocks left before its
+    maximum and the alpha a look would test at (spent(t_new) - spent(t_now), over the whole
+    family) with b blocks and today's items (`alpha_at`), or today's blocks and k times the
+    items (`alpha_items`, k at most `items_left`)."""
+    alpha: float  # the plan's familywise alpha
+    blocks_left: int
+    alpha_at: Callable[[int], float]
+    alpha_items: Callable[[float], float]
+    items_left: float | None  # the most multiple of today's items the plan allows (None: no cap declared)
+
+
+def look_shares(models, responses: list[str], declared: dict, rules) -> dict[str, tuple[str, float]]:
+    """The primary responses' evaluation shares for the information scale: (the evaluation
+    kind a re-evaluation adds, the share of its residual variance). A timed response counts
+    blocks alone: re-timing adds no information (`("", 0.0)`)."""
+    out = {}
+    for r in responses:
+        if r not in declared:
+            continue
+        sp = None if rules.is_timed(r) else models.split(r)
+        out[r] = (sp.kind, sp.share) if sp is not None else ("", 0.0)
+    return out
+
+
+def plan_prices(look: LookResult, models, responses: list[str], declared: dict, rules) -> PlanPrices | None:
+    """The prices a next look has under the sweep's plan (None: no plan, or a what-if)."""
+    plan, now = look.plan, look.look
+    if plan is None or now is None or not plan.planned or look.what_if:
+        return None
+    shares = look_shares(models, responses, declared, rules)
+    t_now = max(x.t for x in plan.looks)
+    spent_now = spent(t_now, plan.alpha)
+
+    def alpha_at(blocks: int) -> float:
+        t = information_fraction(plan, blocks, now.evaluation, shares)
+        return max(0.0, spent(t, plan.alpha) - spent_now)
+
+    caps = [cap / n for kind, cap in (("prompts", plan.max_prompts), ("eval_batches", plan.max_eval_batches))
+            if cap and (n := now.evaluation.get(kind))]
+    items_left = min(caps) if caps else None
+
+    def alpha_items(k: float) -> float:
+        more = {key: v * k if key in ("prompts", "eval_batches") else v for key, v in now.evaluation.items()}
+        t = information_fraction(plan, now.blocks, more, shares)
+        return max(0.0, spent(t, plan.alpha) - spent_now)
+
+    return PlanPrices(plan.alpha, max(0, plan.max_replicates - now.blocks), alpha_at, alpha_items, items_left)
+
+
 def plan_of(record_json: str, alpha: float = 0.05) -> Plan:
     """The sweep's recorded plan, or a fixed-sample one where none was declared."""
     return Plan.from_json(record_json) if record_json else Plan(None, alpha, declared=False)
@@ -288,12 +364,15 @@ def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: flo
     recorded."""
     plan = plan_of(sweep.record.sequential)
     key, blocks, evaluation = fingerprint(sweep.runs)
+    timed = timed_digest(sweep.runs, sweep.registry.timed())
+    sealed = any(x.data == key and not x.timed for x in plan.looks) and bool(timed)
     try:
         look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
-                              timed_digest(sweep.runs, sweep.registry.timed()))
+                              timed, what_if=what_if or alpha is not None)
     except ValueError as e:
         raise AnalysisError(f"sequential plan: {e}") from None
     index = plan.looks.index(look) + 1
     if what_if or alpha is not None:
         return LookResult(look.alpha if alpha is None else alpha, look, index, new, plan, what_if=True)
-    return LookResult(look.alpha, look, index, new, plan)
+    # a look recorded before looks kept the timed values' digest gains it: written again, not new
+    return LookResult(look.alpha, look, index, new, plan, sealed=not new and sealed and look.timed == timed)

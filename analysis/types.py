@@ -34,7 +34,9 @@ VERDICTS = (BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED)
 SMALLER = "detected, smaller than the margin"  # the qualifier of a negligible effect that excludes zero
 
 
-BLOCK_ALPHA = 0.05  # the block-by-term test names a term whose effect differs between blocks at this level
+# the block-by-term test names a term whose effect differs between blocks at this level, and the
+# term is then judged against its own block-by-term mean square (`analysis.variance`)
+BLOCK_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Contrast:
     df: float
     group: str = ""  # the spec's name for it: D1 (also for D1[a->b]), D1:D9, pure_ce
     errors: str = ""  # the errors behind se and df where they are the contrast's own (a control's)
+    L: np.ndarray | None = field(default=None, repr=False, compare=False)  # its row of the model (p,)
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,63 @@ class BlockTest:
     q: int
     df: float
     p: float
+    ms: float = float("nan")  # the block-by-term mean square (q df): the term's own error where it is used
+
+    @property
+    def used(self) -> bool:
+        """Whether the term's error is its block-by-term mean square (rejected at BLOCK_ALPHA)."""
+        return self.p < BLOCK_ALPHA
 
     def text(self) -> str:
         flag = "; the effect differs between blocks" if self.p < BLOCK_ALPHA else ""
-        return f"block x term F({self.q}, {self.df:g}) = {self.F:.2f}, p = {self.p:.2g}{flag}"
+        used = f"; judged against it ({self.q} df)" if self.used else ""
+        return f"block x term F({self.q}, {self.df:g}) = {self.F:.2f}, p = {self.p:.2g}{flag}{used}"
+
+
+@dataclass(frozen=True)
+class TermNoise:
+    """A contrast's variance by source (`analysis.variance`), each with its degrees of
+    freedom: what its standard error is made of and what more blocks or items would buy."""
+    seeds: float  # run to run (the seeds; the term's block-by-term variation where it is used)
+    seeds_df: float
+    item_run: float  # the evaluation's items x runs noise inside the runs' residual (0 without records)
+    item_run_df: float
+    item_term: float  # items x term: an item that favours one arm does so in every block (0 without records)
+    item_term_df: float
+    blocks: int  # the replicate blocks these were measured at
+    source: str  # "pooled residual", "block x term", "HC2" (unbalanced) or the control's errors
+    df: float  # Satterthwaite's df of the estimate of the total (analysis.variance)
+    item_term_p: float = 1.0  # the items x term test's p (the part enters where it rejects at BLOCK_ALPHA)
+
+    @property
+    def total(self) -> float:
+        return self.seeds + self.item_run + self.item_term
+
+    @property
+    def se(self) -> float:
+        return math.sqrt(max(self.total, 0.0))
+
+    def _projected(self, blocks: int, items: float) -> tuple[float, float]:
+        grow = (blocks - 1) / max(self.blocks - 1, 1)
+        parts = [((self.seeds + self.item_run / items) * self.blocks / blocks, self.seeds_df * grow),
+                 (self.item_term / items, self.item_term_df)]
+        total = sum(v for v, _ in parts)
+        denom = sum(v * v / d for v, d in parts if v > 0 and d > 0)
+        return total, (total * total / denom if denom > 0 else self.seeds_df * grow)
+
+    def at(self, blocks: int, items: float) -> tuple[float, float]:
+        """(se, df) with `blocks` replicate blocks and `items` times today's evaluation items:
+        the seeds' part shrinks with blocks, the items x runs part with both, the items x term
+        part with items alone. The df: Satterthwaite's over the run-level and items x term
+        parts, the run-level df growing with the blocks, scaled so that today's size gives
+        today's df."""
+        total, df = self._projected(blocks, items)
+        _, df_now = self._projected(self.blocks, 1.0)
+        return math.sqrt(max(total, 0.0)), df * (self.df / df_now if df_now > 0 else 1.0)
+
+    def shares(self) -> dict[str, float]:
+        t = self.total or 1.0
+        return {"seeds": self.seeds / t, "items x runs": self.item_run / t, "items x term": self.item_term / t}
 
 
 @dataclass
@@ -85,6 +141,7 @@ class Verdict:
     in_family: bool = True
     errors: str = "pooled"  # pooled | HC2 | POOLED_FALLBACK
     block: BlockTest | None = None
+    noise: TermNoise | None = None  # what se is made of (None: a control's own errors)
     next_step: str = ""  # for an undecided term: what would decide it
     blocks: int | None = None  # replicate blocks to add that would decide it (80%), None if unknown
 
@@ -115,6 +172,16 @@ class Verdict:
         if self.verdict in (BEYOND, NEGLIGIBLE):
             return self.eq_low, self.eq_high, 1 - 2 * self.alpha_star
         return self.ci_low, self.ci_high, 1 - self.alpha_star
+
+    def caveat(self) -> str:
+        """What this verdict rests on that a reader must see beside it, in words ("" if nothing)."""
+        out = []
+        if self.block is not None and self.block.used:
+            out.append(f"its effect differs between blocks (block x term p = {self.block.p:.2g})")
+        if self.noise is not None and self.noise.item_term > 0:
+            out.append(f"the evaluation's items favour one arm in every block (items x term p = "
+                       f"{self.noise.item_term_p:.2g}; more blocks do not shrink that part)")
+        return "; ".join(out) + (f": judged against that variation, {self.df:.0f} df" if out else "")
 
     def text(self) -> str:
         """One sentence that starts with `<term>: <verdict>` and agrees with its interval."""
@@ -211,6 +278,8 @@ class Decision:
     primary_terms: list[str] = field(default_factory=list)
     simple: list[SimpleEffect] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    noise: dict[str, Split] = field(default_factory=dict)  # response -> its noise split (analysis.variance)
+    caveats: dict[str, list[str]] = field(default_factory=dict)  # response -> what its verdicts must be read with
 
     def of(self, response: str) -> list[Verdict]:
         return [v for v in self.verdicts if v.response == response]
@@ -288,12 +357,13 @@ class Split:
     groups: int
     items: int
     sigma: float
-    share: float  # the evaluation's share of the residual variance (not capped)
+    share: float  # the evaluation's (items x runs) share of the residual variance, in [0, 1]
     share_low: float  # its 95% interval
     share_high: float
     df_eval: float
     df_resid: float
-    var_eval: dict[str, float] = field(default_factory=dict)  # term -> the contrast's evaluation variance
+    item_term: dict[str, float] = field(default_factory=dict)  # family term -> its items x term variance
+    item_term_share: dict[str, float] = field(default_factory=dict)  # family term -> that part's share of its se^2
 
     @property
     def sigma_eval(self) -> float:
@@ -303,16 +373,22 @@ class Split:
     def sigma_seed(self) -> float:
         return self.sigma * math.sqrt(max(1.0 - self.share, 0.0))
 
+    def predicted_ratio(self, k: float) -> tuple[float, float, float]:
+        """The residual variance with k times the items over today's: (1 - s) + s / k, at the
+        share's estimate and its interval's ends."""
+        return tuple((1 - s) + s / k for s in (self.share, self.share_low, self.share_high))
+
     def text(self) -> str:
         what = {"prompts": "prompts", "eval_batches": "held-out batches",
                 "timing_prompts": "prompts of the timing pass"}[self.kind]
         head = (f"{self.response}: residual sigma {self.sigma:.3g}; the evaluation's share of its variance "
                 f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what}, "
-                f"{self.method})")
-        if self.share > 1:
-            return head + ("; over 100%: the evaluation alone exceeds the residual variance, so the model does not "
-                           "fit these runs (the seeds' part comes out negative)")
-        return head + f"; evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}"
+                f"{self.method}); evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}")
+        big = {t: s for t, s in self.item_term_share.items() if s >= 0.05}
+        if big:
+            head += ("; items x term (the same items favour one arm in every block; more blocks do not shrink it): "
+                     + ", ".join(f"{t} {s:.0%} of its se^2" for t, s in big.items()))
+        return head
 
 
 @dataclass

@@ -1,56 +1,73 @@
-"""Where a response's noise comes from: the evaluation (which prompts were decoded, which
-held-out batches were scored) or the training (which seed), and so which next step is the
-cheaper way to decide a term.
+"""The variance model: what a contrast's error is made of, in one place for the verdicts,
+the noise split, the information scale and the planner.
 
-Every run evaluates the same items (prompts, or held-out batches) with the same seeds, so
-the item-to-item spread common to all runs cancels in every contrast; what remains is the
-item x run interaction, measured on the contrast itself by a delete-a-group jackknife over
-items. Each run records its evaluation-derived responses recomputed without each of G item
-groups (`jack/<response>@g<k>`, item i in group i mod G, the same items in every run). The
-contrast computed on the runs' values without group g, c_(-g), uses the same runs (the same
-seeds) for every g, so the jackknife
+Every run r (cell c, replicate block b) evaluates the same G groups of items (prompts or
+held-out batches; item i in group i mod G). Its response is the mean of G per-group values,
+the jackknife pseudo-values p_rk = G y_r - (G - 1) y_r(-k) of the records each run keeps
+(`jack/<response>@g<k>`: the response without group k; for a mean such as tau, p_rk is the
+group's own value):
 
-    var_eval = (G - 1) / G * sum_g (c_(-g) - mean_g c_(-g))^2
+    p_rk = mu_c + beta_b + a_k + (ac)_ck + (bt)_b,c + u_r + e_rk
 
-estimates the contrast's evaluation variance. It recomputes the full statistic, so it holds
-for a mean (tau), a nonlinear statistic (ECE) and a ranked one (AUROC) alike. Runs recorded
-before the jackknife carry only each prompt group's own value (`split/<response>@g<k>`);
-for a mean response (spec/tau) Var_g(c_g) / G is the same estimate, for any other it is
-biased, and it is not used.
+For a contrast with model row L (the cells' weights, the block averaged out), each source:
 
-Over a response's main-effect terms, var_eval / (se^2 / sigma^2) estimates the evaluation
-part of the residual variance, sigma_eval^2; its share of sigma^2 gets an interval from the
-two estimates' degrees of freedom ((G - 1) per term for the jackknife, the residual df for
-sigma^2): share / F(0.975; d1, d2) to share / F(0.025; d1, d2). A share is never capped: over
-100% says the model does not fit (the seeds' part comes out negative). With k times the
-items the evaluation part shrinks k-fold and the seeds' part stays: what `trials reeval`
-buys without training anything. Timed responses (the timing pass's) are not priced in items:
-more prompts do not reduce a run's timing noise.
+- seeds, u_r: run-to-run training noise, L'(X'X)^-1 L sigma_u^2; shrinks with blocks;
+- items x runs, e_rk: L'(X'X)^-1 L sigma_e^2 / G; shrinks with blocks and with items. The
+  runs' residual holds these two: sigma^2 = sigma_u^2 + sigma_e^2 / G;
+- block x term, (bt): a term's effect that differs from block to block (a seed that favours
+  one arm). It sits in the pooled residual, spread over every term. Where a term's
+  block-by-term F test rejects at BLOCK_ALPHA (0.05, the level at which the report names the
+  term as differing between blocks), the term is judged against its own block-by-term mean
+  square (q = (B - 1) x its columns df): in a balanced design its expectation is the term's
+  variance under random block x term effects (the method-of-moments solution of that mixed
+  model, which REML gives too where the component is positive), and for a one-column term it
+  is the paired t-test over the blocks' own effects. The other terms are judged against the
+  residual with that part taken out. This is a preliminary test (pooling where it does not
+  reject), so a real but small interaction is sometimes pooled; `bench/error_rates.py`
+  measures what that costs in coverage. Unbalanced designs keep HC2 (the test is printed);
+- items x term, (ac): an item that favours one arm does so in every block, so more blocks do
+  not shrink it and the runs' residual does not hold it; shrinks with items alone. It enters
+  a term's error where its F test (var_jack over its expectation without it, on G - 1 and
+  df_resid (G - 1) df) rejects at BLOCK_ALPHA, as the block x term part does.
+
+Estimates, from the same OLS fitted to every column of pseudo-values (A = (X'X)^-1 X' P):
+sigma_e^2 from the runs x groups interaction of its residuals (df_resid (G - 1) df); the
+contrast's per-group values C_k = L'A_k, whose variance over groups is the delete-a-group
+jackknife's var_jack = Var_k(C_k) / G, with expectation V_it + L'(X'X)^-1 L sigma_e^2 / G.
+So V_it = var_jack - L'(X'X)^-1 L sigma_e^2 / G where its test rejects (0 where not). A
+contrast's variance is seeds + items x runs + items x term, with Satterthwaite's df over the
+estimates it is made of (at least the smaller of the run-level and the jackknife's); each
+share lies in [0, 1] by construction. k times the items divide both evaluation parts by k; b blocks
+instead of B multiply the run-level parts by B / b.
+
+A response's noise split is its residual's: the evaluation's share sigma_e^2 / (G sigma^2),
+capped at 1, with an F interval on (df_resid (G - 1), df_resid) df. Timed responses (the
+timing pass's) are split over the pass's prompts the same way; more of them reduce a timed
+value's own noise, not the seeds'.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from types import SimpleNamespace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy import stats
-from statsmodels.regression.linear_model import OLS
 
 from trials.registry import Registry, jack_groups, jack_name, split_name
 from trials.workload import registry
 
-from .design import factorial_rows
-from .types import DECISION_POWER, Split, Verdict
-from .model import fit_response, term_contrasts
+from .model import Fit, block_interaction
 from .power import p_decided
+from .types import BLOCK_ALPHA, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value
 DECODED = ("spec/", "conf/", "sched/")  # responses of the decoded prompts; the others of held-out batches
 COUNTS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_prompts": "timing/prompts"}
+WHAT = {"prompts": "prompts", "eval_batches": "held-out batches", "timing_prompts": "prompts of the timing pass"}
 
 
 def kind_of(response: str, rules: Registry | None = None) -> str:
@@ -69,14 +86,28 @@ def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:
     return g
 
 
-def split(df: pd.DataFrame, response: str, factors: list[str], rules: Registry | None = None) -> Split | None:
-    """The evaluation and between-seed parts of a response's noise, or None where the runs
-    carry no usable record of the evaluation's noise (or the response is timed)."""
-    data = factorial_rows(df, factors)
+@dataclass
+class Items:
+    """A response's per-item records: each run's pseudo-value per item group."""
+    kind: str  # prompts | eval_batches | timing_prompts
+    method: str
+    items: int
+    pseudo: np.ndarray  # (n, G), the runs in the model's row order
+
+    @property
+    def groups(self) -> int:
+        return self.pseudo.shape[1]
+
+
+def item_records(data: pd.DataFrame, response: str, rules: Registry | None = None) -> Items | None:
+    """The runs' pseudo-values of a response, or None where they carry no usable record of
+    their evaluation (no jackknife, runs evaluated on different counts, a reeval unfinished).
+    Runs recorded before the jackknife keep each prompt group's own value (`split/`), which
+    are its pseudo-values for a mean response (spec/tau) only."""
     kind = kind_of(response, rules)
     count = COUNTS[kind]
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:
-        return None  # no evaluation record, or runs evaluated on different counts (a reeval unfinished)
+        return None
     # the groups of the runs' latest evaluation: a smaller reeval leaves older groups' values behind
     G = jack_groups(int(data[count].iloc[0])) if groups_of(data, response) else 0
     legacy = G < 2 and response in LEGACY_MEAN
@@ -84,64 +115,166 @@ def split(df: pd.DataFrame, response: str, factors: list[str], rules: Registry |
         G = groups_of(data, response, split_name)
     name = split_name if legacy else jack_name
     cols = [name(response, g) for g in range(G)]
-    if G < 2 or count not in data.columns or data[cols + [count]].isna().any().any():
+    if G < 2 or data[cols].isna().any().any():
         return None
-    block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
-    full = fit_response(data, response, factors, block, errors="pooled")
-    sigma2 = float(full.result.mse_resid)
-    se2 = {c.term: c.se ** 2 for c in term_contrasts(full, data, factors)}
-    by_group: dict[str, list[float]] = {}
-    # the same runs, so the same terms and design as the full fit: only the response differs,
-    # and one fit of every group's column at once gives each group's coefficients (a refit per
-    # group cost one decomposition of the design each: minutes at hundreds of blocks)
-    Y = np.column_stack([pd.to_numeric(data[col]).to_numpy(dtype=float) for col in cols])  # (n, G)
-    pinv = getattr(full.result.model, "pinv_wexog", None)  # statsmodels keeps the design's pseudo-inverse
-    params = (pinv @ Y if pinv is not None else
-              np.asarray(OLS(Y, full.result.model.exog).fit().params).reshape(-1, len(cols)))  # (p, G)
-    for g in range(len(cols)):
-        group = replace(full, result=SimpleNamespace(params=params[:, g], df_resid=full.result.df_resid))
-        for c in term_contrasts(group, data, factors):
-            by_group.setdefault(c.term, []).append(c.estimate)
+    values = np.column_stack([pd.to_numeric(data[c]).to_numpy(dtype=float) for c in cols])  # (n, G)
     if legacy:
-        var_eval = {t: float(np.var(v, ddof=1) / G) for t, v in by_group.items() if len(v) == G}
+        pseudo, method = values, f"prompt-group values, {G} groups (a mean response)"
     else:
-        var_eval = {t: float((G - 1) / G * np.sum((np.asarray(v) - np.mean(v)) ** 2))
-                    for t, v in by_group.items() if len(v) == G}
-    main = [t for t in var_eval if t in se2 and se2[t] > 0 and ":" not in t] or \
-        [t for t in var_eval if t in se2 and se2[t] > 0]
-    if not main or sigma2 <= 0:
+        full = pd.to_numeric(data[response]).to_numpy(dtype=float)[:, None]
+        pseudo, method = G * full - (G - 1) * values, f"jackknife over {G} groups"
+    if not np.isfinite(pseudo).all():
         return None
-    share = float(np.mean([var_eval[t] / (se2[t] / sigma2) for t in main])) / sigma2
-    d1, d2 = float((G - 1) * len(main)), float(full.result.df_resid)
-    low, high = share / stats.f.ppf(0.975, d1, d2), share / stats.f.ppf(0.025, d1, d2)
-    method = (f"prompt-group values, {G} groups (a mean response)" if legacy
-              else f"jackknife over {G} groups")
-    items = int(pd.to_numeric(data[count]).median())
-    return Split(response, kind, method, G, items, math.sqrt(sigma2), share, float(low), float(high), d1, d2,
-                 var_eval)
+    return Items(kind, method, int(pd.to_numeric(data[count]).median()), pseudo)
 
 
-def prompts_to_decide(v: Verdict, var_eval: float, target: float = DECISION_POWER) -> int | None:
-    """The smallest multiple k of today's evaluation items (among PROMPT_FACTORS) with which
-    the term is decided with probability `target` if its effect is as estimated: the
-    evaluation part of its variance shrinks k-fold, the seeds' part stays, the residual df
-    stay. None if even the largest multiple does not."""
-    seed = max(v.se ** 2 - var_eval, 0.0)
+@dataclass
+class Model:
+    """One response's variance model: its OLS, the block-by-term tests of its terms, and
+    where the runs carry them, the item records' estimates (module docstring)."""
+    response: str
+    fit: Fit
+    blocks: int
+    items: Items | None = None
+    tests: dict[tuple[str, ...], BlockTest] = field(default_factory=dict)
+    ms_rest: float = float("nan")  # the residual without the block-by-term parts judged on their own
+    df_rest: float = float("nan")
+    ms_item: float = 0.0  # sigma_e^2: one group's items x runs variance
+    df_item: float = 0.0
+    group_params: np.ndarray | None = None  # (p, G): the model fitted to each group's pseudo-values
+
+    @property
+    def sigma2(self) -> float:
+        return float(self.fit.result.mse_resid)
+
+    def noise(self, L: np.ndarray) -> TermNoise:
+        """The contrast with row L: its variance by source (module docstring)."""
+        unscaled = np.asarray(self.fit.result.normalized_cov_params)  # (X'X)^-1
+        coef = float(L @ unscaled @ L)
+        if self.fit.errors == "HC2":
+            run, run_df, source = float(L @ self.fit.cov @ L), self.fit.df_of(L), "HC2"
+        else:
+            run, run_df, source = self._run_level(L, unscaled, coef)
+        item_run = item_run_df = item_term = item_term_df = 0.0
+        df = run_df
+        if self.items is not None and self.group_params is not None:
+            G = self.items.groups
+            e_part = coef * self.ms_item / G
+            item_run, item_run_df = min(e_part, run), self.df_item
+            jack = float(np.var(L @ self.group_params, ddof=1)) / G  # the groups' contrasts (G,)
+            item_term_df = G - 1.0
+            item_p = float(stats.f.sf(jack / e_part, item_term_df, self.df_item)) if e_part > 0 else 1.0
+            if item_p < BLOCK_ALPHA:  # Satterthwaite over run + jack - e_part, each with its own df
+                item_term = jack - e_part
+                total = run + item_term
+                df = total ** 2 / (run ** 2 / run_df + jack ** 2 / item_term_df + e_part ** 2 / self.df_item)
+                df = max(df, min(run_df, item_term_df))
+            return TermNoise(run - item_run, run_df, item_run, item_run_df, item_term, item_term_df, self.blocks,
+                             source, float(df), item_p)
+        return TermNoise(run - item_run, run_df, item_run, item_run_df, item_term, item_term_df, self.blocks, source,
+                         float(df))
+
+    def _run_level(self, L: np.ndarray, unscaled: np.ndarray, coef: float) -> tuple[float, float, str]:
+        """Pooled errors, each term whose block-by-term test is used on its own mean square:
+        (variance, Satterthwaite df, source)."""
+        parts, rest = [], coef
+        for term, test in self.tests.items():
+            if not test.used:
+                continue
+            s = self.fit.slices[term]
+            c = float(L[s] @ unscaled[s, s] @ L[s])
+            if c > 1e-15 * max(coef, 1e-300):
+                parts.append((c * test.ms, float(test.q)))
+                rest -= c
+        if rest > 1e-12 * coef or not parts:
+            parts.append((max(rest, 0.0) * self.ms_rest, self.df_rest))
+        total = sum(v for v, _ in parts)
+        denom = sum(v * v / d for v, d in parts if v > 0 and d > 0)
+        df = total * total / denom if denom > 0 else self.df_rest
+        return total, df, "block x term" if len(parts) > 1 or parts[0][1] != self.df_rest else "pooled residual"
+
+
+def build(data: pd.DataFrame, response: str, fit: Fit, terms: list[tuple[str, ...]], rules: Registry | None = None,
+          block_tests: bool = True) -> Model:
+    """The variance model of a response fitted as `fit` on the runs `data` (in the fit's
+    row order): the block-by-term tests of `terms` (those the verdicts need) and the item
+    records' estimates."""
+    blocks = int(data["replicate"].nunique()) if "replicate" in data.columns else 1
+    m = Model(response, fit, blocks)
+    add_tests(m, terms if block_tests else [])
+    items = item_records(data, response, rules)
+    if items is not None:
+        pinv = getattr(fit.result.model, "pinv_wexog", None)  # statsmodels keeps the design's pseudo-inverse
+        if pinv is None:
+            pinv = np.linalg.pinv(fit.X)
+        params = pinv @ items.pseudo  # (p, G)
+        resid = items.pseudo - fit.X @ params  # (n, G)
+        inter = resid - resid.mean(axis=1, keepdims=True)  # the runs x groups interaction
+        df_item = float(fit.result.df_resid) * (items.groups - 1)
+        if df_item >= 1:
+            m.items, m.group_params = items, params
+            m.ms_item, m.df_item = float((inter ** 2).sum()) / df_item, df_item
+    return m
+
+
+def add_tests(m: Model, terms: list[tuple[str, ...]]) -> None:
+    """The block-by-term tests of `terms` the model lacks, and the residual of the rest: the
+    pooled residual without the block-by-term parts judged on their own."""
+    fit = m.fit
+    if fit.block_cols is not None:
+        for t in terms:
+            if t in fit.slices and t not in m.tests and (bt := block_interaction(fit, t)) is not None:
+                m.tests[t] = bt
+    ss, df = float(fit.result.ssr), float(fit.result.df_resid)
+    for test in m.tests.values():
+        if test.used and fit.errors != "HC2":
+            ss, df = ss - test.ms * test.q, df - test.q
+    m.ms_rest, m.df_rest = (ss / df, df) if df >= 1 and ss > 0 else (m.sigma2, float(fit.result.df_resid))
+
+
+def split_of(m: Model, terms: list[str] | None = None, noises: dict[str, TermNoise] | None = None) -> Split | None:
+    """The response's noise split (module docstring), or None without item records. `noises`:
+    the family terms' variances by source, for the items x term part the split reports."""
+    if m.items is None or m.sigma2 <= 0:
+        return None
+    G = m.items.groups
+    raw = m.ms_item / G / m.sigma2
+    d1, d2 = m.df_item, float(m.fit.result.df_resid)
+    low, high = raw / stats.f.ppf(0.975, d1, d2), raw / stats.f.ppf(0.025, d1, d2)
+    item_term = {t: n.item_term for t, n in (noises or {}).items() if terms is None or t in terms}
+    return Split(m.response, m.items.kind, m.items.method, G, m.items.items, math.sqrt(m.sigma2), min(raw, 1.0),
+                 min(low, 1.0), min(high, 1.0), d1, d2, item_term,
+                 {t: n.shares()["items x term"] for t, n in (noises or {}).items() if t in item_term})
+
+
+def prompts_to_decide(v: Verdict, target: float = DECISION_POWER, most: float | None = None,
+                      alpha_at: Callable[[float], float] | None = None) -> int | None:
+    """The smallest multiple k of today's evaluation items (among PROMPT_FACTORS, and at most
+    `most` where the plan caps it) with which the term is decided with probability `target`
+    if its effect is as estimated (`TermNoise.at`), at the alpha* `alpha_at(k)` a look at
+    those items would have (today's where None). None if none does."""
+    if v.noise is None:
+        return None
     for k in PROMPT_FACTORS:
-        se = math.sqrt(seed + var_eval / k)
-        if se > 0 and p_decided(v.estimate, se, v.df, v.alpha_star, v.margin) >= target:
+        if most is not None and k > most:
+            break
+        se, df = v.noise.at(v.noise.blocks, k)
+        a = v.alpha_star if alpha_at is None else alpha_at(k)
+        if se > 0 and 0 < a < 1 and p_decided(v.estimate, se, df, a, v.margin) >= target:
             return k
     return None
 
 
-def why_not_items(v: Verdict, var_eval: float) -> str:
+def why_not_items(v: Verdict, most: float | None = None) -> str:
     """Why more evaluation items alone would not decide a term, in one clause."""
-    seed = max(v.se ** 2 - var_eval, 0.0)
-    k = PROMPT_FACTORS[-1]
-    if seed >= var_eval / k:
-        return (f"more items alone would not (up to {k}x): the seeds' part of its se, {math.sqrt(seed):.3g}, "
-                "stays")
+    k = min(PROMPT_FACTORS[-1], most) if most else PROMPT_FACTORS[-1]
+    if v.noise is None:
+        return "its noise has no item records"
+    se, _ = v.noise.at(v.noise.blocks, k)
+    seeds = math.sqrt(v.noise.seeds)
+    if seeds >= se * 0.7:
+        return f"more items alone would not (up to {k:g}x): the seeds' part of its se, {seeds:.3g}, stays"
     margin = f" and +-{v.margin:g}" if v.margin is not None else ""
-    return (f"more items alone would not (up to {k}x): its se would fall to {math.sqrt(seed + var_eval / k):.3g}, "
-            f"but its estimate {v.estimate:+.3g} lies so near the boundaries (0{margin}) that it would stay "
-            f"undecided more than {1 - DECISION_POWER:.0%} of the time")
+    return (f"more items alone would not (up to {k:g}x): its se would fall to {se:.3g}, but its estimate "
+            f"{v.estimate:+.3g} lies so near the boundaries (0{margin}) that it would stay undecided more than "
+            f"{1 - DECISION_POWER:.0%} of the time")

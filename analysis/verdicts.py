@@ -43,6 +43,8 @@ errors.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -51,15 +53,16 @@ from scipy import special, stats
 from trials.registry import Registry
 from trials.workload import registry
 
-from . import power
+from . import power, variance
 from .anova import AnalysisError
 from .design import factorial_rows, with_value
 from .frame import SweepRecord
-from .model import (Fit, block_interaction, control_contrast, fit_response, named_contrast, simple_effects,
+from .model import (Fit, control_contrast, fit_response, named_contrast, simple_effects,
                     term_contrasts)
 from .power import p_decided
+from .sequential import PlanPrices
 from .types import (BEYOND, DECISION_POWER, NEGLIGIBLE, UNDECIDED, UNSURE, Contrast, Decision,
-                    ResponseCheck, SimpleEffect, Verdict)
+                    ResponseCheck, SimpleEffect, Split, Verdict)
 
 ADJUSTMENTS = ("bonferroni", "none")
 MAX_BLOCKS = 1000
@@ -149,15 +152,22 @@ def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, 
                    distance_to_boundary(c.estimate, c.se, c.df, alpha_star, margin), in_family, errors)
 
 
-def blocks_to_decide(v: Verdict, replicates: int, n_cells: int, target: float = DECISION_POWER) -> int | None:
-    """The fewest replicate blocks to add so that the term is decided with probability
-    `target` if its true effect equals today's estimate: se shrinks as 1/sqrt(blocks) and
-    each block adds n_cells - 1 residual degrees of freedom. None past MAX_BLOCKS."""
+def blocks_to_decide(v: Verdict, replicates: int, n_cells: int, target: float = DECISION_POWER,
+                     alpha_at: Callable[[int], float] | None = None, most: int = MAX_BLOCKS) -> int | None:
+    """The fewest replicate blocks to add (at most `most`) so that the term is decided with
+    probability `target` if its true effect equals today's estimate: its variance model says
+    what more blocks buy (`TermNoise.at`: the items x term part stays); without one, se
+    shrinks as 1/sqrt(blocks) and each block adds n_cells - 1 residual df. `alpha_at(blocks)`:
+    the alpha* a look at that many blocks would test at (a plan's; today's where None)."""
     k = 1
-    while k <= MAX_BLOCKS:
+    while k <= most:
         r = replicates + k
-        se = v.se * math.sqrt(replicates / r)
-        if p_decided(v.estimate, se, v.df + k * (n_cells - 1), v.alpha_star, v.margin) >= target:
+        a = v.alpha_star if alpha_at is None else alpha_at(r)
+        if v.noise is not None:
+            se, df = v.noise.at(r, 1.0)
+        else:
+            se, df = v.se * math.sqrt(replicates / r), v.df + k * (n_cells - 1)
+        if 0 < a < 1 and se > 0 and p_decided(v.estimate, se, df, a, v.margin) >= target:
             return k
         k = k + 1 if k < 16 else int(k * 1.25)
     return None
@@ -175,22 +185,50 @@ def default_terms(factors: list[str], control: str | None, contrasts: dict | Non
     return list(factors) + list(contrasts or {}) + ([control.split("=", 1)[-1]] if control else [])
 
 
+@dataclass
+class Models:
+    """Every response's runs, OLS and variance model (`analysis.variance`), fitted once for
+    the look (whose information fraction needs the noise split) and the verdicts."""
+    data: pd.DataFrame  # the factorial runs
+    block: str | None
+    rows: dict[str, pd.DataFrame]  # each response on the runs that hold it
+    fits: dict[str, Fit]
+    models: dict[str, variance.Model]
+
+    def split(self, response: str) -> Split | None:
+        return variance.split_of(self.models[response]) if response in self.models else None
+
+
+def response_models(df: pd.DataFrame, responses: list[str], factors: list[str],
+                    rules: Registry | None = None) -> Models:
+    """The responses' fits and variance models, before any block-by-term test."""
+    data = factorial_rows(df, factors)
+    block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
+    rows = {r: with_value(data, r) for r in responses}
+    fits = {r: fit_response(rows[r], r, factors, block) for r in responses}
+    models = {r: variance.build(rows[r], r, fits[r], [], rules, block_tests=False) for r in responses}
+    return Models(data, block, rows, fits, models)
+
+
 def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margins: dict[str, dict],
                alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
                primary_terms: list[str] | None = None, block_tests: bool = True,
-               rules: Registry | None = None, contrasts: dict | None = None) -> Decision:
+               rules: Registry | None = None, contrasts: dict | None = None, models: Models | None = None,
+               plan: PlanPrices | None = None) -> Decision:
     """Verdicts for every contrast of every response. The family is the primary responses
     (those with a margin, or every one where none has) x the primary terms (`primary_terms`,
     or every main effect, named contrast and the control). `contrasts`: the spec's named
-    contrasts ({name: {from: {factor: level}, to: {...}}}, `named_contrast`). `block_tests`: each family term's block-by-term
-    test (a refit per term, the costliest part at hundreds of blocks), which the planner
-    does not print. `rules`: the swept workload's registry (its better directions)."""
+    contrasts ({name: {from: {factor: level}, to: {...}}}, `named_contrast`). Every
+    contrast's error comes from its response's variance model (`analysis.variance`: the
+    seeds, block x term where its test rejects at BLOCK_ALPHA, items x runs and items x
+    term); `block_tests` False leaves the block-by-term tests out (pooled run-level errors).
+    `rules`: the swept workload's registry (its better directions). `models`: fitted already
+    (`response_models`). `plan`: the alphas and blocks the sweep's plan still allows, which
+    the next steps are priced within (`PlanPrices`)."""
     rules = rules or registry()
     _check_settings(adjust, alpha)
-    data = factorial_rows(df, factors)
-    block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
-    rows = {r: with_value(data, r) for r in responses}  # each response on the runs that hold it
-    fits = {r: fit_response(rows[r], r, factors, block) for r in responses}
+    ms = models or response_models(df, responses, factors, rules)
+    data, block, rows, fits = ms.data, ms.block, ms.rows, ms.fits
     found = {r: _every_contrast(fits[r], rows[r], with_value(df, r), r, factors, control, contrasts)
              for r in responses}
     terms = list(primary_terms or default_terms(factors, control, contrasts))
@@ -203,25 +241,78 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     reps = int(data[block].nunique()) if block else 1
     checks, verdicts = {}, []
     for r in responses:
+        if block_tests:
+            variance.add_tests(ms.models[r], _tested_terms(fits[r], found[r], r in primary, terms))
         m = margins.get(r)
         better = (m or {}).get("better") or rules.better(r)
         margin = m["margin"] if m else None
         checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, alpha_star)
         for c in found[r]:
-            in_family = r in primary and c.group in terms
-            errors = c.errors or fits[r].errors
-            v = decide(c, r, alpha_star, margin, better, family, in_family, errors)
-            if block_tests and in_family and not c.term.startswith("vs "):
-                v.block = block_interaction(fits[r], tuple(c.group.split(":")))
-            if v.verdict == UNDECIDED and block and in_family:
-                k = v.blocks = blocks_to_decide(v, reps, n_cells)
-                v.next_step = (f"{k} more block(s) ({k * n_cells} trials) would decide it "
-                               f"({DECISION_POWER:.0%}, if the effect is as estimated)"
-                               if k else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
+            v = _verdict(c, r, ms.models[r], alpha_star, margin, better, family, r in primary and c.group in terms)
+            if v.verdict == UNDECIDED and block and v.in_family:
+                _price_blocks(v, reps, n_cells, plan, alpha_star / alpha)
             verdicts.append(v)
     decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts, terms)
-    decision.simple = _simple(fits, rows, factors, primary, terms, margins, alpha_star, family, rules)
+    decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, margins, alpha_star, family, rules)
+    for r in responses:
+        _noise_and_caveats(decision, r, rows[r], ms.models[r], rules)
     return decision
+
+
+def _noise_and_caveats(decision: Decision, r: str, rows: pd.DataFrame, model: variance.Model,
+                       rules: Registry) -> None:
+    """A response's noise split (with its family terms' items x term parts) and the caveats
+    its verdicts must be read with (a ratio below its break-even in every arm)."""
+    means = rows.groupby("cell", observed=True)[r].mean() if "cell" in rows.columns else rows[r]
+    if (below := rules.below_break_even(r, list(pd.to_numeric(means)))) is not None:
+        decision.caveats.setdefault(r, []).append(below)
+    own = {v.term: v.noise for v in decision.of(r) if v.in_family and v.noise is not None}
+    if (sp := variance.split_of(model, None, own)) is not None:
+        decision.noise[r] = sp
+
+
+def _tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str]) -> list[tuple[str, ...]]:
+    """The terms whose block-by-term tests the family's contrasts rest on: each family term's
+    own, and every term a named contrast spans."""
+    out = []
+    for c in found:
+        if not primary or c.group not in terms or c.L is None:
+            continue
+        for t, s in fit.slices.items():
+            if t not in out and np.any(np.abs(c.L[s]) > 1e-12):
+                out.append(t)
+    return out
+
+
+def _verdict(c: Contrast, response: str, model: variance.Model, alpha_star: float, margin: float | None,
+             better: str, family: int, in_family: bool) -> Verdict:
+    """One contrast decided on the error its variance model gives it (a control's own
+    errors where it has no model row)."""
+    noise = model.noise(c.L) if c.L is not None else None
+    if noise is not None:
+        c = replace(c, se=noise.se, df=noise.df)
+    v = decide(c, response, alpha_star, margin, better, family, in_family,
+               c.errors or (noise.source if noise else model.fit.errors))
+    v.noise = noise
+    if in_family and c.L is not None:
+        v.block = model.tests.get(tuple(c.group.split(":")))
+    return v
+
+
+def _price_blocks(v: Verdict, reps: int, n_cells: int, plan: PlanPrices | None, per_test: float) -> None:
+    """An undecided family term's next step in blocks, within the plan where there is one
+    (`per_test`: alpha* / alpha, the family's split of a look's alpha)."""
+    most = plan.blocks_left if plan is not None else MAX_BLOCKS
+    alpha_at = (lambda b: plan.alpha_at(b) * per_test) if plan is not None else None
+    k = v.blocks = blocks_to_decide(v, reps, n_cells, alpha_at=alpha_at, most=most) if most > 0 else None
+    if k:
+        v.next_step = (f"{k} more block(s) ({k * n_cells} trials) would decide it ({DECISION_POWER:.0%}, if the "
+                       "effect is as estimated)")
+    elif plan is not None:
+        v.next_step = (f"the plan's remaining {most} block(s) would not decide it"
+                       if most > 0 else "the plan has no blocks left") + "; a new, declared study: analysis plan"
+    else:
+        v.next_step = f"more than {MAX_BLOCKS} more replicate blocks would be needed"
 
 
 def _every_contrast(fit: Fit, rows: pd.DataFrame, runs: pd.DataFrame, response: str, factors: list[str],
@@ -243,9 +334,9 @@ def _check_settings(adjust: str, alpha: float) -> None:
         raise AnalysisError(f"alpha: must lie in (0, 1), got {alpha!r}")
 
 
-def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], factors: list[str], primary: list[str],
-            terms: list[str], margins: dict[str, dict], alpha_star: float, family: int,
-            rules: Registry) -> list[SimpleEffect]:
+def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[str, variance.Model],
+            factors: list[str], primary: list[str], terms: list[str], margins: dict[str, dict], alpha_star: float,
+            family: int, rules: Registry) -> list[SimpleEffect]:
     """Each primary main effect at every combination of the other factors' levels, decided
     at alpha* outside the family: what "it holds at every level" must rest on."""
     out = []
@@ -255,8 +346,8 @@ def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], factors: list[s
         m = margins.get(r) or {}
         for f in [t for t in terms if t in factors]:
             for where, c in simple_effects(fits[r], rows[r], factors, f):
-                v = decide(c, r, alpha_star, m.get("margin"), m.get("better") or rules.better(r), family,
-                           False, fits[r].errors)
+                v = _verdict(c, r, models[r], alpha_star, m.get("margin"), m.get("better") or rules.better(r),
+                             family, False)
                 out.append(SimpleEffect(r, c.term, where, v))
     return out
 

@@ -204,7 +204,7 @@ def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes:
                         block_s)
     look = Look(spec.replicates, rep.look.alpha, counts, stop or "add one replicate block", rep.look.label())
     looks.append(look)
-    if rep.look.new:
+    if rep.look.new or rep.look.sealed:
         record_look(sweep, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
     _keep_on_parent(client, parent, spec.name, "look", {}, {"augment/undecided": rep.decision.undecided()},
                     rep.look.index)

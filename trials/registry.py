@@ -69,6 +69,16 @@ class Registry:
         m = self.lookup(name)
         return bool(m is not None and m.timed)
 
+    def below_break_even(self, name: str, means) -> str | None:
+        """What it means that every arm's mean of a ratio lies below its break-even (a row's
+        optional `break_even` and `below`), or None: a sentence beside the verdicts."""
+        m = self.lookup(name)
+        even = getattr(m, "break_even", None) if m is not None else None
+        if even is None or not len(means) or max(means) >= even:
+            return None
+        return (f"every arm's {name} is below {even:g} (at most {max(means):.3g}): "
+                + (getattr(m, "below", "") or f"each arm is worse than the baseline {name} is relative to"))
+
     def timed(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.metrics.REGISTRY if m.timed)
 

@@ -36,7 +36,8 @@ def _sweep(fraction: bool, replicates: int = 2) -> SweepFrame:
 
 
 def test_a_fractional_design_is_analysed_with_its_aliases_named():
-    rep = build_report(_sweep(fraction=True), None)
+    # 3 blocks: at 2, this draw's A x block F(1, 2) rejects, and A judged on its 1 df stays undecided
+    rep = build_report(_sweep(fraction=True, replicates=3), None)
     table = rep.decision.table()
     assert set(table["term"]) == {"A", "B", "C"}  # the interactions are aliased with the main effects
     a = table[table["term"] == "A"].iloc[0]
@@ -116,7 +117,7 @@ def test_the_plan_of_a_sweep_without_decoded_responses_names_blocks_only():
     sweep.runs["run_s"] = 60.0
     small = {"val/bpb": {"better": "lower", "margin": 0.0001}}  # small: stays undecided
     text = plan_text(replace(sweep, record=replace(sweep.record, responses=small)), None)
-    assert "val/bpb (primary): " in text and "no jackknife records: the evaluation's share of the noise is unknown" in text
+    assert "val/bpb (primary): " in text and "no jackknife records: the evaluation's part is unknown" in text
     assert "trials reeval" not in text  # nothing prices a re-evaluation without the records
 
 
@@ -134,7 +135,7 @@ def test_the_plan_uses_the_alpha_of_the_reports_look():
     assert f"alpha {look.alpha:.3g}" in text and f"alpha {look.alpha:.3g}" in rep.summary
     assert rep.look.alpha == look.alpha and rep.look.look.data == look.look.data  # the same data: the same look
     what_if = plan_text(sweep, None, alpha=0.05)  # an explicit --alpha: a what-if at that alpha, not a look
-    assert "alpha 0.05," in what_if and "what-if" in what_if
+    assert "at alpha 0.05 are not a look" in what_if and "what-if" in what_if
 
 
 def test_algorithm_1_on_a_curve_where_it_verifies_one_length_everywhere_is_not_ranked():

@@ -5,11 +5,12 @@ block (evaluated with 96 prompts) and one look at a time up to the plan's 6 bloc
 once every family term is decided. Every run's response is its cell mean, a block effect,
 seed noise and the evaluation noise of the prompts it decoded (the same prompts in every
 run; 96 prompts extend the first 32), at the committed study's sizes. Each look estimates
-the evaluation's share by the delete-a-group jackknife (`analysis.variance`), gets its
+the evaluation's share from the jackknife records (`analysis.variance`: the runs x groups
+interaction of the pseudo-values over the residual), gets its
 information fraction and alpha from the product's `Plan` and `information_fraction`, and
 decides the 3 x 3 family with the product's `classify` on pooled OLS contrasts (the
 design is balanced). A vectorised twin computes the contrasts and the jackknife for
-thousands of sweeps at once; the first test pins it to the product's own `split` and
+thousands of sweeps at once; the first test pins it to the product's own split and
 `fit_response` on one simulated sweep."""
 
 import functools
@@ -21,10 +22,9 @@ import pandas as pd
 import pytest
 
 from analysis.sequential import LEGACY, Plan, fingerprint, information_fraction, look_for, plan_of, spent
-from analysis.variance import split
 from analysis.types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
 from analysis.model import fit_response, term_contrasts
-from analysis.verdicts import classify
+from analysis.verdicts import classify, response_models
 from dspark.metrics import jack_name
 
 ALPHA = 0.05
@@ -76,11 +76,17 @@ def contrast_stats(y):
     return est, np.sqrt(s2 / (2 * b))[:, None], s2, df
 
 
-def jackknife_share(jack, se, s2):
-    """The twin of analysis.variance.split: var_eval per main term, over se^2 / sigma^2, averaged."""
-    est_g = np.einsum("sbcg,ct->sgt", jack, CODES[:, :3]) / (4.0 * jack.shape[1])  # (S, G, 3)
-    var_eval = (G - 1) / G * ((est_g - est_g.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)  # (S, 3)
-    return (var_eval / (se ** 2 / s2[:, None])).mean(axis=1) / s2
+def jackknife_share(y, jack, s2):
+    """The twin of analysis.variance.split_of: the pseudo-values' runs x groups interaction
+    (the residual of the blocked cell model, fitted per group, centred over the groups) per
+    group, over G, over sigma^2, capped at 1."""
+    pseudo = G * y[..., None] - (G - 1) * jack  # (S, b, 8, G)
+    resid = (pseudo - pseudo.mean(axis=1, keepdims=True) - pseudo.mean(axis=2, keepdims=True)
+             + pseudo.mean(axis=(1, 2), keepdims=True))
+    inter = resid - resid.mean(axis=-1, keepdims=True)
+    df = 7 * (y.shape[1] - 1)
+    ms = (inter ** 2).sum(axis=(1, 2, 3)) / (df * (G - 1))
+    return np.minimum(ms / G / s2, 1.0)
 
 
 @functools.lru_cache(maxsize=None)  # the tests share their simulated sweeps
@@ -109,7 +115,7 @@ def run_procedure(true_effect, accounting="information", n_sweeps=MC_SWEEPS, see
             est, se, s2, df = contrast_stats(y)
             stats_[name] = (est if accounting == "as_run" else est[:, :3], se, df)
             if RESPONSES[name][1] > 0:  # the timed response carries no jackknife
-                shares[:, j] = jackknife_share(jack, se, s2)
+                shares[:, j] = jackknife_share(y, jack, s2)
         alphas = np.zeros(n_sweeps)
         for i in np.flatnonzero(active):
             if accounting == "as_run" and k < 2:  # no plan yet: a fixed-sample analysis each time
@@ -159,9 +165,9 @@ def test_the_twin_is_the_product_on_one_simulated_sweep():
     for k, term in enumerate(("A", "B", "C")):
         assert ours[term].estimate == pytest.approx(est[0, k], abs=1e-12)
         assert ours[term].se == pytest.approx(se[0, 0], rel=1e-9) and ours[term].df == df_resid
-    sp = split(df, "spec/tau", list("ABC"))
+    sp = response_models(df, ["spec/tau"], list("ABC")).split("spec/tau")
     assert sp is not None and sp.groups == G and sp.items == PROMPTS
-    assert sp.share == pytest.approx(jackknife_share(jack, se, s2)[0], rel=1e-9)
+    assert sp.share == pytest.approx(jackknife_share(y, jack, s2)[0], rel=1e-9)
 
 
 def test_every_look_of_the_whole_procedure_keeps_false_matters_at_alpha():
@@ -201,8 +207,11 @@ def test_a_look_is_the_data_it_saw():
     assert not new and again is first and len(plan.looks) == 1
     reeval, new = plan.look("bbb", 2, {"prompts": 96}, 0.3)  # more prompts: a new look
     assert new and reeval.alpha == pytest.approx(spent(0.3, ALPHA) - spent(0.2, ALPHA))
-    lower, _ = plan.look("ccc", 2, {"prompts": 16}, 0.1)  # less information never spends back
-    assert lower.t == pytest.approx(0.3) and lower.alpha == 0
+    with pytest.raises(ValueError, match="no alpha left for a new look: this data adds no information"):
+        plan.look("ccc", 2, {"prompts": 16}, 0.1)  # less information never spends back, nor tests at 0
+    lower, new = plan.look("ccc", 2, {"prompts": 16}, 0.1, what_if=True)  # a what-if sees it, unrecorded
+    assert new and lower.t == pytest.approx(0.3) and lower.alpha == 0
+    plan.looks.remove(lower)
     last, _ = plan.look("ddd", 6, {"prompts": 96}, 1.0)
     assert plan.spent_alpha() == pytest.approx(ALPHA)
     assert Plan.from_json(plan.to_json()).looks == plan.looks
@@ -249,16 +258,33 @@ def test_the_report_says_post_hoc_on_the_committed_paper_study():
     assert blocks == 3 and evaluation["prompts"] == 96 and len(key) == 16
 
 
-def test_a_timing_pass_run_again_is_a_new_look():
-    """The same runs and counts, other timed values (a pass run again): a new look; a look
-    recorded before the timed digest existed is found by its data alone."""
+def test_a_timing_pass_run_again_cannot_be_tested_again():
+    """The same runs and counts, other timed values (a pass run again): the plan's scale
+    counts blocks and items, so a re-timing adds no information and has no alpha to test
+    at: refused in one line (a what-if sees it, unrecorded). A look recorded before the
+    timed digest existed is found by its data once and sealed with the timed values it was
+    matched on, so the next re-timing is refused too (it once matched any values, each at the
+    full alpha of the look)."""
     plan = Plan(6, ALPHA)
     first, _ = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t1")
-    again, new = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t2")
-    assert new and again is not first and again.alpha == 0  # no information added: nothing left to test at
-    same, new = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t2")
-    assert not new and same is again
+    with pytest.raises(ValueError, match="re-timing adds no information on the plan's scale.*look 1's verdicts"):
+        plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t2")
+    again, new = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t2", what_if=True)
+    assert new and again.alpha == 0
+    same, new = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t1")
+    assert not new and same is first
     old = Plan.from_json('{"declared": true, "max_replicates": 6, "alpha": 0.05, "looks": '
                          '[{"data": "bbb", "blocks": 3, "alpha": 0.02, "t": 0.5}]}')
-    found, new = old.look("bbb", 3, {}, 0.5, timed="anything")
-    assert not new and found.alpha == 0.02
+    found, new = old.look("bbb", 3, {}, 0.5, timed="first")
+    assert not new and found.alpha == 0.02 and found.timed == "first"  # sealed
+    assert Plan.from_json(old.to_json()).looks[0].timed == "first"
+    with pytest.raises(ValueError, match="no alpha left"):
+        old.look("bbb", 3, {}, 0.5, timed="second")
+
+
+def test_no_alpha_of_zero_reaches_the_statistics():
+    from analysis import power
+
+    for bad in (0.0, 1.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="alpha: must lie in"):
+            power.t_detectable(0.1, 10, bad)

@@ -1,8 +1,12 @@
 """analysis.variance on simulated sweeps whose components are known.
 
 Two generators. `sweep`: a mean response, per run a seed effect plus per prompt a common
-prompt effect (cancels in contrasts) and a prompt x run interaction (the evaluation's
-noise), so a contrast's true evaluation and seed variances are known in closed form.
+prompt effect (cancels in contrasts), a prompt x run interaction (the evaluation's noise),
+and, where asked, an items x term interaction (a prompt that favours A's high level in every
+block) and a block x term one (a block that favours it), so a contrast's true variance by
+source is known in closed form:
+
+    Var(A) = (sigma_seed^2 + sigma_int^2 / P) / B + sigma_it^2 / P + sigma_bt^2 / B
 `rounds_sweep`: decoding rounds as the evaluator records them (per prompt a few rounds of
 K slots, per-slot confidences and the accepted length), each run with a seed-drawn quality
 and calibration bias, scored by the trainer's own tau, ECE and AUROC
@@ -16,11 +20,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide, split
-from analysis.types import Contrast, UNDECIDED
+from scipy import stats
+
+from analysis import variance
 from analysis.model import fit_response, term_contrasts
 from analysis.power import p_decided
-from analysis.verdicts import decide
+from analysis.types import UNDECIDED, Contrast, TermNoise
+from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide
+from analysis.verdicts import decide, decide_all, response_models
 from dspark import calibration
 from dspark.metrics import jack_groups, jack_name
 
@@ -35,15 +42,19 @@ def _frame(rows):
     return df
 
 
-def sweep(sigma_seed, sigma_int, prompts=32, replicates=6, effect=0.3, seed=0, name="spec/tau"):
+def sweep(sigma_seed, sigma_int, prompts=32, replicates=6, effect=0.3, seed=0, name="spec/tau", sigma_it=0.0,
+          sigma_bt=0.0):
     rng = np.random.default_rng(seed)
     common = rng.normal(0, 0.5, prompts)  # every run decodes the same prompts: cancels in contrasts
+    item_term = rng.normal(0, sigma_it, prompts)  # (P,): a prompt favours A=hi in every block
+    block_term = rng.normal(0, sigma_bt, replicates)  # (B,): a block favours A=hi in every prompt
     groups = jack_groups(prompts)
     rows = []
     for r in range(replicates):
         for a, b in itertools.product(("lo", "hi"), repeat=2):
-            mu = 2.0 + (effect / 2 if a == "hi" else -effect / 2) + rng.normal(0, sigma_seed)
-            y = mu + common + rng.normal(0, sigma_int, prompts)  # (P,)
+            sign = 1.0 if a == "hi" else -1.0
+            mu = 2.0 + sign * (effect + block_term[r]) / 2 + rng.normal(0, sigma_seed)
+            y = mu + common + sign * item_term / 2 + rng.normal(0, sigma_int, prompts)  # (P,)
             row = {"A": a, "B": b, "replicate": r, name: float(y.mean()), "split/prompts": float(prompts)}
             for g in range(groups):
                 row[jack_name(name, g)] = float(np.delete(y, np.arange(g, prompts, groups)).mean())
@@ -128,70 +139,141 @@ def truths(rng):
         df = rounds_sweep(_latents(rng), _prompts(rng)[0], rng, jackknife=False)
         for r in RESPONSES:
             whole[r].append(_effect_a(df, r))
-    return ({r: float(np.mean(within[r])) for r in RESPONSES},
-            {r: float(np.mean(within[r]) / np.var(whole[r], ddof=1)) for r in RESPONSES})
+    return ({r: float(np.mean(within[r])) for r in RESPONSES}, {r: float(np.var(whole[r], ddof=1)) for r in RESPONSES})
 
 
-def test_the_split_holds_for_a_mean_a_nonlinear_and_a_ranked_response():
-    """tau (a mean), ECE (binned, nonlinear) and AUROC (ranks): the true share of the
-    evaluation lies within the interval one sweep's jackknife states in most simulated
-    sweeps. On average the contrast's evaluation variance is near the truth for tau and
-    AUROC; for ECE it is high (the jackknife's variance is biased upward, Efron and Stein
-    1981, most for a statistic built of absolute values over bins: about 1.5x here), so the
-    split errs toward the evaluation and the planner toward more prompts, never the other
-    way. (The share's own mean is not compared: a ratio over sigma^2 on 9 df is biased up
-    by 9/7 whatever the jackknife does; its interval accounts for that.)"""
+def test_the_model_holds_for_a_mean_a_nonlinear_and_a_ranked_response():
+    """tau (a mean), ECE (binned, nonlinear) and AUROC (ranks), where quality shifts every
+    prompt's acceptance nonlinearly, so items x term arises by itself: A's evaluation parts
+    (items x runs + items x term) match the Monte Carlo variance with prompts redrawn under
+    fixed seeds, and its total the variance with everything redrawn, on average over
+    simulated sweeps. For ECE the jackknife's variance is biased upward (Efron and Stein
+    1981, most for a statistic built of absolute values over bins), so the model errs toward
+    the evaluation and the planner toward more prompts, never the other way."""
     rng = np.random.default_rng(0)
-    var_truth, truth = truths(rng)
-    assert all(0.2 < s < 0.9 for s in truth.values()), truth  # both parts matter in this design
-    covered = {r: 0 for r in RESPONSES}
-    var_eval = {r: [] for r in RESPONSES}
-    sweeps = 12
-    for _ in range(sweeps):
+    within, whole = truths(rng)
+    evaluation = {r: [] for r in RESPONSES}
+    total = {r: [] for r in RESPONSES}
+    for _ in range(12):
         df = rounds_sweep(_latents(rng), _prompts(rng)[0], rng)
         for r in RESPONSES:
-            sp = split(df, r, ["A", "B"])
-            assert sp is not None and sp.groups == G and sp.items == PROMPTS
-            covered[r] += sp.share_low <= truth[r] <= sp.share_high
-            var_eval[r].append(sp.var_eval["A"])
-    ratio = {r: np.mean(var_eval[r]) / var_truth[r] for r in RESPONSES}
-    for r in RESPONSES:
-        assert covered[r] >= sweeps - 3, (r, covered[r], truth[r])  # 95% intervals
-    assert 0.7 < ratio["spec/tau"] < 1.4 and 0.7 < ratio["conf/auroc_mean"] < 1.4, ratio
-    assert 0.9 < ratio["conf/ece_mean"] < 2.6, ratio
+            _, n, sp = a_noise(df, r, tests=False)
+            assert sp is not None and sp.groups == G and sp.items == PROMPTS and 0 <= sp.share <= 1
+            evaluation[r].append(n.item_run + n.item_term)
+            total[r].append(n.total)
+    ev = {r: np.mean(evaluation[r]) / within[r] for r in RESPONSES}
+    tot = {r: np.mean(total[r]) / whole[r] for r in RESPONSES}
+    assert 0.6 < ev["spec/tau"] < 1.5 and 0.6 < ev["conf/auroc_mean"] < 1.5, ev
+    assert 0.8 < ev["conf/ece_mean"] < 2.8, ev
+    assert all(0.6 < t < 1.8 for t in tot.values()), tot
 
 
-@pytest.mark.parametrize("sigma_seed,sigma_int", [(0.05, 0.4), (0.1, 0.1)])
-def test_the_split_recovers_known_components_of_a_mean_response(sigma_seed, sigma_int):
-    evals, seeds = [], []
+def a_noise(df, response="spec/tau", tests=True):
+    """A's contrast, its variance by source, and the response's split."""
+    ms = response_models(df, [response], ["A", "B"])
+    m = ms.models[response]
+    if tests:
+        variance.add_tests(m, [("A",)])
+    c = next(c for c in term_contrasts(ms.fits[response], ms.rows[response], ["A", "B"]) if c.term == "A")
+    return c, m.noise(c.L), ms.split(response)
+
+
+def true_var(sigma_seed, sigma_int, sigma_it, sigma_bt, prompts=32, replicates=6):
+    return (sigma_seed ** 2 + sigma_int ** 2 / prompts) / replicates + sigma_it ** 2 / prompts + \
+        sigma_bt ** 2 / replicates
+
+
+@pytest.mark.parametrize("sigma_seed,sigma_int,sigma_it", [(0.05, 0.4, 0.0), (0.1, 0.1, 0.0), (0.03, 0.2, 0.3)])
+def test_each_source_is_recovered_on_average(sigma_seed, sigma_int, sigma_it):
+    """Over simulated sweeps, each part of A's variance (seeds, items x runs, items x term)
+    and the split of the residual come out near their known values."""
+    parts, splits = [], []
     for s in range(30):
-        sp = split(sweep(sigma_seed, sigma_int, seed=s), "spec/tau", ["A", "B"])
-        evals.append(sp.sigma_eval ** 2)
-        seeds.append(sp.sigma_seed ** 2)
-    true_eval = sigma_int ** 2 / 32  # a run's mean over 32 prompts
-    assert np.mean(evals) == pytest.approx(true_eval, rel=0.25, abs=2e-4)
-    assert np.mean(seeds) == pytest.approx(sigma_seed ** 2, rel=0.35, abs=2e-4)
+        _, n, sp = a_noise(sweep(sigma_seed, sigma_int, seed=s, sigma_it=sigma_it), tests=False)
+        parts.append((n.seeds, n.item_run, n.item_term))
+        splits.append((sp.sigma_eval ** 2, sp.sigma_seed ** 2))
+    seeds, item_run, item_term = np.mean(parts, axis=0)
+    assert seeds == pytest.approx(sigma_seed ** 2 / 6, rel=0.35, abs=2e-5)
+    assert item_run == pytest.approx(sigma_int ** 2 / 32 / 6, rel=0.3, abs=2e-5)
+    if sigma_it:
+        assert item_term == pytest.approx(sigma_it ** 2 / 32, rel=0.3)
+    else:  # truncated at zero, so biased up where the truth is 0: by about 15% of the items x runs part
+        assert item_term < 0.25 * item_run
+    evals, seeds_ = np.mean(splits, axis=0)
+    assert evals == pytest.approx(sigma_int ** 2 / 32, rel=0.25, abs=2e-4)
+    assert seeds_ == pytest.approx(sigma_seed ** 2, rel=0.35, abs=2e-4)
 
 
-def test_a_share_over_one_is_reported_not_capped():
-    """Evaluation noise alone, and few runs: the estimate can pass 100%; it is printed as it
-    is, and the text says the model does not fit."""
+def test_shares_lie_between_zero_and_one_by_construction():
+    """Evaluation noise alone, few runs, and an items x term interaction: the old split put
+    the evaluation at 112-291% of the residual; each part is a variance >= 0 now, the
+    response's share is capped at 1 with its interval, and the text never says over 100%."""
     for s in range(40):
-        sp = split(sweep(0.0, 0.5, replicates=2, seed=s), "spec/tau", ["A", "B"])
-        if sp.share > 1:
-            assert sp.sigma_seed == 0 and "over 100%: the evaluation alone exceeds" in sp.text()
-            assert f"{sp.share:.0%}" in sp.text()
-            return
-    pytest.fail("no simulated sweep gave a share over 100%")
+        _, n, sp = a_noise(sweep(0.0, 0.5, replicates=2, seed=s, sigma_it=0.4), tests=False)
+        assert 0 <= sp.share_low <= sp.share <= sp.share_high <= 1
+        assert min(n.seeds, n.item_run, n.item_term) >= 0 and sum(n.shares().values()) == pytest.approx(1)
+        assert "over 100%" not in sp.text()
+
+
+def _coverage(n_sims, **kw):
+    """How often A's 95% interval (its model's se and Satterthwaite df) holds the true effect."""
+    hits = 0
+    for s in range(n_sims):
+        c, n, _ = a_noise(sweep(seed=1000 + s, effect=0.3, **kw))
+        hits += abs(c.estimate - 0.3) <= stats.t.ppf(0.975, n.df) * n.se
+    return hits / n_sims
+
+
+@pytest.mark.parametrize("kw", [
+    dict(sigma_seed=0.03, sigma_int=0.2, sigma_it=0.15, sigma_bt=0.2),  # both interactions real
+    dict(sigma_seed=0.05, sigma_int=0.3, sigma_it=0.0, sigma_bt=0.0),  # neither: the pooled residual holds
+], ids=["block-and-item-by-term", "no-interaction"])
+def test_intervals_cover_at_their_level_with_block_and_item_by_term_noise(kw):
+    """400 simulated sweeps (2 x 2, 6 blocks, 32 prompts in 16 groups): the 95% interval's
+    coverage is within three Monte Carlo errors of nominal (or above it). The pooled residual
+    alone covers far less where the interactions are real (checked on the same sweeps)."""
+    n_sims = 400
+    cover = _coverage(n_sims, **kw)
+    mc = 3 * np.sqrt(0.95 * 0.05 / n_sims)
+    assert cover >= 0.95 - mc, cover
+    if kw["sigma_bt"]:
+        assert cover <= 0.95 + mc, cover
+        pooled = 0
+        for s in range(100):
+            df = sweep(seed=1000 + s, effect=0.3, **kw)
+            fit = fit_response(df, "spec/tau", ["A", "B"], "replicate")
+            c = next(c for c in term_contrasts(fit, df, ["A", "B"]) if c.term == "A")
+            pooled += abs(c.estimate - 0.3) <= stats.t.ppf(0.975, c.df) * c.se
+        assert pooled / 100 < 0.8, pooled
+
+
+def test_a_term_with_block_by_term_variation_is_judged_against_it():
+    """A seed that favours one arm: A's block-by-term test rejects, and its error is its own
+    block-by-term mean square on (B - 1) df, not the pooled residual; B's stays pooled."""
+    df = sweep(0.02, 0.1, sigma_bt=0.3, seed=3)
+    margins = {"spec/tau": {"margin": 0.1, "better": "higher"}}
+    d = decide_all(df, ["spec/tau"], ["A", "B"], margins)
+    v = {x.term: x for x in d.of("spec/tau")}
+    assert v["A"].block.used and v["A"].noise.source == "block x term" and v["A"].errors == "block x term"
+    per_block = [g[g.A == "hi"]["spec/tau"].mean() - g[g.A == "lo"]["spec/tau"].mean()
+                 for _, g in df.groupby("replicate")]
+    assert v["A"].se == pytest.approx(np.std(per_block, ddof=1) / np.sqrt(6), rel=0.02)  # the paired t on blocks
+    assert v["A"].df == pytest.approx(5, abs=0.3) and "judged against it (5 df)" in v["A"].block.text()
+    assert not v["B"].block.used and v["B"].noise.source == "pooled residual"
+    lean = decide_all(df, ["spec/tau"], ["A", "B"], margins, block_tests=False)
+    assert all(x.block is None and x.noise.source == "pooled residual" for x in lean.verdicts)
 
 
 def test_without_records_or_for_a_timed_response_there_is_no_split():
+    def split(df, r):
+        return response_models(df, [r], ["A", "B"]).split(r)
+
     df = sweep(0.05, 0.2).drop(columns=[jack_name("spec/tau", g) for g in range(G)])
-    assert groups_of(df, "spec/tau") == 0 and split(df, "spec/tau", ["A", "B"]) is None
+    assert groups_of(df, "spec/tau") == 0 and split(df, "spec/tau") is None
     timed = sweep(0.05, 0.2, name="spec/speedup")  # counted in the evaluation's prompts: not its own
-    assert split(timed, "spec/speedup", ["A", "B"]) is None
+    assert split(timed, "spec/speedup") is None
     timed["timing/prompts"] = timed.pop("split/prompts")  # the timing pass's prompts: its own jackknife
-    sp = split(timed, "spec/speedup", ["A", "B"])
+    sp = split(timed, "spec/speedup")
     assert sp is not None and sp.kind == "timing_prompts" and "prompts of the timing pass" in sp.text()
     assert kind_of("val/bpb") == "eval_batches" and kind_of("conf/ece_mean") == "prompts"
 
@@ -201,31 +283,61 @@ def test_older_prompt_group_records_serve_a_mean_response_only():
     legacy = df.drop(columns=[jack_name("spec/tau", g) for g in range(G)])
     for g in range(4):  # a group's own value: what older evaluations recorded
         legacy[f"split/spec/tau@g{g}"] = df["spec/tau"] + np.random.default_rng(g).normal(0, 0.01, len(df))
-    sp = split(legacy, "spec/tau", ["A", "B"])
+    sp = response_models(legacy, ["spec/tau"], ["A", "B"]).split("spec/tau")
     assert sp is not None and "prompt-group values" in sp.method
     other = legacy.rename(columns=lambda c: c.replace("spec/tau", "conf/ece_mean"))
-    assert split(other, "conf/ece_mean", ["A", "B"]) is None
+    assert response_models(other, ["conf/ece_mean"], ["A", "B"]).split("conf/ece_mean") is None
+
+
+def test_each_group_is_fitted_as_its_own_pseudo_values_would_be():
+    """The model fits every group's pseudo-values on the full fit's design at once; each
+    group's contrast is that of fitting its column as the response, and their variance over
+    groups / G is the delete-a-group jackknife's (G - 1) / G sum (c_(-g) - mean)^2."""
+    df = sweep(0.05, 0.3, replicates=3, seed=4)
+    ms = response_models(df, ["spec/tau"], ["A", "B"])
+    c = next(c for c in term_contrasts(ms.fits["spec/tau"], ms.rows["spec/tau"], ["A", "B"]) if c.term == "A")
+    per_group = c.L @ ms.models["spec/tau"].group_params
+    loo = []
+    for g in range(G):
+        sub = df.assign(y=df[jack_name("spec/tau", g)])
+        fit = fit_response(sub, "y", ["A", "B"], "replicate", errors="pooled")
+        loo.append(next(x.estimate for x in term_contrasts(fit, sub, ["A", "B"]) if x.term == "A"))
+        pseudo = sub.assign(y=G * df["spec/tau"] - (G - 1) * sub["y"])
+        fit = fit_response(pseudo, "y", ["A", "B"], "replicate", errors="pooled")
+        assert per_group[g] == pytest.approx(next(x.estimate for x in term_contrasts(fit, pseudo, ["A", "B"])
+                                                  if x.term == "A"), rel=1e-9)
+    loo = np.asarray(loo)
+    assert np.var(per_group, ddof=1) / G == pytest.approx((G - 1) / G * ((loo - loo.mean()) ** 2).sum(), rel=1e-9)
+
+
+def _verdict(se, seeds_share, df=20.0, estimate=0.02):
+    """An undecided verdict whose se^2 is split between the seeds and the items x runs."""
+    v = decide(Contrast("A", "", estimate, se, df), "y", 0.01, 0.1, "higher", 3)
+    v.noise = TermNoise(se ** 2 * seeds_share, df, se ** 2 * (1 - seeds_share), df * 15, 0.0, 15.0, 3,
+                        "pooled residual", df)
+    return v
 
 
 def test_more_prompts_decide_only_what_evaluation_noise_keeps_undecided():
-    v = decide(Contrast("A", "", 0.02, 0.05, 20), "y", 0.01, 0.1, "higher", 3)
+    v = _verdict(0.05, 0.1)
     assert v.verdict == UNDECIDED
-    k = prompts_to_decide(v, var_eval=0.05 ** 2 * 0.9)  # nearly all of it is the evaluation's
+    k = prompts_to_decide(v)  # nearly all of it is the evaluation's
     assert k is not None and k in PROMPT_FACTORS
-    assert prompts_to_decide(v, var_eval=0.05 ** 2 * 0.01) is None  # the seeds' noise stays
+    assert prompts_to_decide(_verdict(0.05, 0.99)) is None  # the seeds' noise stays
+    assert prompts_to_decide(v, most=1.5) is None  # the plan allows no more items
+    assert prompts_to_decide(v, alpha_at=lambda k: 0.0) is None  # nor alpha to test them at
 
 
 def test_the_planner_prices_prompts_as_simulated_sweeps_decide():
     """Known components: a contrast's se at k times the prompts is sqrt(seed + eval / k)
-    times the design's factor. The planner's multiple, from one sweep's jackknife, is the
+    times the design's factor. The planner's multiple, from one sweep's records, is the
     right one (the smallest that decides with 80% probability at the true se) or next to it
     in most sweeps; where the seeds dominate it says prompts will not do."""
     sigma_seed, sigma_int, prompts, reps, effect, margin = 0.01, 0.5, 32, 3, 0.0, 0.1
-    factor = 4 / (4 * reps)  # a 2x2's effect: variance 4 sigma^2 / runs
     alpha_star = 0.05 / 2
     right = None
     for k in PROMPT_FACTORS:
-        se = np.sqrt((sigma_seed ** 2 + sigma_int ** 2 / (k * prompts)) * factor)
+        se = np.sqrt((sigma_seed ** 2 + sigma_int ** 2 / (k * prompts)) / reps)
         if p_decided(effect, se, 4 * reps - 1 - 3 - (reps - 1), alpha_star, margin) >= 0.8:
             right = k
             break
@@ -233,21 +345,34 @@ def test_the_planner_prices_prompts_as_simulated_sweeps_decide():
     picked = []
     for s in range(20):
         df = sweep(sigma_seed, sigma_int, prompts=prompts, replicates=reps, effect=effect, seed=100 + s)
-        sp = split(df, "spec/tau", ["A", "B"])
-        fit = fit_response(df, "spec/tau", ["A", "B"], "replicate")
-        c = next(c for c in term_contrasts(fit, df, ["A", "B"]) if c.term == "A")
-        v = decide(Contrast("A", "", effect, c.se, c.df), "spec/tau", alpha_star, margin, "higher", 2)
-        picked.append(prompts_to_decide(v, sp.var_eval["A"]))
+        c, n, _ = a_noise(df, tests=False)
+        v = decide(Contrast("A", "", effect, n.se, n.df), "spec/tau", alpha_star, margin, "higher", 2)
+        v.noise = n
+        picked.append(prompts_to_decide(v))
     index = {k: i for i, k in enumerate(PROMPT_FACTORS)}
     steps = sorted(index[k] if k is not None else len(PROMPT_FACTORS) for k in picked)
     assert abs(steps[len(steps) // 2] - index[right]) <= 1, (right, picked)  # the median pick
-    assert sum(abs(i - index[right]) <= 1 for i in steps) >= 13, (right, picked)  # each from 15 df of jackknife
-    seeds_only = sweep(0.2, 0.01, prompts=prompts, replicates=reps, effect=0.0, seed=1)
-    sp = split(seeds_only, "spec/tau", ["A", "B"])
-    fit = fit_response(seeds_only, "spec/tau", ["A", "B"], "replicate")
-    c = next(c for c in term_contrasts(fit, seeds_only, ["A", "B"]) if c.term == "A")
-    v = decide(Contrast("A", "", 0.0, c.se, c.df), "spec/tau", alpha_star, margin, "higher", 2)
-    assert v.verdict == UNDECIDED and prompts_to_decide(v, sp.var_eval["A"]) is None
+    assert sum(abs(i - index[right]) <= 1 for i in steps) >= 12, (right, picked)
+    c, n, _ = a_noise(sweep(0.2, 0.01, prompts=prompts, replicates=reps, effect=0.0, seed=1), tests=False)
+    v = decide(Contrast("A", "", 0.0, n.se, n.df), "spec/tau", alpha_star, margin, "higher", 2)
+    v.noise = n
+    assert v.verdict == UNDECIDED and prompts_to_decide(v) is None
+
+
+def test_more_blocks_leave_the_items_by_term_part():
+    """Blocks shrink the seeds' and the items x runs parts, not the items x term part: a term
+    whose se is mostly items x term is not decided by blocks at any number, and the planner
+    says so; more items decide it."""
+    n = TermNoise(0.0001, 20, 0.0001, 300, 0.004, 15, 3, "pooled residual", 17.0)
+    se_far, _ = n.at(300, 1.0)
+    assert se_far == pytest.approx(np.sqrt(0.004 + 0.0002 * 3 / 300), rel=1e-9)
+    se_items, _ = n.at(3, 16.0)
+    assert se_items < 0.03
+    v = decide(Contrast("A", "", 0.0, n.se, n.df), "y", 0.01, 0.1, "higher", 3)
+    v.noise = n
+    from analysis.verdicts import blocks_to_decide
+
+    assert v.verdict == UNDECIDED and blocks_to_decide(v, 3, 4) is None and prompts_to_decide(v) is not None
 
 
 def test_plan_prices_more_prompts_against_more_blocks():
@@ -261,42 +386,12 @@ def test_plan_prices_more_prompts_against_more_blocks():
     constructed = SweepFrame(df, factors=["A", "B"], record=SweepRecord(
         experiment="constructed", responses={"spec/tau": {"better": "higher", "margin": 0.1}}))
     text = plan_text(constructed, None)
-    assert "spec/tau (primary): 2 undecided" in text and "the evaluation's share of its variance" in text
-    assert "x the prompts (" in text and ") on the existing checkpoints" in text
-    # B's estimate sits near a boundary: no multiple of the prompts decides it, and the plan says why
-    assert "B: " in text and "lies so near the boundaries (0 and +-0.1)" in text
-    assert "more evaluation items alone cannot decide every primary term" in text
-    assert "blocks priced at 2 min per trial" in text and "every primary term decided by blocks alone" in text
-    assert "items (prompts, held-out batches) are priced per term from its jackknife" in text
+    assert "spec/tau (primary): 2 undecided" in text
+    a = next(line for line in text.splitlines() if line.startswith("    A: "))
+    assert "more block(s) (" in a and "x the prompts (" in a and ") on the existing checkpoints" in a
+    assert "more items alone would not" in next(line for line in text.splitlines() if line.startswith("    B: "))
+    assert "no sequential plan declared: a next look would be post hoc" in text
+    assert "blocks at 2 min per trial" in text
+    assert "A:B" not in text and "A:B" in plan_text(constructed, None, every=True)  # --all
     rep = build_report(constructed, None)
     assert "    noise: spec/tau: residual sigma " in rep.summary
-
-
-def test_each_group_is_fitted_as_its_own_response_would_be():
-    """split fits the jackknife columns on the full fit's design; the estimates are those of
-    fitting each column as the response."""
-    df = sweep(0.05, 0.3, replicates=3, seed=4)
-    sp = split(df, "spec/tau", ["A", "B"])
-    by_group = {}
-    for g in range(G):
-        sub = df.assign(y=df[jack_name("spec/tau", g)])
-        for c in term_contrasts(fit_response(sub, "y", ["A", "B"], "replicate", errors="pooled"), sub, ["A", "B"]):
-            by_group.setdefault(c.term, []).append(c.estimate)
-    assert sp.var_eval.keys() == by_group.keys()
-    for term, values in by_group.items():
-        v = np.asarray(values)
-        assert sp.var_eval[term] == pytest.approx((G - 1) / G * ((v - v.mean()) ** 2).sum(), rel=1e-9)
-
-
-def test_the_planner_decides_as_the_report_does_without_the_block_tests():
-    """`analysis plan` skips the block-by-term tests (a refit per term: most of a plan's time
-    at hundreds of blocks); every verdict, estimate and next step is the report's."""
-    from analysis.verdicts import decide_all
-
-    df = sweep(0.05, 0.3, replicates=4, seed=5)
-    margins = {"spec/tau": {"margin": 0.1, "better": "higher"}}
-    full = decide_all(df, ["spec/tau"], ["A", "B"], margins)
-    lean = decide_all(df, ["spec/tau"], ["A", "B"], margins, block_tests=False)
-    assert [(v.term, v.verdict, v.estimate, v.se, v.next_step) for v in full.verdicts] == \
-        [(v.term, v.verdict, v.estimate, v.se, v.next_step) for v in lean.verdicts]
-    assert any(v.block is not None for v in full.verdicts) and all(v.block is None for v in lean.verdicts)

@@ -363,3 +363,35 @@ def test_a_named_contrast_is_the_difference_of_two_settings_in_a_half_fraction()
     # with no primary terms named, a named contrast is in the default family
     assert decide_all(df, ["y"], list("ABCDE"), {"y": {"better": "higher", "margin": 0.1}},
                       contrasts={"diagonal": sides}).family == 6
+
+
+def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
+    """A term whose effect differs between blocks, and a ratio below its break-even in every
+    arm (speculative decoding slower than autoregressive): the first screen, the HTML
+    report's first table and the parent run's note say so beside the verdicts."""
+    from analysis.frame import SweepFrame, SweepRecord
+    from analysis.render import parent_note
+    from analysis.report import build_report
+
+    df = design({"A": 0.2, "B": 0.0}, sigma=0.01, replicates=6, seed=4)
+    shift = {r: s for r, s in enumerate((0.3, -0.3, 0.25, -0.2, 0.35, -0.35))}  # each block favours A its own way
+    df["y"] += [shift[r] * (0.5 if a == "hi" else -0.5) for r, a in zip(df["replicate"], df["A"])]
+    df["spec/tau"] = df.pop("y")
+    df["spec/speedup"] = 0.8 + 0.01 * (df["B"] == "hi") + np.random.default_rng(1).normal(0, 0.01, len(df))
+    df["cell"] = [f"A={a}|B={b}|C={c}" for a, b, c in zip(df.A, df.B, df.C)]
+    df["run_name"] = df["cell"] + " r" + df["replicate"].astype(str)
+    df["run_order"] = range(len(df))
+    df["parallel_stage"] = "drafter"
+    sweep = SweepFrame(df, factors=list("ABC"), record=SweepRecord(experiment="caveats", responses={
+        "spec/tau": {"better": "higher", "margin": 0.1}, "spec/speedup": {"better": "higher", "margin": 0.05}}))
+    rep = build_report(sweep, tmp_path)
+    a = next(v for v in rep.decision.of("spec/tau") if v.term == "A")
+    assert a.block.used and a.caveat().startswith("its effect differs between blocks")
+    assert "^ A: its effect differs between blocks" in rep.brief
+    assert "note: every arm's spec/speedup is below 1 (at most 0.8" in rep.brief
+    assert "speculative decoding is slower than autoregressive" in rep.brief
+    page = (tmp_path / "report.html").read_text()
+    first = page.split("<table class='t verdicts'>", 1)[1].split("<p class='key'>", 1)[0]
+    assert "its effect differs between blocks" in first and "slower than autoregressive" in first
+    note = parent_note(rep, sweep)
+    assert "its effect differs between blocks" in note and "slower than autoregressive" in note
