@@ -177,11 +177,10 @@ class Verdict:
         """What this verdict rests on that a reader must see beside it, in words ("" if nothing)."""
         out = []
         if self.block is not None and self.block.used:
-            out.append(f"its effect differs between blocks (block x term p = {self.block.p:.2g})")
+            out.append(f"by block (p {self.block.p:.2g})")
         if self.noise is not None and self.noise.item_term > 0:
-            out.append(f"the evaluation's items favour one arm in every block (items x term p = "
-                       f"{self.noise.item_term_p:.2g}; more blocks do not shrink that part)")
-        return "; ".join(out) + (f": judged against that variation, {self.df:.0f} df" if out else "")
+            out.append(f"by item (p {self.noise.item_term_p:.2g})")
+        return f"its effect differs {' and '.join(out)}: its se includes that, {self.df:.0f} df" if out else ""
 
     def text(self) -> str:
         """One sentence that starts with `<term>: <verdict>` and agrees with its interval."""

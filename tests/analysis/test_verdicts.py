@@ -386,12 +386,12 @@ def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
         "spec/tau": {"better": "higher", "margin": 0.1}, "spec/speedup": {"better": "higher", "margin": 0.05}}))
     rep = build_report(sweep, tmp_path)
     a = next(v for v in rep.decision.of("spec/tau") if v.term == "A")
-    assert a.block.used and a.caveat().startswith("its effect differs between blocks")
-    assert "^ A: its effect differs between blocks" in rep.brief
+    assert a.block.used and a.caveat().startswith("its effect differs by block (p ")
+    assert "^ A: its effect differs by block (p " in rep.brief
     assert "note: every arm's spec/speedup is below 1 (at most 0.8" in rep.brief
     assert "speculative decoding is slower than autoregressive" in rep.brief
     page = (tmp_path / "report.html").read_text()
     first = page.split("<table class='t verdicts'>", 1)[1].split("<p class='key'>", 1)[0]
-    assert "its effect differs between blocks" in first and "slower than autoregressive" in first
+    assert "its effect differs by block" in first and "slower than autoregressive" in first
     note = parent_note(rep, sweep)
-    assert "its effect differs between blocks" in note and "slower than autoregressive" in note
+    assert "its effect differs by block" in note and "slower than autoregressive" in note
