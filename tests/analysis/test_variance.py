@@ -395,3 +395,5 @@ def test_plan_prices_more_prompts_against_more_blocks():
     assert "A:B" not in text and "A:B" in plan_text(constructed, None, every=True)  # --all
     rep = build_report(constructed, None)
     assert "    noise: spec/tau: residual sigma " in rep.summary
+    # no plan declared: the printed next step says, before it is taken, that it would be post hoc
+    assert "next step: " in rep.brief and "that look would be POST HOC" in " ".join(rep.brief.split())

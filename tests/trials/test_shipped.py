@@ -83,3 +83,10 @@ def test_the_cluster_path_has_what_it_needs():
         starts = [c for c in cfg[key] if "ray start" in c]
         assert starts and all(c.startswith("RAY_AUTH_MODE=token ") for c in starts)
     assert any(k.endswith(".ray/auth_token") for k in cfg["file_mounts"])
+
+
+def test_the_demo_specs_declare_a_sequential_plan_before_their_first_look():
+    """The report's printed next step (augment) must not turn the demo's next look post hoc."""
+    for name in ("demo.yaml", "demo-seed.yaml", "seed-questions.yaml", "head-and-block.yaml"):
+        s = validate.load(ROOT / "sweeps" / name)
+        assert s.sequential.get("max_replicates", 0) > s.replicates and s.responses, name
