@@ -18,7 +18,7 @@ from trials.store.ui import UI_URL
 from .anova import AnalysisError
 from .attribution import analyse, stage_of
 from .design import factorial_rows
-from .diagnostics import against_control, analysable, choose_responses, drift_check, fraction_note
+from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
 from .frame import SweepFrame
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .sequential import look_for, look_shares, plan_prices
@@ -58,6 +58,11 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
                           plan=plan_prices(look, models, chosen, declared, rules))
     noise = decision.noise
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
+    for r, (slope, p) in drift.items():  # a model that misses a drift over the run order: beside its verdicts
+        if p < DRIFT_ALPHA and r in decision.checks and decision.checks[r].primary:
+            decision.caveats.setdefault(r, []).append(
+                f"its residuals drift over the run order within blocks (slope {slope:+.3g} per run, p = {p:.2g}): "
+                "the model misses a trend, so its intervals may be too narrow")
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
     header = header_text(sweep, stage, factors, look.label())
     closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped)

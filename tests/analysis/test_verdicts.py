@@ -395,3 +395,20 @@ def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
     assert "its effect differs by block" in first and "slower than autoregressive" in first
     note = parent_note(rep, sweep)
     assert "its effect differs by block" in note and "slower than autoregressive" in note
+
+
+def test_a_drift_the_model_misses_is_said_beside_the_verdicts():
+    from analysis.frame import SweepFrame, SweepRecord
+    from analysis.report import build_report
+
+    df = design({"A": 0.5}, sigma=0.01, replicates=4, seed=2)
+    df["cell"] = [f"A={a}|B={b}|C={c}" for a, b, c in zip(df.A, df.B, df.C)]
+    position = np.concatenate([np.random.default_rng(r).permutation(8) for r in range(4)])  # randomised order
+    df["run_order"] = 8 * df["replicate"] + position
+    df["spec/tau"] = df.pop("y") + 0.02 * position  # a trend within every block
+    df["parallel_stage"] = "drafter"
+    sweep = SweepFrame(df, factors=list("ABC"), record=SweepRecord(
+        experiment="drift", responses={"spec/tau": {"better": "higher", "margin": 0.1}}))
+    rep = build_report(sweep, None)
+    assert any("drift over the run order" in c for c in rep.decision.caveats["spec/tau"])
+    assert "note: its residuals drift over the run order" in rep.brief
