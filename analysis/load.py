@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from trials.store.client import StoreReadError, check_store, tracking_client
+from trials.store.client import check_store, tracking_client
+from trials.store.keys import StoreReadError
 from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM,
                                PRIMARY_TERMS_TAG, CONTRASTS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
                                SEQUENTIAL_TAG, WORKLOAD_TAG, metric_name, sweep_parent, sweep_trials)

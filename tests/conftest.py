@@ -7,6 +7,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 # MKL's results may otherwise depend on memory alignment: resume-equality tests compare
 # two runs in one process bit for bit (must be set before torch loads MKL).
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+# The toy workload is no installed plug-in: the tests allow it by name, as a user allows their own
+# (trials/workload.py); sweeps read back from storage name it, and would be refused otherwise.
+os.environ.setdefault("DSPARK_SWEEPS_WORKLOADS", "tests.toy.workload:WORKLOAD")
 
 
 @pytest.fixture(scope="session")

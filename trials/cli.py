@@ -261,8 +261,7 @@ def cmd_time(args) -> int:
 def cmd_status(args) -> int:
     spec, meta = saved.load_saved(args.name, args.storage, "status")
     uri = args.tracking_uri or meta["tracking_uri"]
-    check_store(uri)  # the states come from storage; a store that is gone or down is still said
-    probe_store(uri, args.store_timeout)
+    check_store(uri)  # a SQLite store that is gone is said at once; no server is asked: the states are storage's
     _show(spec, uri, args.storage)
     return 0
 
@@ -285,8 +284,7 @@ def cmd_list(args) -> int:
         uri = meta.get("tracking_uri", "")
         link = ""
         try:
-            check_store(uri)  # the states come from storage; a store that is gone or down is said in the row
-            probe_store(uri, getattr(args, "store_timeout", STORE_TIMEOUT_S))
+            check_store(uri)  # a SQLite store that is gone is said in the row; no server is asked (storage answers)
             state = summary_counts(saved.status(spec, root / name, uri))
             link = saved_link(root / name, uri, args.ui_url)
         except Exception as e:  # one sweep's store down or refused: said in its row, the others still listed

@@ -22,6 +22,8 @@ import shutil
 import warnings
 from pathlib import Path
 
+from trials.store.kept import bounded_json
+
 RESULT_FILE = "result.json"  # Tune's: ray.tune.result.EXPR_RESULT_FILE
 ERROR_FILE = "error.txt"  # Tune's: ray.air.constants.EXPR_ERROR_FILE
 CHECKPOINT_GLOB = "checkpoint_*"
@@ -58,20 +60,53 @@ def _started(d: Path) -> int:
     return found[0].stat().st_mtime_ns
 
 
+MAX_RESULT_BYTES = 512 * 1024 * 1024  # a trial's result file: Tune's lines are kilobytes each
+
+
+class StorageFileError(ValueError):
+    """A file in a sweep's storage that is not what Tune or the engine writes: one line naming
+    it, what is wrong and what to do."""
+
+
 def read_results(dirs: list[Path]) -> list[dict]:
-    """Every result of a trial, in the order Tune wrote them. A line cut short by a crash is
-    skipped: its result was never complete."""
+    """Every result of a trial, in the order Tune wrote them, each line checked as input
+    (bounded size and nesting, an object, its `step` a whole number and `done` a flag). A
+    last line cut short by a crash is skipped: its result was never complete. Anything else
+    raises StorageFileError naming the file and line."""
     out = []
     for d in dirs:
         path = d / RESULT_FILE
-        for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
+        if not path.is_file():
+            continue
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise _bad(path, 0, f"over {MAX_RESULT_BYTES // 2**20} MiB")
+        lines = path.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines, 1):
             try:
-                result = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(result, dict):
-                out.append(result)
+                result = bounded_json(line, "it")
+            except ValueError as e:
+                if i == len(lines) and "not JSON" in str(e):
+                    continue  # cut by a crash mid-write
+                raise _bad(path, i, str(e).removeprefix("it: ")) from None
+            out.append(_checked_result(result, path, i))
     return out
+
+
+def _checked_result(result, path: Path, line: int) -> dict:
+    if not isinstance(result, dict):
+        raise _bad(path, line, "not a JSON object")
+    step = result.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise _bad(path, line, f"step: a whole number >= 0, got {str(step)[:40]!r}")
+    if not isinstance(result.get("done", False), bool):
+        raise _bad(path, line, f"done: true or false, got {str(result['done'])[:40]!r}")
+    return result
+
+
+def _bad(path: Path, line: int, what: str) -> StorageFileError:
+    where = f"{path}, line {line}" if line else str(path)
+    return StorageFileError(f"{where}: {what}: not a result Tune wrote; move the trial's folder {path.parent.name} "
+                            "aside (resume then reruns that trial) or restore it from a copy")
 
 
 def errored(d: Path) -> bool:
@@ -119,7 +154,7 @@ def saved_experiment(exp_dir: Path) -> dict[str, str]:
     """{"experiment_id", "parent_run_id"} as the sweep saved them ({} if it did not, or
     the file is not a record of them)."""
     try:
-        found = json.loads((exp_dir / EXPERIMENT_FILE).read_text())
+        found = bounded_json((exp_dir / EXPERIMENT_FILE).read_text(errors="replace"), EXPERIMENT_FILE)
     except (OSError, ValueError):
         return {}
     ok = isinstance(found, dict) and all(isinstance(found.get(k), str) for k in ("experiment_id", "parent_run_id"))

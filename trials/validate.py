@@ -33,7 +33,9 @@ MAX_SPEC_BYTES = 1_000_000  # a spec file larger than this is not a spec
 MAX_YAML_NODES = 100_000  # the spec's YAML with every alias expanded (refuses alias bombs)
 
 
-def load(path: str | Path) -> SweepSpec:
+def load(path: str | Path, trusted: bool = True) -> SweepSpec:
+    """A spec file: the user's own (`trusted`: its workload may be imported by path), or one
+    read back from storage (not trusted: only an installed or allowed workload loads)."""
     p = Path(path)
     if not p.is_file():
         raise SpecError([f"spec: {path} is not a file"])
@@ -48,7 +50,7 @@ def load(path: str | Path) -> SweepSpec:
         raise SpecError([f"spec: {path} is not valid YAML ({str(e).splitlines()[0]})"]) from None
     except SpecError as e:
         raise SpecError([f"spec: {path}: {e}"]) from None
-    return parse(raw)
+    return parse(raw, trusted)
 
 
 def safe_yaml(text: str) -> Any:
@@ -78,9 +80,10 @@ def safe_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def parse(raw: Any) -> SweepSpec:
+def parse(raw: Any, trusted: bool = True) -> SweepSpec:
     """Validate a whole spec; raise SpecError listing every problem found, in every part
-    of it and in the configs of its cells."""
+    of it and in the configs of its cells. `trusted`: the spec is the user's own, so its
+    workload may be imported by path (`trials.workload.load`)."""
     if not isinstance(raw, dict):
         raise SpecError(["spec: the top level must be a mapping"])
     problems: list[str] = [f"spec: unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})"
@@ -88,7 +91,7 @@ def parse(raw: Any) -> SweepSpec:
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         problems.append(f"name: required; {NAME_RULE}")
-    wl = _parse_workload(raw)
+    wl = _parse_workload(raw, trusted)
     fields = set(wl.fields)
     spec = SweepSpec(name=name if isinstance(name, str) else "", base=_parse_base(raw, fields, problems),
                      factors=_parse_factors(raw, fields, problems), workload=raw.get("workload", workloads.DEFAULT))
@@ -113,14 +116,14 @@ def parse(raw: Any) -> SweepSpec:
     return spec
 
 
-def _parse_workload(raw: dict) -> workloads.Workload:
+def _parse_workload(raw: dict, trusted: bool) -> workloads.Workload:
     """The workload the spec names (the default where it names none); a name that does not
     load stops the check here, since every config field depends on it."""
     name = raw.get("workload", workloads.DEFAULT)
     if not isinstance(name, str) or not name:
         raise SpecError([f"workload: a workload's name or `package.module:object`, got {str(name)[:60]!r}"])
     try:
-        return workloads.load(name)
+        return workloads.load(name, trusted)
     except workloads.WorkloadError as e:
         raise SpecError([str(e)]) from None
 

@@ -6,6 +6,16 @@ A workload is any object with the attributes below; it need not import this modu
 (`workload: dspark`, the default, or `package.module:object` for any other), and the engine
 loads it here, by name, in the driver and in every Ray worker.
 
+No code runs from data. A workload is imported only where the user names it: on the command
+line or in the spec file they pass (`trials run`, `validate`: trusted), or as an installed
+plug-in, an entry point of the group `dspark_sweeps.workloads` (the packaging convention;
+this distribution declares `dspark` there), or a path listed in the environment variable
+DSPARK_SWEEPS_WORKLOADS (comma-separated; the user's own choice, as a command line is). A
+name read back from storage (a saved spec, the parent run's `workload` tag, a parquet
+export) is matched against those and never imported on its own say-so: an unknown one is
+refused in one line naming it and how to allow it. Whatever importing a workload raises or
+does (an error, `sys.exit`) ends in one line naming it.
+
     name                          the workload's name, as specs and the sweep's record give it
     fields                        every config field, in order
     config(values) -> config      a validated config from {field: value} (ValueError, one
@@ -47,12 +57,17 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from .registry import Registry
 
 DEFAULT = "dspark"
-BUILTIN = {"dspark": "dspark.workload:WORKLOAD"}  # the workloads the engine knows by a short name
+BUILTIN = {"dspark": "dspark.workload:WORKLOAD"}  # known without installed metadata (a source checkout)
+GROUP = "dspark_sweeps.workloads"  # the entry point group of installed workloads
+TRUST_ENV = "DSPARK_SWEEPS_WORKLOADS"  # comma-separated `package.module:object` paths the user allows
+SHOWN = 120  # characters of a workload's name a message quotes
 REQUIRED = ("name", "fields", "config", "role", "smoke", "variant", "variant_field", "metrics", "unmeasured",
             "sequential_fields", "config_problems", "train", "checkpoint_file", "final_checkpoint", "checkpoint_bytes",
             "checkpoint_problem", "finished_problem", "shared", "reeval_problem", "reevaluate", "eval_files", "timing",
@@ -129,23 +144,71 @@ class WorkloadError(ValueError):
     """A workload that cannot be loaded, or lacks part of the interface (one line)."""
 
 
+def installed() -> dict[str, str]:
+    """Short name -> `package.module:object` of every workload this machine allows by name:
+    the built-in ones and the installed entry points of GROUP."""
+    out = dict(BUILTIN)
+    try:
+        out.update({ep.name: ep.value for ep in entry_points(group=GROUP)})
+    except Exception:  # broken metadata of some other distribution: the built-in ones still load
+        pass
+    return out
+
+
+def allowed() -> set[str]:
+    """The paths the user allows by name (TRUST_ENV), besides the installed ones."""
+    return {p.strip() for p in os.environ.get(TRUST_ENV, "").split(",") if p.strip()}
+
+
+_trusted: set[str] = set()  # names this process has loaded from the user's own command or spec
+
+
+def shown(name: str) -> str:
+    return repr(name if len(name) <= SHOWN else name[:SHOWN] + "...")
+
+
+def load(name: str = DEFAULT, trusted: bool = False) -> Workload:
+    """The workload named: an installed short name, or `package.module:object`, which is
+    imported only where `trusted` (the user's command line or spec file, or a Ray worker
+    that the driver handed it to), installed, allowed by TRUST_ENV, or trusted before in this
+    process. WorkloadError (one line) for anything else, and for whatever importing it does."""
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"workload: a workload's name or `package.module:object`, got {shown(str(name))}")
+    known = installed()
+    path = known.get(name, name)
+    if not (trusted or name in known or path in known.values() or path in allowed() or path in _trusted):
+        raise WorkloadError(
+            f"workload: {shown(name)} is recorded with this sweep but is not an installed workload "
+            f"({', '.join(sorted(known))}), so it is not imported on the record's say-so; allow it by installing it "
+            f"as an entry point of the group {GROUP} or by setting {TRUST_ENV}={path[:SHOWN]}")
+    found = _import(name, path, tuple(sorted(known)))
+    if trusted:
+        _trusted.add(path)
+    return found
+
+
 @functools.lru_cache(maxsize=None)
-def load(name: str = DEFAULT) -> Workload:
-    """The workload a spec names: a short name the engine knows, or `package.module:object`."""
-    path = BUILTIN.get(name, name)
+def _import(name: str, path: str, known: tuple[str, ...]) -> Workload:
     module, _, attr = path.partition(":")
-    if not module or not attr:
-        raise WorkloadError(f"workload: {name!r} is neither a known workload ({', '.join(BUILTIN)}) "
-                            "nor a `package.module:object` path")
+    if not module or not attr or module.startswith("."):
+        raise WorkloadError(f"workload: {shown(name)} is neither an installed workload ({', '.join(known)}) "
+                            "nor an absolute `package.module:object` path")
     try:
         found = getattr(importlib.import_module(module), attr)
     except ImportError as e:
-        raise WorkloadError(f"workload: {name!r}: cannot import {module} ({e})") from None
+        raise WorkloadError(f"workload: {shown(name)}: cannot import {module[:SHOWN]} "
+                            f"({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})") from None
     except AttributeError:
-        raise WorkloadError(f"workload: {name!r}: {module} has no {attr!r}") from None
+        raise WorkloadError(f"workload: {shown(name)}: {module[:SHOWN]} has no {attr[:SHOWN]!r}") from None
+    except SystemExit as e:
+        raise WorkloadError(f"workload: {shown(name)}: importing {module[:SHOWN]} called sys.exit({e.code!r})") from None
+    except Exception as e:  # a module that raises at import, a syntax error in it
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
+        raise WorkloadError(f"workload: {shown(name)}: importing {module[:SHOWN]} raised {type(e).__name__}{where}: "
+                            f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
     missing = [a for a in REQUIRED if not hasattr(found, a)]
     if missing:
-        raise WorkloadError(f"workload: {name!r} lacks {', '.join(missing)} (see trials/workload.py)")
+        raise WorkloadError(f"workload: {shown(name)} lacks {', '.join(missing)} (see trials/workload.py)")
     return found
 
 

@@ -13,12 +13,10 @@ import os
 import time
 from pathlib import Path
 
+from .keys import StoreReadError
+
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 SQLITE = "sqlite:///"
-
-
-class StoreReadError(ConnectionError):
-    """A store read failed (the REST reader's errors, in one line)."""
 
 
 def absolute_uri(uri: str) -> str:

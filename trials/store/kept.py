@@ -39,6 +39,43 @@ PARENT_DIR = "parent"
 KIND_RE = re.compile(r"^[a-z][a-z_]{0,31}$")
 PATH_RE = re.compile(r"^[A-Za-z0-9_.@:-]+(/[A-Za-z0-9_.@:-]+)*$")  # an artifact path: no '..', nothing absolute
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+MAX_JSON_DEPTH = 64  # no file the engine or Tune writes nests deeper
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text, outside its strings: a scan,
+    so that a crafted file nested a million deep is named instead of overflowing the parser."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # the common case, at C speed
+        return text.count("[") + text.count("{")
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def bounded_json(text: str, what: str):
+    """JSON text parsed within MAX_JSON_DEPTH; ValueError starting with `what` where it is not
+    JSON or nests deeper (the one guarded parse of every storage file)."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError(f"{what}: not JSON") from None
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:

@@ -67,14 +67,26 @@ def metric_name(stored: str) -> str:
 def sweep_trials(client, experiment_id: str, page_size: int = 5000) -> list:
     """Every trial run of a sweep's experiment (the runs with a trial key), all pages: the
     one query that decides which runs are a sweep's trials."""
-    out, token = [], None
-    while True:
+    out, token, seen = [], None, set()
+    for _ in range(MAX_PAGES):
         page = client.search_runs([experiment_id], f"tags.{TRIAL_KEY_TAG} != ''", max_results=page_size,
                                   page_token=token)
         out.extend(page)
         token = page.token
         if not token:
             return out
+        if token in seen:
+            raise StoreReadError(f"experiment {experiment_id}: the store's pages repeat a page token; is this an "
+                                 "MLflow server?")
+        seen.add(token)
+    raise StoreReadError(f"experiment {experiment_id}: over {MAX_PAGES} pages of runs; is this an MLflow server?")
+
+
+MAX_PAGES = 1000  # pages of one listing (5,000 runs each): a next_page_token that never ends is refused
+
+
+class StoreReadError(ConnectionError):
+    """A store read failed (the REST reader's errors, in one line)."""
 
 
 def sweep_parent(client, experiment_id: str):

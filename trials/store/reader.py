@@ -27,7 +27,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .client import SQLITE, STORE_TIMEOUT_S, StoreReadError, sqlite_path, store_error, tracking_client
+from .client import SQLITE, STORE_TIMEOUT_S, sqlite_path, store_error, tracking_client
+from .keys import StoreReadError
+from .kept import bounded_json
 
 # settings that MLflow's client honours and this reader does not: where one is set, MLflow's
 # client reads. Workspaces scope every read.
@@ -35,6 +37,13 @@ WORKSPACE_ENV = ("MLFLOW_WORKSPACE", "MLFLOW_ENABLE_WORKSPACES")
 CLIENT_ONLY_ENV = ("MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH",
                    "MLFLOW_TRACKING_CLIENT_CERT_PATH", "MLFLOW_TRACKING_AUTH", "MLFLOW_TRACKING_AWS_SIGV4")
 RETRY_CODES = (408, 429, 500, 502, 503, 504)  # what MLflow's client retries
+# a reading command's bounds on a server, each refused in one line naming it: the whole
+# command's reads (a server that drips its answer a byte at a time), one answer's size, and
+# the pages of one listing (a next_page_token that never ends)
+READ_DEADLINE_S = float(os.environ.get("DSPARK_SWEEPS_READ_DEADLINE_S", "120"))
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+MAX_PAGES = 1000
+CHUNK = 64 * 1024
 FILTER_RE = re.compile(r"^tags\.`?([\w./:-]+)`?\s*(=|!=)\s*'([^']*)'$")
 
 
@@ -101,7 +110,9 @@ class RestReader:
         import requests
 
         self.base = uri.rstrip("/") + "/api/2.0/mlflow/"
+        self.uri = uri
         self.timeout = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "30"))
+        self.deadline = time.monotonic() + READ_DEADLINE_S
         self.session = requests.Session()
         user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
         if user and password:
@@ -119,20 +130,65 @@ class RestReader:
         retries = int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3"))
         wait = float(os.environ.get("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"))
         for attempt in range(retries + 1):
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise StoreReadError(f"{self.uri}: the store's answers took over {READ_DEADLINE_S:g} s in all "
+                                     "(DSPARK_SWEEPS_READ_DEADLINE_S); is the server overloaded?")
             try:
-                answer = (self.session.post(url, json=body, timeout=self.timeout) if body is not None
-                          else self.session.get(url, params=query, timeout=self.timeout))
+                answer, content = self._request(url, body, query, left)
             except requests.RequestException as e:
                 raise StoreReadError(f"{url}: {_one_line(_cause(e))}") from None
             if answer.ok:
-                return _json_object(answer, url)
-            detail = _one_line(answer.text)
+                return _json_object(content, url)
+            detail = _one_line(content.decode(errors="replace"))
             if answer.status_code == 404 and "RESOURCE_DOES_NOT_EXIST" in detail:
                 return None
             if answer.status_code not in RETRY_CODES or attempt == retries:
                 raise StoreReadError(f"HTTP {answer.status_code} from {url}: {_mlflow_message(detail)}")
             time.sleep(wait * 2 ** attempt)
         raise StoreReadError(f"{url}: no answer")  # pragma: no cover (the loop returns or raises)
+
+    def _request(self, url: str, body: dict | None, query: dict | None, left: float):
+        """One request and its whole answer, in a thread the command waits `left` seconds for:
+        `requests`' timeout bounds each wait on the socket, not a server that drips its answer
+        a byte at a time; past the deadline the command goes on and the thread is left to die
+        with it."""
+        box: dict = {}
+
+        def ask():
+            try:
+                answer = (self.session.post(url, json=body, timeout=min(self.timeout, left), stream=True)
+                          if body is not None else
+                          self.session.get(url, params=query, timeout=min(self.timeout, left), stream=True))
+                box["answer"], box["content"] = answer, self._body(answer, url)
+            except BaseException as e:  # handed to the caller's thread
+                box["error"] = e
+
+        worker = threading.Thread(target=ask, daemon=True, name="store-read")
+        worker.start()
+        worker.join(left)
+        if worker.is_alive():
+            raise StoreReadError(f"{self.uri}: the store's answers took over {READ_DEADLINE_S:g} s in all "
+                                 "(DSPARK_SWEEPS_READ_DEADLINE_S); is the server answering slowly?")
+        if "error" in box:
+            raise box["error"]
+        return box["answer"], box["content"]
+
+    def _body(self, answer, url: str) -> bytes:
+        """An answer's bytes, at most MAX_ANSWER_BYTES."""
+        size = answer.headers.get("Content-Length")
+        if size and size.isdigit() and int(size) > MAX_ANSWER_BYTES:
+            answer.close()
+            raise StoreReadError(f"{url}: an answer of {int(size)} bytes, over the {MAX_ANSWER_BYTES // 2**20} MiB "
+                                 "a read takes")
+        parts, total = [], 0
+        for chunk in answer.iter_content(CHUNK):
+            parts.append(chunk)
+            total += len(chunk)
+            if total > MAX_ANSWER_BYTES:
+                answer.close()
+                raise StoreReadError(f"{url}: an answer over the {MAX_ANSWER_BYTES // 2**20} MiB a read takes")
+        return b"".join(parts)
 
     def get_experiment_by_name(self, name: str) -> Experiment | None:
         found = self._call("experiments/get-by-name", query={"experiment_name": name})
@@ -204,10 +260,10 @@ def _cause(e: BaseException) -> str:
     return "connection refused (is the server running?)" if "Connection refused" in text else text
 
 
-def _json_object(answer, url: str) -> dict:
+def _json_object(content: bytes, url: str) -> dict:
     try:
-        found = answer.json() if answer.content else {}
-    except ValueError:
+        found = bounded_json(content.decode(), "answer") if content else {}
+    except (ValueError, UnicodeDecodeError):
         found = None
     if not isinstance(found, dict):
         raise StoreReadError(f"{url}: the answer is not MLflow's JSON (is this an MLflow server?)")

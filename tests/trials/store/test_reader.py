@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trials.store.client import StoreReadError
+from trials.store.keys import StoreReadError
 from trials.store.keys import SWEEP_PARENT_TAG, TRIAL_KEY_TAG, sweep_parent, sweep_trials
 from trials.store.reader import RestReader, parse_filter, reading_client
 
@@ -161,6 +161,31 @@ class _Misbehaving:
                     self.send_response(308)
                     self.send_header("Location", self.path.replace("/moved", "/flaky"))
                     self.end_headers()
+                elif path == "/drip":  # a byte every 0.3 s: no single read waits long, the whole does
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    import time
+
+                    for ch in "{" * 60:
+                        try:
+                            self.wfile.write(ch.encode())
+                            self.wfile.flush()
+                        except OSError:
+                            return
+                        time.sleep(0.3)
+                elif path == "/endless":  # every page names a next one
+                    self._send(200, '{"runs": [], "next_page_token": "%d"}' % outer.hits[path])
+                elif path == "/repeat":  # the same next page, again and again
+                    self._send(200, '{"runs": [], "next_page_token": "again"}')
+                elif path == "/huge":  # a 70 MB answer, streamed without a length
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    try:
+                        self.wfile.write(b'{"experiments": [' + b" " * (70 * 2 ** 20))
+                    except OSError:
+                        return
                 else:
                     self._send(200, '{"experiments": [{"experiment_id": "0", "name": "Default", "tags": []}]}')
 
@@ -189,6 +214,35 @@ def test_a_server_that_answers_wrongly_gets_one_line_and_a_busy_one_is_retried(m
         assert bad.hits["/flaky"] == 2  # the 503 was retried, as MLflow's client retries it
         assert [x.name for x in RestReader(bad.url + "/moved").search_experiments()] == ["Default"]
         assert bad.hits["/moved"] == 1 and bad.hits["/flaky"] == 3  # the POST followed its 308
+    finally:
+        bad.server.shutdown()
+
+
+def test_reads_from_a_server_are_bounded_in_time_pages_and_size(monkeypatch):
+    """A server that drips its answer, pages that never end or repeat, an answer over the
+    size a read takes: each ends in one line naming the server, within the bounds."""
+    import time
+
+    import trials.store.reader as reader_mod
+    import trials.store.keys as keys_mod
+
+    bad = _Misbehaving()
+    try:
+        monkeypatch.setattr(reader_mod, "READ_DEADLINE_S", 2.0)
+        t0 = time.monotonic()
+        with pytest.raises(StoreReadError) as e:
+            RestReader(bad.url + "/drip").search_experiments(max_results=1)
+        assert time.monotonic() - t0 < 10 and "took over 2 s in all" in str(e.value) and bad.url in str(e.value)
+        monkeypatch.setattr(keys_mod, "MAX_PAGES", 20)
+        with pytest.raises(StoreReadError, match="over 20 pages of runs"):
+            sweep_trials(RestReader(bad.url + "/endless"), "1", page_size=1)
+        assert bad.hits["/endless"] == 20
+        with pytest.raises(StoreReadError, match="repeat a page token"):
+            sweep_trials(RestReader(bad.url + "/repeat"), "1")
+        assert bad.hits["/repeat"] == 2
+        with pytest.raises(StoreReadError, match="over the 64 MiB a read takes") as e:
+            RestReader(bad.url + "/huge").search_experiments(max_results=1)
+        assert "\n" not in str(e.value)
     finally:
         bad.server.shutdown()
 

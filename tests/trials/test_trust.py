@@ -1,0 +1,97 @@
+"""No code runs from data (trials/workload.py): a workload named by a sweep's storage, its
+parent run or a parquet export is imported only where it is installed (the entry point
+group dspark_sweeps.workloads) or allowed by the user (DSPARK_SWEEPS_WORKLOADS); every
+import failure of a workload the user names ends in one line. Each hostile module writes a
+marker file when imported, so a test sees whether it ran."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trials import workload as workloads
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = {"name": "t", "base": {"preset": "tiny"},
+        "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}}}
+
+
+def _package(tmp_path: Path) -> Path:
+    """A folder of modules that misbehave at import, each leaving a marker when it runs."""
+    pkg = tmp_path / "mods"
+    pkg.mkdir()
+    marker = tmp_path / "imported"
+    for name, body in {"evil": "x = 1", "exits": "import sys; sys.exit(0)", "raises": "raise RuntimeError('boom')",
+                       "broken": "def f(:\n    pass"}.items():
+        (pkg / f"{name}.py").write_text(f"open({str(marker / name)!r}, 'w').close()\n{body}\n")
+    marker.mkdir()
+    return pkg
+
+
+def _cli(tmp_path, pkg, *args, env_extra=None, package="trials"):
+    env = {k: v for k, v in os.environ.items() if k != workloads.TRUST_ENV}
+    env.update({"PYTHONPATH": f"{pkg}{os.pathsep}{ROOT}", **(env_extra or {})})
+    return subprocess.run([sys.executable, "-m", f"{package}.cli", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_saved_spec_naming_a_module_does_not_import_it(tmp_path):
+    """`trials status` and `list` read a sweep's saved spec: a workload named there that is
+    not installed or allowed is refused in one line, and the module never runs."""
+    pkg = _package(tmp_path)
+    storage = tmp_path / "ray_results" / "t"
+    storage.mkdir(parents=True)
+    (storage / "spec.yaml").write_text(yaml.safe_dump({**GOOD, "workload": "evil:x"}))
+    (storage / "sweep.json").write_text('{"tracking_uri": "sqlite:///m.db"}')
+    for command in (["status", "t"], ["list"], ["resume", "t"]):
+        r = _cli(tmp_path, pkg, *command)
+        out = (r.stdout + r.stderr).strip()
+        assert "'evil:x' is recorded with this sweep but is not an installed workload" in out, out
+        if command[0] != "list":  # list cuts each sweep's line to its table's width
+            assert "DSPARK_SWEEPS_WORKLOADS=evil:x" in out and "dspark_sweeps.workloads" in out
+        assert "Traceback" not in out and not (tmp_path / "imported" / "evil").exists(), command
+    # allowed by the user: then it is imported (and, being no workload, named as such in one line)
+    r = _cli(tmp_path, pkg, "status", "t", env_extra={workloads.TRUST_ENV: "evil:x"})
+    assert (tmp_path / "imported" / "evil").exists() and "lacks" in r.stderr + r.stdout
+
+
+def test_a_parquet_export_naming_a_module_does_not_import_it(tmp_path):
+    from analysis.load import read_parquet, to_parquet
+
+    pkg = _package(tmp_path)
+    sweep = read_parquet(ROOT / "results" / "seed-backbone" / "runs.parquet")
+    from dataclasses import replace
+
+    crafted = replace(sweep, record=replace(sweep.record, workload="evil:x"))
+    to_parquet(crafted, tmp_path / "runs.parquet")
+    r = _cli(tmp_path, pkg, "report", "seed-backbone", "--parquet", "runs.parquet", package="analysis")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "is not an installed workload" in r.stderr and not (tmp_path / "imported" / "evil").exists()
+
+
+@pytest.mark.parametrize("name, words", [
+    ("exits:x", "importing exits called sys.exit(0)"),
+    ("raises:x", "importing raises raised RuntimeError: boom"),
+    ("broken:x", "importing broken raised SyntaxError (line 2)"),
+    (".relative:X", "nor an absolute `package.module:object` path"),
+    ("nosuchmodule:X", "cannot import nosuchmodule"),
+    ("m" * 100_000 + ":X", "..."),
+])
+def test_validate_turns_every_import_failure_into_one_line(tmp_path, name, words):
+    pkg = _package(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**GOOD, "workload": name}))
+    r = _cli(tmp_path, pkg, "validate", "s.yaml")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr[:2000]
+    assert len(lines[0]) < 600 and r.stdout == ""
+
+
+def test_the_installed_workload_loads_by_name_and_the_group_is_declared():
+    assert workloads.installed()["dspark"] == "dspark.workload:WORKLOAD"
+    assert "dspark_sweeps.workloads" in (ROOT / "pyproject.toml").read_text()
+    assert workloads.load("dspark").name == "dspark"
+    with pytest.raises(workloads.WorkloadError, match="not an installed workload"):
+        workloads.load("json:dumps")  # a real module, named by a record: not imported
