@@ -102,7 +102,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
                    primary_terms=record.primary_terms or None, rules=rules, contrasts=record.contrasts,
-                   models=models, plan=prices)
+                   models=models, plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "test")
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")

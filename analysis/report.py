@@ -55,7 +55,8 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
     decision = decide_all(df, chosen, factors, declared, look.alpha, adjust, controls[0] if controls else None,
                           record.primary_terms or None, rules=rules, contrasts=record.contrasts, models=models,
-                          plan=plan_prices(look, models, chosen, declared, rules))
+                          plan=plan_prices(look, models, chosen, declared, rules),
+                          block_errors=look.plan.block_errors if look.plan is not None else "test")
     noise = decision.noise
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
     for r, (slope, p) in drift.items():  # a model that misses a drift over the run order: beside its verdicts

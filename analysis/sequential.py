@@ -91,8 +91,11 @@ class Plan:
     post_hoc: str = ""
     looks: list[Look] = field(default_factory=list)
     rule: str = RULE
+    block_errors: str = "test"  # how block x term enters a term's error (analysis.types.BLOCK_ERRORS)
 
     def __post_init__(self):
+        if self.block_errors not in ("test", "own"):
+            raise ValueError(f"block_errors: 'test' or 'own', got {self.block_errors!r}")
         if self.max_replicates is not None and not (isinstance(self.max_replicates, int)
                                                     and self.max_replicates >= 2):
             raise ValueError(f"max_replicates: an integer >= 2, got {self.max_replicates!r}")
@@ -184,7 +187,8 @@ class Plan:
         reps = d.get("max_replicates")
         plan = cls(int(reps) if reps is not None else None, float(d.get("alpha", 0.05)),
                    _int_or_none(d.get("max_prompts")), _int_or_none(d.get("max_eval_batches")),
-                   declared=bool(d.get("declared", False)), post_hoc=str(d.get("post_hoc") or (LEGACY if legacy else "")))
+                   declared=bool(d.get("declared", False)), post_hoc=str(d.get("post_hoc") or (LEGACY if legacy else "")),
+                   block_errors=str(d.get("block_errors") or "test"))
         for i, look in enumerate(d.get("looks", [])):
             if legacy:  # block counts only: rebuild their fractions and alphas as the old rule spent them
                 n = int(look)

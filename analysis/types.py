@@ -35,14 +35,12 @@ SMALLER = "detected, smaller than the margin"  # the qualifier of a negligible e
 
 
 BLOCK_ALPHA = 0.05  # the block-by-term test names a term whose effect differs between blocks at this level
-# a term whose block-by-term test rejects at this level is judged against its own block-by-term
-# mean square (`analysis.variance`); bench/error_rates.py measures the choice
-BLOCK_TERM_LEVEL = 0.05
-
-
-def types_level() -> float:
-    """BLOCK_TERM_LEVEL as the module holds it now (a bench may set another)."""
-    return BLOCK_TERM_LEVEL
+# How a term's block-by-term variation enters its error (`analysis.variance`; a sweep's plan
+# declares one, `sequential: {block_errors: ...}`): "test" judges a term against its own
+# block-by-term mean square where its test rejects at BLOCK_ALPHA, against the pooled residual
+# where not; "own" judges every term against its own (exact whatever the interaction, at
+# (B - 1) df a term: wide with few blocks). bench/error_rates.py measures both.
+BLOCK_ERRORS = ("test", "own")
 
 
 @dataclass(frozen=True)
@@ -65,11 +63,7 @@ class BlockTest:
     df: float
     p: float
     ms: float = float("nan")  # the block-by-term mean square (q df): the term's own error where it is used
-
-    @property
-    def used(self) -> bool:
-        """Whether the term's error is its block-by-term mean square (rejected at BLOCK_TERM_LEVEL)."""
-        return self.p < types_level()
+    used: bool = False  # whether the term's error is that mean square (BLOCK_ERRORS' rule)
 
     def text(self) -> str:
         flag = "; the effect differs between blocks" if self.p < BLOCK_ALPHA else ""

@@ -17,14 +17,16 @@ For a contrast with model row L (the cells' weights, the block averaged out), ea
 - block x term, (bt): a term's effect that differs from block to block (a seed that favours
   one arm). It sits in the pooled residual, spread over every term. Where a term's
   block-by-term F test rejects at BLOCK_ALPHA (0.05, the level at which the report names the
-  term as differing between blocks), the term is judged against its own block-by-term mean
+  term as differing between blocks; or for every term, where the plan declares
+  `block_errors: own`), the term is judged against its own block-by-term mean
   square (q = (B - 1) x its columns df): in a balanced design its expectation is the term's
   variance under random block x term effects (the method-of-moments solution of that mixed
   model, which REML gives too where the component is positive), and for a one-column term it
   is the paired t-test over the blocks' own effects. The other terms are judged against the
-  residual with that part taken out. This is a preliminary test (pooling where it does not
-  reject), so a real but small interaction is sometimes pooled; `bench/error_rates.py`
-  measures what that costs in coverage. Unbalanced designs keep HC2 (the test is printed);
+  residual with that part taken out. The default rule is a preliminary test (pooling where it
+  does not reject), so a real interaction the test misses at few blocks is pooled and the
+  term's interval is too narrow; `block_errors: own` is exact, at (B - 1) df a term.
+  `bench/error_rates.py` measures both. Unbalanced designs keep HC2 (the test is printed);
 - items x term, (ac): an item that favours one arm does so in every block, so more blocks do
   not shrink it and the runs' residual does not hold it; shrinks with items alone. It enters
   a term's error where its F test (var_jack over its expectation without it, on G - 1 and
@@ -50,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -61,7 +63,7 @@ from trials.workload import registry
 
 from .model import Fit, block_interaction
 from .power import p_decided
-from .types import BLOCK_ALPHA, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
+from .types import BLOCK_ALPHA, BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value
@@ -186,12 +188,13 @@ class Model:
             if c > 1e-15 * max(coef, 1e-300):
                 parts.append((c * test.ms, float(test.q)))
                 rest -= c
+        own = bool(parts)
         if rest > 1e-12 * coef or not parts:
             parts.append((max(rest, 0.0) * self.ms_rest, self.df_rest))
         total = sum(v for v, _ in parts)
         denom = sum(v * v / d for v, d in parts if v > 0 and d > 0)
         df = total * total / denom if denom > 0 else self.df_rest
-        return total, df, "block x term" if len(parts) > 1 or parts[0][1] != self.df_rest else "pooled residual"
+        return total, df, "block x term" if own else "pooled residual"
 
 
 def build(data: pd.DataFrame, response: str, fit: Fit, terms: list[tuple[str, ...]], rules: Registry | None = None,
@@ -217,14 +220,17 @@ def build(data: pd.DataFrame, response: str, fit: Fit, terms: list[tuple[str, ..
     return m
 
 
-def add_tests(m: Model, terms: list[tuple[str, ...]]) -> None:
-    """The block-by-term tests of `terms` the model lacks, and the residual of the rest: the
-    pooled residual without the block-by-term parts judged on their own."""
+def add_tests(m: Model, terms: list[tuple[str, ...]], block_errors: str = "test") -> None:
+    """The block-by-term tests of `terms` the model lacks, each used as the term's error where
+    the rule `block_errors` says (BLOCK_ERRORS), and the residual of the rest: the pooled
+    residual without the block-by-term parts judged on their own."""
+    if block_errors not in BLOCK_ERRORS:
+        raise ValueError(f"block_errors: one of {', '.join(BLOCK_ERRORS)}, got {block_errors!r}")
     fit = m.fit
     if fit.block_cols is not None:
         for t in terms:
             if t in fit.slices and t not in m.tests and (bt := block_interaction(fit, t)) is not None:
-                m.tests[t] = bt
+                m.tests[t] = replace(bt, used=block_errors == "own" or bt.p < BLOCK_ALPHA)
     ss, df = float(fit.result.ssr), float(fit.result.df_resid)
     for test in m.tests.values():
         if test.used and fit.errors != "HC2":

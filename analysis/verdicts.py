@@ -214,7 +214,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
                alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
                primary_terms: list[str] | None = None, block_tests: bool = True,
                rules: Registry | None = None, contrasts: dict | None = None, models: Models | None = None,
-               plan: PlanPrices | None = None) -> Decision:
+               plan: PlanPrices | None = None, block_errors: str = "test") -> Decision:
     """Verdicts for every contrast of every response. The family is the primary responses
     (those with a margin, or every one where none has) x the primary terms (`primary_terms`,
     or every main effect, named contrast and the control). `contrasts`: the spec's named
@@ -224,7 +224,8 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     term); `block_tests` False leaves the block-by-term tests out (pooled run-level errors).
     `rules`: the swept workload's registry (its better directions). `models`: fitted already
     (`response_models`). `plan`: the alphas and blocks the sweep's plan still allows, which
-    the next steps are priced within (`PlanPrices`)."""
+    the next steps are priced within (`PlanPrices`). `block_errors`: the plan's rule for block
+    x term (`analysis.types.BLOCK_ERRORS`)."""
     rules = rules or registry()
     _check_settings(adjust, alpha)
     ms = models or response_models(df, responses, factors, rules)
@@ -242,7 +243,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     checks, verdicts = {}, []
     for r in responses:
         if block_tests:
-            variance.add_tests(ms.models[r], _tested_terms(fits[r], found[r], r in primary, terms))
+            variance.add_tests(ms.models[r], _tested_terms(fits[r], found[r], r in primary, terms), block_errors)
         m = margins.get(r)
         better = (m or {}).get("better") or rules.better(r)
         margin = m["margin"] if m else None

@@ -79,8 +79,11 @@ def frame(d: dict, blocks: int, prompts: int) -> pd.DataFrame:
     return df
 
 
-def one_study(rng, effect: float, sigma_bt: float, sigma_it: float) -> tuple[bool, bool]:
-    """Run the plan on one study: (any false matters, any false negligible) over its looks."""
+def one_study(rng, effect: float, sigma_bt: float, sigma_it: float, rule: str = "test",
+              decided: bool = False) -> tuple:
+    """Run the plan on one study: (any false matters, any false negligible) over its looks,
+    and with `decided` whether every family term ended decided (the plan's power); `rule`:
+    the plan's `block_errors`."""
     d = simulate(rng, effect, 6, sigma_bt, sigma_it)
     plan = Plan(6, ALPHA, max_prompts=MOST)
     margins = {r: {"better": "higher", "margin": m} for r, m in MARGINS.items()}
@@ -94,25 +97,26 @@ def one_study(rng, effect: float, sigma_bt: float, sigma_it: float) -> tuple[boo
             look, _ = plan.look(f"{blocks}x{prompts}", blocks, {"prompts": prompts}, t)
         except ValueError:  # no information added: no look
             continue
-        dec = decide_all(df, list(MARGINS), list(FACTORS), margins, alpha=look.alpha, models=models)
+        dec = decide_all(df, list(MARGINS), list(FACTORS), margins, alpha=look.alpha, models=models,
+                         block_errors=rule)
         fam = [v for v in dec.family_verdicts() if ":" not in v.term]
         if effect == 0:
             false_matters |= any(v.verdict in (BEYOND, UNSURE) for v in fam)
         else:
             false_negligible |= any(v.verdict == NEGLIGIBLE for v in fam)
         if all(v.verdict != UNDECIDED for v in fam):
-            break
-    return false_matters, false_negligible
+            return (false_matters, false_negligible, True) if decided else (false_matters, false_negligible)
+    return (false_matters, false_negligible, False) if decided else (false_matters, false_negligible)
 
 
-def coverage(rng, n: int, sigma_bt: float, sigma_it: float, blocks: int = 4) -> float:
+def coverage(rng, n: int, sigma_bt: float, sigma_it: float, blocks: int = 4, rule: str = "test") -> float:
     """How often A's 95% interval (its model's se and df) holds the true effect, at one look."""
     hits = 0
     for _ in range(n):
         d = simulate(rng, 0.1, blocks, sigma_bt, sigma_it)
         df = frame(d, blocks, FIRST)
         dec = decide_all(df, ["spec/tau"], list(FACTORS), {"spec/tau": {"better": "higher", "margin": 0.1}},
-                         alpha=ALPHA)
+                         alpha=ALPHA, block_errors=rule)
         a = next(v for v in dec.of("spec/tau") if v.term == "A")
         hits += abs(a.estimate - 0.1) <= stats.t.ppf(0.975, a.df) * a.se
     return hits / n
@@ -130,18 +134,23 @@ def main() -> None:
     mc = lambda p: math.sqrt(max(p * (1 - p), 1 / n) / n)  # noqa: E731
     print(f"the whole plan (2 blocks x 32 prompts, then 96 prompts, then a block at a time to 6), {n} studies each; "
           f"alpha {ALPHA}")
-    print(f"{'interactions on A':<34} {'false matters (null)':>22} {'false negligible (margin)':>26}")
-    for name, bt, it in (("none", 0.0, 0.0), ("block x term sd 0.04", 0.04, 0.0), ("items x term sd 0.3", 0.0, 0.3),
-                         ("both", 0.04, 0.3)):
-        fm = np.mean([one_study(rng, 0.0, bt, it)[0] for _ in range(n)])
-        fn = np.mean([one_study(rng, MARGINS["spec/tau"], bt, it)[1] for _ in range(n)])
-        print(f"{name:<34} {fm:>14.3f} +- {mc(fm):.3f} {fn:>18.3f} +- {mc(fn):.3f}", flush=True)
+    print(f"{'block_errors, interactions on A':<40} {'false matters (null)':>22} {'false negligible (margin)':>26} "
+          f"{'decided (margin)':>17}")
+    for rule, name, bt, it in (("test", "none", 0.0, 0.0), ("test", "block x term sd 0.04", 0.04, 0.0),
+                               ("test", "items x term sd 0.3", 0.0, 0.3), ("test", "both", 0.04, 0.3),
+                               ("own", "none", 0.0, 0.0), ("own", "block x term sd 0.04", 0.04, 0.0)):
+        fm = np.mean([one_study(rng, 0.0, bt, it, rule)[0] for _ in range(n)])
+        margin = [one_study(rng, MARGINS["spec/tau"], bt, it, rule, decided=True) for _ in range(n)]
+        fn, done = np.mean([m[1] for m in margin]), np.mean([m[2] for m in margin])
+        print(f"{rule + ', ' + name:<40} {fm:>14.3f} +- {mc(fm):.3f} {fn:>18.3f} +- {mc(fn):.3f} {done:>17.2f}",
+              flush=True)
     se = math.sqrt((SIGMA_SEED ** 2 + SIGMA_PROMPT ** 2 / FIRST) / 4)
     print(f"\ncoverage of A's 95% interval at one look of 4 blocks x 32 prompts ({n} studies each; A's se without "
-          f"interactions about {se:.3f}, so a block x term sd s adds s / 2 to it)")
-    for bt in (0.0, 0.01, 0.02, 0.04, 0.08):
-        cov = coverage(rng, n, bt, 0.0)
-        print(f"  block x term sd {bt:<5g} coverage {cov:.3f} +- {mc(cov):.3f}", flush=True)
+          f"interactions about {se:.3f}; a block x term sd s adds s / 2 to it)")
+    for bt in (0.0, 0.02, 0.04, 0.08):
+        cov = {rule: coverage(rng, n, bt, 0.0, rule=rule) for rule in ("test", "own")}
+        print(f"  block x term sd {bt:<5g} test: {cov['test']:.3f} +- {mc(cov['test']):.3f}   own: {cov['own']:.3f} "
+              f"+- {mc(cov['own']):.3f}", flush=True)
     print(f"\n{(time.perf_counter() - t0) / 60:.1f} min")
 
 

@@ -24,7 +24,7 @@ TOP_KEYS = {"workload", "name", "base", "factors", "replicates", "design", "cont
             "contrasts"}
 
 
-SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches"}
+SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches", "block_errors"}
 
 
 MAX_SPEC_BYTES = 1_000_000  # a spec file larger than this is not a spec
@@ -293,8 +293,8 @@ def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict
     if given is None:
         return {}
     if not isinstance(given, dict) or set(given) - SEQUENTIAL_KEYS or "max_replicates" not in given:
-        problems.append("sequential: {max_replicates: N, alpha: A, max_prompts: P, max_eval_batches: B} "
-                        "(max_replicates required)")
+        problems.append("sequential: {max_replicates: N, alpha: A, max_prompts: P, max_eval_batches: B, "
+                        "block_errors: test|own} (max_replicates required)")
         return {}
     out: dict[str, Any] = {}
     for key in ("max_replicates", "max_prompts", "max_eval_batches"):
@@ -305,6 +305,12 @@ def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict
             problems.append(f"sequential.{key}: an integer >= 1, got {v!r}")
             continue
         out[key] = v
+    if "block_errors" in given:
+        if given["block_errors"] in ("test", "own"):
+            out["block_errors"] = given["block_errors"]
+        else:
+            problems.append(f"sequential.block_errors: 'test' (a term's own block-by-term error where its test "
+                            f"rejects) or 'own' (always), got {str(given['block_errors'])[:40]!r}")
     reps = out.get("max_replicates")
     if reps is not None and (reps < 2 or reps < spec.replicates):
         problems.append(f"sequential.max_replicates: at least 2 and at least the sweep's {spec.replicates} "

@@ -215,6 +215,8 @@ def test_a_look_is_the_data_it_saw():
     last, _ = plan.look("ddd", 6, {"prompts": 96}, 1.0)
     assert plan.spent_alpha() == pytest.approx(ALPHA)
     assert Plan.from_json(plan.to_json()).looks == plan.looks
+    own = Plan(6, ALPHA, block_errors="own")
+    assert Plan.from_json(own.to_json()).block_errors == "own" and Plan.from_json(plan.to_json()).block_errors == "test"
     with pytest.raises(ValueError, match="exceed"):
         plan.look("eee", 7, {}, 1.0)
 

@@ -262,6 +262,10 @@ def test_a_term_with_block_by_term_variation_is_judged_against_it():
     assert not v["B"].block.used and v["B"].noise.source == "pooled residual"
     lean = decide_all(df, ["spec/tau"], ["A", "B"], margins, block_tests=False)
     assert all(x.block is None and x.noise.source == "pooled residual" for x in lean.verdicts)
+    # a plan declaring `block_errors: own` judges every term against its own block-by-term variation
+    own = {x.term: x for x in decide_all(df, ["spec/tau"], ["A", "B"], margins, block_errors="own").of("spec/tau")}
+    assert own["B"].block.used and own["B"].noise.source == "block x term" and own["B"].df == pytest.approx(5, abs=0.3)
+    assert own["A"].se == pytest.approx(v["A"].se)
 
 
 def test_without_records_or_for_a_timed_response_there_is_no_split():
