@@ -15,6 +15,12 @@ experiment. The same spec into the same storage passes: that is a rerun, which r
 Storage that moved (the recorded root no longer holds the sweep, and this root holds its
 saved spec) is the same sweep when its trials are: its parent's record is updated. A
 parent made before these tags existed is adopted by the next command that opens it.
+
+Two drivers of one name started at the same instant both read "no such sweep" before either
+writes. So the claim is one atomic write (`claim`): the sweep's experiment is created with
+its identity in its tags, in one request; MLflow's unique experiment names (on SQLite and on
+PostgreSQL alike) let only one creation win, and the other driver reads the winner's
+identity and is refused where it differs. The fingerprint includes the workload.
 """
 
 from __future__ import annotations
@@ -23,14 +29,17 @@ import hashlib
 import json
 from pathlib import Path
 
-from trials.store.client import SQLITE, sqlite_path
+from trials.store.client import SQLITE, sqlite_path, tracking_client
 from trials.store.keys import STORAGE_TAG, TRIALS_TAG, sweep_parent
 from trials.store.reader import reading_client
 
 
-def fingerprint(spec) -> str:
-    """SHA-256 of the first replicate block's trials: each one's key and resolved config."""
+def fingerprint(spec, with_workload: bool = True) -> str:
+    """SHA-256 of the workload and the first replicate block's trials: each one's key and
+    resolved config (`with_workload` False: as recorded before the workload counted)."""
     rows = sorted((t.key, repr(sorted(t.config.to_dict().items()))) for t in spec.trials if t.replicate == 0)
+    if with_workload:
+        rows = [["workload", spec.workload], *rows]
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
@@ -53,9 +62,46 @@ def check_same_sweep(spec, tracking_uri: str, root: Path, command: str) -> None:
     if held and Path(held) != root and not (gone and (root / name / "spec.yaml").is_file()):
         raise ValueError(f"{command}: sweep {name!r} already exists in the store {tracking_uri} with its storage at "
                          f"{held}{' (which no longer holds it)' if gone else ''}, not {root}; {way}")
-    if sha and sha != fingerprint(spec):
+    if sha and sha not in (fingerprint(spec), fingerprint(spec, with_workload=False)):
         raise ValueError(f"{command}: sweep {name!r} already exists in the store {tracking_uri} with other trials "
-                         f"(another base config or design; its storage: {theirs}); {way}")
+                         f"(another workload, base config or design; its storage: {theirs}); {way}")
+
+
+def claim(spec, tracking_uri: str, root: Path, command: str) -> None:
+    """Claim the sweep's name in the store in one atomic write (module docstring): create its
+    experiment with the sweep's identity as tags, or, where it exists with an identity, refuse
+    in one line one that differs (its storage is updated where `check_same_sweep` found that
+    it moved)."""
+    from mlflow.exceptions import MlflowException
+
+    mine = identity_tags(spec, root)
+    client = tracking_client(tracking_uri)
+    exp = client.get_experiment_by_name(spec.name)
+    if exp is None:
+        try:
+            client.create_experiment(spec.name, tags=mine)
+            return
+        except MlflowException as e:
+            if "RESOURCE_ALREADY_EXISTS" not in str(getattr(e, "error_code", "")) and \
+                    "already exists" not in str(e).lower() and "unique" not in str(e).lower():
+                raise
+        exp = client.get_experiment_by_name(spec.name)  # another driver's creation won
+    held, sha = exp.tags.get(STORAGE_TAG), exp.tags.get(TRIALS_TAG)
+    if held is None and sha is None:  # made before experiments carried it: the parent's record decides
+        for k, v in mine.items():
+            client.set_experiment_tag(exp.experiment_id, k, v)
+        return
+    if sha not in (mine[TRIALS_TAG], fingerprint(spec, with_workload=False)):
+        raise ValueError(f"{command}: sweep {spec.name!r} is claimed in the store {tracking_uri} by another driver "
+                         f"with other trials (another workload, base config or design; its storage: {held}); give "
+                         "this sweep another name")
+    if held != str(root):
+        moved = (root / spec.name / "spec.yaml").is_file() and not (Path(held) / spec.name / "spec.yaml").is_file()
+        if not moved:  # another driver's sweep (its storage may hold nothing yet: it claimed an instant ago)
+            raise ValueError(f"{command}: sweep {spec.name!r} is claimed in the store {tracking_uri} by a driver with "
+                             f"its storage at {held}, not {root}; give this sweep another name, or continue that one "
+                             f"with: trials resume {spec.name} --storage {held}")
+        client.set_experiment_tag(exp.experiment_id, STORAGE_TAG, str(root))  # the sweep's storage moved here
 
 
 def stored_parent_tags(tracking_uri: str, name: str) -> dict[str, str] | None:

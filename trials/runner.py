@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import yaml
 from ray import tune
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -33,7 +32,7 @@ from trials.store.reader import probe_store
 from . import spec as specmod
 from .cluster import (DEFAULT_RESOURCE_WAIT_S, check_gcs_reachable, check_local_resources, check_resources, init_ray,
                       kill_local_ray, local_gcs_gone)
-from .identity import check_same_sweep, identity_tags
+from .identity import check_same_sweep, claim, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock
 from . import layout, shared
@@ -232,7 +231,9 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
         check_gcs_reachable(address)
     probe_store(tracking_uri, store_timeout_s, writable=True)
     # one sweep per name per store: another storage or other trials under this name are refused
-    check_same_sweep(spec, tracking_uri, root, command.split()[1] if command else "resume" if resume else "run")
+    verb = command.split()[1] if command else "resume" if resume else "run"
+    check_same_sweep(spec, tracking_uri, root, verb)
+    claim(spec, tracking_uri, root, verb)  # one atomic write: two drivers started together cannot both win
     check_storage(root, max(spec.wl.checkpoint_bytes(t.config) for t in spec.trials))
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
     with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):

@@ -158,14 +158,14 @@ def same_design(a: SweepSpec, b: SweepSpec) -> bool:
     """Same trials with the same configs (what decides whether a sweep can be resumed)."""
     def sig(s):
         return sorted((t.key, repr(sorted(t.config.to_dict().items()))) for t in s.trials)
-    return a.name == b.name and sig(a) == sig(b)
+    return a.name == b.name and a.workload == b.workload and sig(a) == sig(b)
 
 
 def extends(old: SweepSpec, new: SweepSpec) -> bool:
     """`new` holds every trial of `old` with the same config (it may add replicate blocks):
     what `trials augment` may run on top of a sweep already in storage."""
     mine = {t.key: repr(sorted(t.config.to_dict().items())) for t in new.trials}
-    return old.name == new.name and all(
+    return old.name == new.name and old.workload == new.workload and all(
         mine.get(t.key) == repr(sorted(t.config.to_dict().items())) for t in old.trials)
 
 
