@@ -21,7 +21,7 @@ from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 from trials.workload import registry
 
 # a run's identity and outcome: the columns of an incomplete run's record
-META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order")
+META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order", "error")
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from pathlib import Path
 import pandas as pd
 
 from trials.store.client import check_store, tracking_client
-from trials.store.keys import StoreReadError
-from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTOR_PREFIX, FACTORS_PARAM,
+from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTOR_PREFIX, FACTORS_PARAM,
                                PRIMARY_TERMS_TAG, CONTRASTS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
-                               SEQUENTIAL_TAG, WORKLOAD_TAG, metric_name, sweep_parent, sweep_trials)
+                               SEQUENTIAL_TAG, WORKLOAD_TAG, StoreReadError, metric_name, sweep_parent,
+                               sweep_trials)
 
 from .frame import META_COLUMNS, SweepFrame, SweepRecord
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
@@ -132,8 +132,8 @@ def finished_frame(df: pd.DataFrame, order: dict[str, list[str]]) -> SweepFrame:
     the caller's to fill. The MLflow reader and the Ray-free local runner (`trials run
     --local`) build their frames here alike."""
     done = df["status"] == "FINISHED"
-    inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].astype(str).to_dict(orient="records")
-    df = df.loc[done].reset_index(drop=True)
+    inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].fillna("").astype(str).to_dict(orient="records")
+    df = df.loc[done].drop(columns=["error"], errors="ignore").reset_index(drop=True)
     df, factors = type_columns(df, order)
     for col in df.columns:  # a knob whose values mix types (decay_gamma: 4.0 | "block") stays text
         if df[col].dtype == object and df[col].map(type).nunique() > 1:
@@ -163,6 +163,8 @@ def _row(r) -> dict:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise StoreReadError(f"run {r.info.run_id}: metric {k!r} holds {str(v)[:40]!r}, not a number")
     row = run_row(r.info.run_id, r.info.run_name, r.info.status, r.data.tags, r.data.params, r.data.metrics)
+    if r.info.status != "FINISHED" and r.data.tags.get(ERROR_TAG):  # why it failed: its error's last line
+        row["error"] = [line for line in r.data.tags[ERROR_TAG].splitlines() if line.strip()][-1][:300]
     if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
         row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
     return row
@@ -189,8 +191,10 @@ def report_incomplete(sweep: SweepFrame) -> str:
     if len(inc) == 0:
         return ""
     counts = inc["status"].value_counts().to_dict()
+    why = inc["error"] if "error" in inc.columns else pd.Series("", index=inc.index)
     return (f"{len(inc)} run(s) not analysed: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-            + " (" + "; ".join(f"{r.cell} r{r.replicate}: {r.status}" for r in inc.itertuples()) + ")")
+            + " (" + "; ".join(f"{r.cell} r{r.replicate}: {r.status}" + (f" ({w})" if w and w != "nan" else "")
+                               for r, w in zip(inc.itertuples(), why)) + ")")
 
 
 def to_parquet(sweep: SweepFrame, path: str | Path) -> None:

@@ -20,10 +20,19 @@ from .attribution import analyse, stage_of
 from .design import factorial_rows
 from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
 from .frame import SweepFrame
+from .load import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .sequential import look_for, look_shares, plan_prices
 from .types import Report
 from .verdicts import decide_all, margins_for, response_models
+
+
+def _refuse_empty(sweep: SweepFrame) -> None:
+    if not sweep.factors:
+        raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
+    if len(sweep.runs) == 0:
+        gone = report_incomplete(sweep)  # why: each failed run's own error, where it has one
+        raise AnalysisError("no finished runs to analyse" + (f"; {gone}" if gone else ""))
 
 
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
@@ -35,10 +44,7 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     analysed look after look (`trials augment --until-decided`), the alpha its spending
     rule gives the look at this data; a given `alpha` or `margins` make the report a what-if."""
     df, factors, record = sweep.runs, list(sweep.factors), sweep.record
-    if not factors:
-        raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
-    if len(df) == 0:
-        raise AnalysisError("no finished runs to analyse")
+    _refuse_empty(sweep)
     rules = sweep.registry
     stage = stage_of(df, rules)
     declared = margins_for(record, margins)

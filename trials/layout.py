@@ -95,9 +95,10 @@ def read_results(dirs: list[Path]) -> list[dict]:
 def _checked_result(result, path: Path, line: int) -> dict:
     if not isinstance(result, dict):
         raise _bad(path, line, "not a JSON object")
-    step = result.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-        raise _bad(path, line, f"step: a whole number >= 0, got {str(step)[:40]!r}")
+    step = result.get("step")  # a trainer may report it as a float (12.0)
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not step >= 0
+                             or step == float("inf")):
+        raise _bad(path, line, f"step: a number >= 0, got {str(step)[:40]!r}")
     if not isinstance(result.get("done", False), bool):
         raise _bad(path, line, f"done: true or false, got {str(result['done'])[:40]!r}")
     return result

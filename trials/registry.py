@@ -49,6 +49,23 @@ def margin_problem(margin) -> str | None:
     return None
 
 
+def results_problem(metrics: dict, responses, timed=lambda name: False) -> str | None:
+    """Why a trial's final metrics cannot serve the sweep's primary responses (one never
+    reported, not a number, or not finite), or None; `timed(name)`: a response the timing
+    pass measures later, not the trial."""
+    for name in responses:
+        if timed(name):
+            continue
+        if name not in metrics:
+            return f"primary response {name!r} was never reported"
+        v = metrics[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"primary response {name!r} is {type(v).__name__} {str(v)[:40]!r}, not a number"
+        if not math.isfinite(v):
+            return f"primary response {name!r} is {v!r}, not a finite number"
+    return None
+
+
 @dataclass(frozen=True)
 class Registry:
     """The rules over one workload's metric rows (`metrics`: see the module docstring), and

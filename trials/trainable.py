@@ -19,6 +19,7 @@ from ray import tune
 
 from trials.store.keys import DONE_KEY, NODE_KEY
 
+from .registry import results_problem
 from .workload import load, registry
 
 
@@ -40,8 +41,15 @@ def _injected_crash(trial_key: str):
     return before_step
 
 
-def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | None) -> None:
-    """One training run of the workload inside Tune's trainable."""
+class TrialResultsError(RuntimeError):
+    """A trial that ended without a usable value of a primary response (the run is FAILED)."""
+
+
+def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | None, responses=(),
+             run_name: str = "") -> None:
+    """One training run of the workload inside Tune's trainable. Its results are checked when
+    it ends: a primary response (`responses`) missing, not a number or not finite fails the
+    trial, in one line naming the run and the metric."""
     import torch
 
     train = load(workload, trusted=True).train  # the driver vetted the name before it handed it here
@@ -49,6 +57,7 @@ def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | N
     # result leads with the registry's headline metrics, NaN until measured (the tracker logs
     # no NaN to MLflow)
     table = registry(workload).headline()
+    is_timed = registry(workload).is_timed
 
     torch.set_num_threads(max(1, int(cpus)))
     out_dir = tempfile.mkdtemp(prefix=f"{workload}-trial-")
@@ -57,15 +66,8 @@ def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | N
     node = {NODE_KEY: ray.get_runtime_context().get_node_id()}
 
     last: dict = {}
-
-    def report(metrics: dict, checkpoint_dir: str | None) -> None:
-        lead = {k: metrics.get(k, float("nan")) for k in table}
-        metrics = {**lead, **metrics, **node}  # node: where the trial ran, for the run's tags
-        last.update(metrics)
-        if checkpoint_dir is None:
-            tune.report(metrics)
-        else:
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
+    own: dict = {}  # what the trainer itself reported, latest values (no NaN leads)
+    report = _reporter(last, own, table, node, responses, is_timed, run_name or trial_key)
 
     checkpoint = tune.get_checkpoint()
     hook = _injected_crash(trial_key)
@@ -77,6 +79,9 @@ def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | N
             train(cfg, report=report, resume_from=resume_from, before_step=hook)
         else:
             train(cfg, report=report, before_step=hook)
+        problem = results_problem(own, responses, is_timed)
+        if problem and (own or not (checkpoint is not None or resume_from)):  # resumed from its end: reported then
+            raise TrialResultsError(f"run {run_name or trial_key}: {problem}")
         # the trial's last word: its final metrics again with DONE_KEY, the mark that the run
         # ended (the tracker marks no run FINISHED without it, and `trials recover` reads it
         # from Tune's result files)
@@ -84,6 +89,25 @@ def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | N
     finally:
         # tune.report has already copied every checkpoint to the sweep's storage
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run: str):
+    """The `report(metrics, checkpoint_dir)` a trial's trainer calls: each result to Tune,
+    led by the headline metrics (NaN until measured), a primary response that is no number
+    refused at once (a NaN may wait: it must be finite when the trial ends)."""
+    def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        problem = results_problem(metrics, [r for r in responses if r in metrics], is_timed)
+        if problem and "not a number" in problem:
+            raise TrialResultsError(f"run {run}: {problem}")
+        own.update(metrics)
+        lead = {k: metrics.get(k, float("nan")) for k in table}
+        metrics = {**lead, **metrics, **node}  # node: where the trial ran, for the run's tags
+        last.update(metrics)
+        if checkpoint_dir is None:
+            tune.report(metrics)
+        else:
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
+    return report
 
 
 @ray.remote(max_retries=1)
@@ -101,7 +125,8 @@ def trainable(spec, resume_dirs: dict[str, str]):
 
     def fn(params):
         t = spec.trial_for(params)
-        trial_fn(spec.workload, t.key, t.config, res["cpu"], resume_dirs.get(t.key))
+        trial_fn(spec.workload, t.key, t.config, res["cpu"], resume_dirs.get(t.key), tuple(spec.responses),
+                 t.run_name)
 
     fn.__name__ = f"{spec.wl.name}_trial"
     return tune.with_resources(fn, res)
