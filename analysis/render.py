@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 import tempfile
 import textwrap
 from pathlib import Path
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from trials.store.kept import write_atomic
-from trials.store.ui import UI_URL, run_url
+from trials.store.ui import UI_URL, md_text, run_url
 
 from . import plots
 from .sequential import LookResult
@@ -241,19 +242,21 @@ def parent_note(rep: Report, sweep: SweepFrame) -> str:
     """The parent run's description in the MLflow UI (its `mlflow.note.content`, shown on
     the run's page): the look, the verdict table as Markdown, the sentences, and a link to
     the report among the run's artifacts (relative: it opens in whichever UI shows it)."""
-    d, record = rep.decision, sweep.record
-    report = f"#/experiments/{record.experiment_id}/runs/{record.parent_run_id}/artifactPath/attribution/report.html"
+    d, record, md = rep.decision, sweep.record, md_text  # every text from the sweep shown literally
+    ids = f"{record.experiment_id}{record.parent_run_id}"
+    report = (f"[The full report](#/experiments/{record.experiment_id}/runs/{record.parent_run_id}/artifactPath/"
+              "attribution/report.html) (attribution/report.html)." if ids.isalnum() else "")
     look = rep.look.label() if rep.look is not None else ""
-    lines = [f"**Attribution**{f' ({look})' if look else ''}. [The full report]({report}) (attribution/report.html).", "",
+    lines = [f"**Attribution**{f' ({md(look)})' if look else ''}. {report}", "",
              "| response (margin) | term | verdict | estimate [interval the decision used] |", "|---|---|---|---|"]
     for r in answer_columns(d):
         c = d.checks[r]
         head = f"{r} ({'+-' + format(c.margin, 'g') if c.margin is not None else 'no margin'})"
         for i, v in enumerate(_shown_terms(d, r)):
             why = f" ({v.caveat()})" if v.caveat() else ""
-            lines.append(f"| {head if i == 0 else ''} | {v.term} | {v.verdict}{why} | {_est(v)} |")
-    lines += ["", *[f"- {sentence(d, r)}" for r in answer_columns(d)],
-              *[f"- {r}: {n}" for r in answer_columns(d) for n in d.caveats.get(r, [])], "",
+            lines.append(f"| {md(head) if i == 0 else ''} | {md(v.term)} | {md(v.verdict + why)} | {md(_est(v))} |")
+    lines += ["", *[f"- {md(sentence(d, r))}" for r in answer_columns(d)],
+              *[f"- {md(r)}: {md(n)}" for r in answer_columns(d) for n in d.caveats.get(r, [])], "",
               f"The family's verdicts: {d.counts_text()}."]
     text = "\n".join(lines)
     return text if len(text) <= NOTE_LIMIT else text[:NOTE_LIMIT - 40] + "\n\n[cut: the rest in the report]"
@@ -590,12 +593,20 @@ def _simple_and_noise_html(rep: Report, r: str) -> list[str]:
 
 
 def _md_table(df: pd.DataFrame) -> str:
+    """A table in Markdown, every cell's text shown literally (a `|` in a level name stays in its cell)."""
     df = df.reset_index()
-    cols = [str(c) for c in df.columns]
+    cols = [md_text(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, (float, np.floating)) else str(v) for v in row) + " |")
+        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, (float, np.floating)) else md_text(v) for v in row)
+                     + " |")
     return "\n".join(lines)
+
+
+def _fenced(text: str) -> list[str]:
+    """A code block that no run of backticks in `text` can close early."""
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+    return [fence, text, fence]
 
 
 def write_markdown(sweep: SweepFrame, rep: Report, factors: list[str], path: Path) -> Path:
@@ -607,7 +618,7 @@ def write_markdown(sweep: SweepFrame, rep: Report, factors: list[str], path: Pat
     grid.columns = [f"{c} ({_col_note(d.checks[c])})" for c in grid.columns]
     parts = [f"# Attribution: {record.experiment}", "", header, "", "## Verdicts", "",
              _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Model fit", "",
-             _md_table(model_fit_table(rep.results)), "", "## Summary", "", "```", body, "```"]
+             _md_table(model_fit_table(rep.results)), "", "## Summary", "", *_fenced(body)]
     for r, res in rep.results.items():
         parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_star) + ".", ""]
         if r in rep.noise:
@@ -626,7 +637,7 @@ def write_markdown(sweep: SweepFrame, rep: Report, factors: list[str], path: Pat
                       _md_table(rep.dunnett[r]), ""]
     coded = design_matrix(data, factors)
     parts += ["", "## Design", "", f"Design {record.design or 'full'}, coded (-1/+1: first/second level):",
-              "", _md_table(coded), "", "Alias structure:", "", "```", *alias_structure(coded), "```"]
+              "", _md_table(coded), "", "Alias structure:", "", *_fenced("\n".join(alias_structure(coded)))]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, "\n".join(parts) + "\n")
     return path

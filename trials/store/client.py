@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from pathlib import Path
 
@@ -201,6 +202,37 @@ def retrying(call, window_s: float = STORE_RETRY_S, first_wait_s: float = 1.0, w
 SWEEP_STORE = "(the sweep's store)"  # how a store error names a store the command took from the sweep
 
 
+# What a terminal would act on rather than show: C0 and C1 controls but newline and tab, and the
+# bidirectional overrides that reorder what a line shows; kept: colours (SGR, ESC [ ... m).
+_CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """Text as a terminal should show it: every control character escaped (`\x1b`, `\u202e`),
+    so that a name or description from a store, a file or a spec reaches the screen as text,
+    never as a command to the terminal (a title, a link, a cursor move, a clipboard write)."""
+    def escape(m: re.Match) -> str:
+        s = m.group()
+        if s.startswith("\x1b[") and s.endswith("m"):
+            return s
+        return s.encode("unicode_escape").decode("ascii")
+    return _CONTROL.sub(escape, text)
+
+
+class _Shown:
+    """A text stream that writes `terminal_text` of everything it is given."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def write(self, text: str) -> int:
+        self._raw.write(terminal_text(text))
+        return len(text)
+
+    def __getattr__(self, name):  # flush, isatty, fileno, encoding: the stream's own
+        return getattr(self._raw, name)
+
+
 def run_command(prog: str, command, tracking_uri: str | None, refusals: tuple = ()) -> int:
     """The one way every CLI (`trials`, `analysis`, `dspark train`) ends: `command()`'s exit
     code, or one line on stderr for what it could not do, never a traceback for input or a
@@ -212,9 +244,14 @@ def run_command(prog: str, command, tracking_uri: str | None, refusals: tuple = 
     - bad input (ValueError): one line, exit 2;
     - the store failing (`is_store_error`): one line naming it (`store_error`), exit 3;
     - a file that cannot be written (a full or read-only disk): one line naming it, exit 4.
-    Anything else is a bug and raises."""
+    Anything else is a bug and raises. Everything it prints shows control characters escaped
+    (`terminal_text`): stdout, for the command's whole run, and its error lines."""
     import sys
 
+    def say(line: str) -> None:
+        print(terminal_text(f"{prog}: {line}"), file=sys.stderr)
+
+    shown, sys.stdout = sys.stdout, _Shown(sys.stdout)
     try:
         code = command()
         sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
@@ -225,16 +262,18 @@ def run_command(prog: str, command, tracking_uri: str | None, refusals: tuple = 
         for kind, code, lines in refusals:
             if isinstance(e, kind):
                 for line in lines(e):
-                    print(f"{prog}: {line}", file=sys.stderr)
+                    say(line)
                 return code
         if isinstance(e, ValueError):
-            print(f"{prog}: error: {e}", file=sys.stderr)
+            say(f"error: {e}")
             return 2
         if is_store_error(e):
-            print(f"{prog}: error: {store_error(tracking_uri or SWEEP_STORE, e)}", file=sys.stderr)
+            say(f"error: {store_error(tracking_uri or SWEEP_STORE, e)}")
             return 3
         if isinstance(e, OSError) and e.filename:  # nothing half-written is left: every file is written whole
-            print(f"{prog}: error: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
+            say(f"error: cannot write {e.filename}: {e.strerror or e}")
             return 4
         raise
+    finally:
+        sys.stdout = shown
 

@@ -22,7 +22,7 @@ from .keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DRIVER_HO
                    SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, metric_name,
                    sweep_parent, sweep_trials)
 from .runs import config_params, git_commit, log_metrics, log_params, source_tags
-from .ui import RUNS_VIEW_TAG, runs_view
+from .ui import RUNS_VIEW_TAG, md_text, runs_view
 
 
 def trial_tags(spec, trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
@@ -52,7 +52,7 @@ class Ledger:
             list(spec.factors), list(shown), (ARM_TAG,) if spec.controls else ()))
         if spec.description and (exp is None or not exp.tags.get(NOTE_TAG)):
             # the experiment's description in the MLflow UI: which question the sweep answers
-            self.client.set_experiment_tag(self.experiment_id, NOTE_TAG, spec.description[:4000])
+            self.client.set_experiment_tag(self.experiment_id, NOTE_TAG, md_text(spec.description[:4000]))
         self.parent_id = self._parent()
 
     def _parent(self) -> str:
@@ -79,7 +79,7 @@ class Ledger:
                                            **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
                                            DESCRIPTION_TAG: self.spec.description[:4000],
                                            # MLflow shows this tag as the run's description
-                                           NOTE_TAG: self.spec.description[:4000]})
+                                           NOTE_TAG: md_text(self.spec.description[:4000])})
         self.client.log_batch(run.info.run_id, params=[
             Param(DESIGN_PARAM, self.spec.design), Param(REPLICATES_PARAM, str(self.spec.replicates)),
             # level order matters: the analysis reads it back as each factor's order

@@ -9,6 +9,8 @@ a change of that format fails loudly.
 
 from __future__ import annotations
 
+import html
+import re
 import time
 
 from .keys import FACTOR_PREFIX, REPLICATE_TAG, TRIAL_KEY_TAG, store_key
@@ -17,6 +19,16 @@ UI_URL = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it; `--ui-u
 TRAINING_VIEW = "workflowType=machine_learning"
 RUNS_VIEW = "dspark"  # the share key of a sweep's saved runs view
 RUNS_VIEW_TAG = "mlflow.sharedViewState." + RUNS_VIEW  # an experiment tag: MLflow 3's saved views live there
+
+
+_MARKUP = re.compile(r"([\\`*_\[\]|!#~$])")
+
+
+def md_text(text: str) -> str:
+    """Text from a sweep (a name, a level, a description) as MLflow's Markdown shows it: HTML's
+    special characters as entities and Markdown's markup characters escaped, on one line, so
+    that it is shown literally (never an image, a link or a table cell of its own)."""
+    return _MARKUP.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\r", " ").replace("\n", " ")
 
 
 def ui_url(experiment_id: str, base: str = UI_URL, view: bool = False) -> str:
