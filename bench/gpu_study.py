@@ -2,7 +2,8 @@
 alone (no Ray, no MLflow), in one command that stops by itself before its limit.
 
     python bench/gpu_study.py --out $OUT --minutes 9         # one H200: the base preset, cuda
-    python bench/gpu_study.py --cpu --out /tmp/g --minutes 2  # CI: the tiny preset on CPU
+    python bench/gpu_study.py --cpu --out /tmp/g --minutes 2  # the tiny preset on CPU, sized to 2 minutes
+    python bench/gpu_study.py --cpu --out /tmp/g --draft-steps 6   # CI: sized by steps, whatever the clock
 
 1. `bench/gpu_check.py`'s measurements (target-stage tokens/s and MFU in bf16, drafter
    tokens/s, tau and speculative speedup sampled and greedy at batch 1), into the log.
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-steps", type=int, help="drafter steps of the probe trial (default 100 GPU, 6 --cpu)")
     ap.add_argument("--skip-check", action="store_true", help="skip the gpu_check measurements")
     ap.add_argument("--max-draft-steps", type=int, help="at most this many drafter steps per trial (none: fill the time)")
+    ap.add_argument("--draft-steps", type=int, help="exactly this many drafter steps per trial, no clock: no sizing, "
+                                                    "no deadline (a test on a machine of any speed)")
     ap.add_argument("--target-steps", type=int, default=1500, help="the shared target's steps (GPU)")
     ap.add_argument("--spec-prompts", type=int, default=32, help="prompts per speculative evaluation (GPU)")
     ap.add_argument("--spec-new-tokens", type=int, default=128, help="tokens per prompt (GPU)")
@@ -107,24 +110,30 @@ def main(argv: list[str] | None = None) -> int:
             gpu_check.main(["--cpu", "--target-steps", "10", "--draft-steps", "10"] if args.cpu else [])
         for line in buf.getvalue().splitlines():
             log(f"gpu_check: {line}")
+    if args.draft_steps is not None and args.draft_steps < 1:
+        ap.error("--draft-steps: at least 1")
     storage = out / "storage"
     t0 = time.monotonic()
     bind_targets(study_spec(args.cpu, args.replicates, 1, overrides), storage, log)
     log(f"shared target ready in {time.monotonic() - t0:.1f} s")
     per_step, fixed = probe(log, args.cpu, args.probe_steps or (6 if args.cpu else 100), storage, overrides)
-    spec = study_spec(args.cpu, args.replicates, 1, overrides)
-    n = len(spec.trials)
-    budget = 0.75 * (log.left(total) - 15.0)  # a margin for noise, the timing pass, the last write and the exit
-    steps = int((budget / n - fixed) / per_step)
-    if args.max_draft_steps:
-        steps = min(steps, args.max_draft_steps)
-    log(f"sizing: {per_step * 1000:.1f} ms per drafter step, {fixed:.1f} s fixed per trial, {budget:.0f} s for "
-        f"{n} trials -> {steps} drafter steps each")
-    if steps < 1:
-        log("sizing: no time left for the study; stopping")
-        return 1
+    n = len(study_spec(args.cpu, args.replicates, 1, overrides).trials)
+    if args.draft_steps is not None:
+        steps, deadline = args.draft_steps, None
+        log(f"sizing: fixed at {steps} drafter steps each for {n} trials (--draft-steps: no clock)")
+    else:
+        budget = 0.75 * (log.left(total) - 15.0)  # a margin for noise, the timing pass, the last write and the exit
+        steps = int((budget / n - fixed) / per_step)
+        if args.max_draft_steps:
+            steps = min(steps, args.max_draft_steps)
+        log(f"sizing: {per_step * 1000:.1f} ms per drafter step, {fixed:.1f} s fixed per trial, {budget:.0f} s for "
+            f"{n} trials -> {steps} drafter steps each")
+        if steps < 1:
+            log("sizing: no time left for the study; stopping")
+            return 1
+        deadline = log.left(total) - 10.0
     spec = study_spec(args.cpu, args.replicates, steps, overrides)
-    df = run_local(spec, out / "runs.parquet", storage, deadline_s=log.left(total) - 10.0, say=log,
+    df = run_local(spec, out / "runs.parquet", storage, deadline_s=deadline, say=log,
                    timing=TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8)).runs
     log(f"gpu_study: done, {len(df)} of {n} trials in {out / 'runs.parquet'}")
     return 0 if len(df) == n else 1

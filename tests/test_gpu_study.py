@@ -1,8 +1,8 @@
 """bench/gpu_study.py, the one GPU run, on CPU with the tiny preset: it runs the GPU
-figures, sizes and runs the D1 x D2 x D9 study within its minutes, writes a parquet that
-`analysis report --parquet` reads, and loads neither Ray nor MLflow."""
+figures and the D1 x D2 x D9 study, writes a parquet that `analysis report --parquet` reads,
+and loads neither Ray nor MLflow. Sized by steps (`--draft-steps`), not by the clock: a
+loaded machine once stopped it with "no time left" (no test depends on the machine's speed)."""
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_gpu_study_runs_on_cpu_within_its_minutes(tmp_path):
+def test_gpu_study_runs_on_cpu(tmp_path):
     out = tmp_path / "out"
     probe = ("import runpy, sys\n"
-             f"sys.argv = ['gpu_study', '--cpu', '--out', {str(out)!r}, '--minutes', '2.5', '--max-draft-steps', '20']\n"
+             f"sys.argv = ['gpu_study', '--cpu', '--out', {str(out)!r}, '--draft-steps', '6']\n"
              "try:\n"
              f"    runpy.run_path({str(ROOT / 'bench' / 'gpu_study.py')!r}, run_name='__main__')\n"
              "except SystemExit as e:\n    print('exit', e.code)\n"
@@ -23,18 +23,14 @@ def test_gpu_study_runs_on_cpu_within_its_minutes(tmp_path):
     assert "loaded: []" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     log = (out / "gpu_study.log").read_text()
     for needle in ("gpu_check: target stage", "gpu_check: speculative greedy: tau", "probe: 6 drafter steps",
-                   "sizing: ", "gpu_study: done"):
+                   "sizing: fixed at 6 drafter steps each for 16 trials", "gpu_study: done"):
         assert needle in log, log
-    seconds = [float(line[1:line.index(" s]")]) for line in log.splitlines()]
-    assert max(seconds) < 150  # it stops by itself within its 2.5 minutes
     from analysis.load import read_parquet
     from analysis.report import build_report
 
     sweep = read_parquet(out / "runs.parquet")
     df = sweep.runs
     assert len(df) == 16 and set(sweep.factors) == {"D1", "D2", "D9"}  # 2^3 cells x 2 replicates
-    steps = int(re.search(r"-> (-?\d+) drafter steps each", log).group(1))
-    assert 1 <= steps <= 20  # sized to the time left, capped
     assert sweep.record.responses["spec/tau"]["margin"] == 0.1
     # the timed primary response comes from the interleaved pass after the trials, in-process
     assert df["spec/speedup"].notna().all() and set(df["timing/rounds"]) == {2.0}
