@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 import pandas as pd
 
-from trials.registry import Registry
+from trials.registry import Registry, from_record
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 from trials.workload import registry
 
@@ -37,6 +37,7 @@ class SweepRecord:
     primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
     contrasts: dict = field(default_factory=dict)  # the spec's named contrasts: {name: {from: {f: level}, to: {...}}}
     workload: str = DEFAULT_WORKLOAD  # the trainer swept (`trials.workload`): its metric registry
+    registry: dict = field(default_factory=dict)  # that registry as data (`trials.registry.recorded`), if kept
 
     @classmethod
     def of(cls, given: Mapping) -> SweepRecord:
@@ -58,7 +59,11 @@ class SweepFrame:
 
     @property
     def registry(self) -> Registry:
-        """The rules over the swept workload's metrics (better direction, degenerate, timed)."""
+        """The rules over the swept workload's metrics (better direction, degenerate, timed):
+        the record's own copy where it keeps one (a parquet export: no workload imported),
+        else the installed or allowed workload's (`trials.workload.load`)."""
+        if self.record.registry:
+            return from_record(self.record.registry)
         return registry(self.record.workload)
 
     def with_runs(self, runs: pd.DataFrame) -> SweepFrame:

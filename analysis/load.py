@@ -34,7 +34,7 @@ from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM,
 from .frame import META_COLUMNS, SweepFrame, SweepRecord
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 from trials.workload import WorkloadError, registry
-from trials.registry import PRIMARY_FORM
+from trials.registry import PRIMARY_FORM, from_record, recorded
 from trials.store.reader import reading_client
 
 INCOMPLETE_KEY = "incomplete"
@@ -204,6 +204,9 @@ def to_parquet(sweep: SweepFrame, path: str | Path) -> None:
     import pyarrow.parquet as pq
 
     path = Path(path)
+    if not sweep.record.registry:  # the registry travels with the export: a reader imports no workload
+        kept = recorded(sweep.registry, [c for c in sweep.runs.columns if isinstance(c, str)])
+        sweep = replace(sweep, record=replace(sweep.record, registry=kept))
     table = pa.Table.from_pandas(sweep.runs, preserve_index=False)
     meta = dict(table.schema.metadata or {})
     meta[PARQUET_KEY] = json.dumps(sweep.metadata()).encode()
@@ -305,7 +308,8 @@ def check_record(given: dict, columns) -> None:
     if not isinstance(responses, dict):
         raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
     try:
-        rules = registry(given.get("workload") or DEFAULT_WORKLOAD)
+        rules = (from_record(given["registry"]) if given.get("registry")
+                 else registry(given.get("workload") or DEFAULT_WORKLOAD))
     except WorkloadError as e:
         raise ValueError(str(e)) from None
     for name, decl in responses.items():

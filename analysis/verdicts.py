@@ -72,11 +72,12 @@ COUNT_METRICS = {BEYOND: "verdicts/matters_beyond", UNSURE: "verdicts/matters_un
 
 # ---------------------------------------------------------------- margins
 
-def margins_for(record: SweepRecord, given: dict[str, float] | None = None) -> dict[str, dict]:
+def margins_for(record: SweepRecord, given: dict[str, float] | None = None,
+                rules: Registry | None = None) -> dict[str, dict]:
     """The primary responses: the spec's (the sweep record's `responses`), with `given`
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
     registry's (the swept workload's, as the record names it)."""
-    rules = registry(record.workload)
+    rules = rules or registry(record.workload)
     out = {}
     for name, decl in dict(record.responses).items():
         out[name] = {"better": decl.get("better") or rules.better(name), "margin": float(decl["margin"])}

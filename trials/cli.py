@@ -259,7 +259,7 @@ def cmd_time(args) -> int:
 
 
 def cmd_status(args) -> int:
-    spec, meta = saved.load_saved(args.name, args.storage, "status")
+    spec, meta = saved.load_saved(args.name, args.storage, "status", layout=True)  # no workload imported
     uri = args.tracking_uri or meta["tracking_uri"]
     check_store(uri)  # a SQLite store that is gone is said at once; no server is asked: the states are storage's
     _show(spec, uri, args.storage)
@@ -275,7 +275,7 @@ def cmd_list(args) -> int:
     for spec_file in sorted(root.glob("*/spec.yaml")) if root.is_dir() else []:
         name = spec_file.parent.name
         try:
-            spec, meta = saved.load_saved(name, args.storage, "list")
+            spec, meta = saved.load_saved(name, args.storage, "list", layout=True)
         except (specmod.SpecError, ValueError, OSError) as e:  # said in its row; the other sweeps still listed
             why = str(e).splitlines()[0].removeprefix("list: ").replace(f"{root}/", "")
             rows.append({"sweep": name, "trials": "", "state": f"unreadable: {why[:120]}", "tracking_uri": "",

@@ -32,6 +32,22 @@ def build(spec: SweepSpec) -> SweepSpec:
                                resources=dict(spec.resources), trials=trials)
 
 
+def layout_trials(spec: SweepSpec) -> SweepSpec:
+    """The spec with its trials as storage knows them (keys, cells, levels, seeds, run order)
+    and no config: `build`'s trials without resolving any (`validate.parse_layout`)."""
+    arms = [("|".join(f"{f}={lv}" for f, lv in levels.items()), levels, "factorial")
+            for levels in cells(spec.factors, spec.generators)]
+    arms += [(f"control={c}", {f: "" for f in spec.factors}, f"control:{c}") for c in spec.controls]
+    trials: list[Trial] = []
+    for r in range(spec.replicates):
+        seed = replicate_seed(spec.name, r)
+        for i in run_order(spec.name, r, len(arms)):
+            cell, levels, arm = arms[i]
+            trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels), arm=arm,
+                                config=None, run_order=len(trials)))
+    return dataclasses.replace(spec, trials=trials)
+
+
 def check_trial_keys(trials: list[Trial]) -> None:
     """No two trials may share a key (one would overwrite the other's run) and every run name
     must fit the stores; the name rules make both hold, and this keeps them holding."""
@@ -136,6 +152,8 @@ def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
     """The responses a sweep's progress and status show."""
     if spec.responses:
         return list(spec.responses)[:limit]
+    if any(t.config is None for t in spec.trials):  # a layout (status, list): no workload to ask
+        return []
     configs = [t.config for t in spec.trials if t.arm == "factorial"]
     variants = {spec.wl.variant(c) for c in configs}
     names = workloads.registry(spec.workload).default_responses(variants.pop() if len(variants) == 1 else None)

@@ -147,3 +147,70 @@ class Registry:
         if known.better and direction != known.better:
             return None, f"{where}.better: {known.better} is better for {name}, not {direction}"
         return {"better": direction, "margin": float(decl["margin"])}, None
+
+
+ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",
+              "break_even", "below")
+
+
+@dataclass(frozen=True)
+class Row:
+    """A metric's registry row as plain data (what a recorded registry holds)."""
+    name: str
+    better: str = ""
+    unit: str = ""
+    stages: tuple = ()
+    meaning: str = ""
+    degenerate_in: dict | None = None
+    constant_in: dict | None = None
+    headline: bool = False
+    timed: bool = False
+    break_even: float | None = None
+    below: str = ""
+
+
+class RecordedMetrics:
+    """A workload's registry as a sweep's record keeps it (`recorded`): each metric name the
+    runs hold, resolved to its row, so that a parquet export is analysed without importing
+    any workload. `lookup` is by exact name: the names were resolved when it was recorded."""
+
+    def __init__(self, rows: dict[str, Row], default_responses: dict[str, tuple]):
+        self._rows = rows
+        self.REGISTRY = tuple(rows.values())
+        self.DEFAULT_RESPONSES = default_responses
+
+    def lookup(self, name: str):
+        return self._rows.get(name)
+
+
+def recorded(rules: Registry, names) -> dict:
+    """The part of `rules` a sweep's record keeps: the rows of `names` (the runs' metric
+    columns, resolved by the workload's own lookup), its default responses and variant field,
+    as plain JSON data."""
+    rows = {}
+    for name in dict.fromkeys(list(names) + list(rules.all_default_responses())):
+        m = rules.lookup(name)
+        if m is not None:
+            rows[name] = {f: (list(v) if isinstance(v, tuple) else v)
+                          for f in ROW_FIELDS if (v := getattr(m, f, None)) not in (None, "", False, (), {})}
+            rows[name]["name"] = name
+    defaults = {k: list(v) for k, v in rules.metrics.DEFAULT_RESPONSES.items()}
+    return {"variant_field": rules.variant_field, "default_responses": defaults, "metrics": rows}
+
+
+def from_record(data: dict) -> Registry:
+    """A Registry from `recorded`'s data (ValueError, one line, where it is not that)."""
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict) or \
+            not isinstance(data.get("default_responses", {}), dict) or not isinstance(data.get("variant_field", ""), str):
+        raise ValueError("registry: {variant_field, default_responses, metrics} as a sweep's record keeps them")
+    rows = {}
+    for name, row in data["metrics"].items():
+        if not isinstance(row, dict) or set(row) - set(ROW_FIELDS) or row.get("better", "") not in ("higher", "lower", ""):
+            raise ValueError(f"registry.metrics.{str(name)[:60]}: a metric row ({', '.join(ROW_FIELDS)})")
+        try:
+            rows[str(name)] = Row(**{**row, "name": str(name), "stages": tuple(row.get("stages") or ())})
+        except TypeError as e:
+            raise ValueError(f"registry.metrics.{str(name)[:60]}: {e}") from None
+    defaults = {str(k): tuple(map(str, v)) for k, v in data.get("default_responses", {}).items()
+                if isinstance(v, (list, tuple))}
+    return Registry(RecordedMetrics(rows, defaults), data.get("variant_field", ""))

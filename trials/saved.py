@@ -28,22 +28,24 @@ def storage_root(storage: str | None) -> Path:
     return Path(storage or DEFAULT_STORAGE).expanduser().resolve()
 
 
-def load_saved(name: str, storage: str | None, command: str = "resume") -> tuple[SweepSpec, dict]:
+def load_saved(name: str, storage: str | None, command: str = "resume",
+               layout: bool = False) -> tuple[SweepSpec, dict]:
     """The spec and settings `trials run` saved with a sweep (`spec.yaml`, `sweep.json`),
     checked as input: a file that is unreadable, not what a run writes, or a spec that no
-    longer validates is refused in one line naming it."""
+    longer validates is refused in one line naming it. `layout`: the spec's layout alone
+    (`validate.parse_layout`: no workload imported), what `status` and `list` need."""
     if not specmod.NAME_RE.match(name):
         raise specmod.SpecError([f"{command}: {name!r} is not a sweep name (letters, digits, '_', '-' and '.')"])
     exp_dir = storage_root(storage) / name
     if not (exp_dir / "spec.yaml").is_file():
         raise specmod.SpecError([f"{command}: no sweep {name!r} under {storage_root(storage)}"])
-    return saved_spec(exp_dir / "spec.yaml", command), saved_settings(exp_dir / "sweep.json", command)
+    return saved_spec(exp_dir / "spec.yaml", command, layout), saved_settings(exp_dir / "sweep.json", command)
 
 
-def saved_spec(path: Path, command: str) -> SweepSpec:
+def saved_spec(path: Path, command: str, layout: bool = False) -> SweepSpec:
     """A sweep's saved spec, or one line naming the file and its first problem."""
     try:
-        return validate.load(path, trusted=False)  # storage names its workload: never imported on its say-so
+        return validate.load(path, trusted=False, layout=layout)  # storage's workload: never imported on its say-so
     except specmod.SpecError as e:
         first = e.problems[0]
         more = f" (and {len(e.problems) - 1} more problem(s))" if len(e.problems) > 1 else ""

@@ -14,8 +14,8 @@ import yaml
 
 from . import workload as workloads
 from .design import cells, low_resolution, parse_generator
-from .expand import build, resolve_arms, unmeasured_responses
-from .registry import PRIMARY_FORM
+from .expand import build, layout_trials, resolve_arms, unmeasured_responses
+from .registry import PRIMARY_FORM, margin_problem
 from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
 
 
@@ -33,9 +33,10 @@ MAX_SPEC_BYTES = 1_000_000  # a spec file larger than this is not a spec
 MAX_YAML_NODES = 100_000  # the spec's YAML with every alias expanded (refuses alias bombs)
 
 
-def load(path: str | Path, trusted: bool = True) -> SweepSpec:
+def load(path: str | Path, trusted: bool = True, layout: bool = False) -> SweepSpec:
     """A spec file: the user's own (`trusted`: its workload may be imported by path), or one
-    read back from storage (not trusted: only an installed or allowed workload loads)."""
+    read back from storage (not trusted: only an installed or allowed workload loads);
+    `layout`: read as `parse_layout` reads it (no workload at all)."""
     p = Path(path)
     if not p.is_file():
         raise SpecError([f"spec: {path} is not a file"])
@@ -50,7 +51,7 @@ def load(path: str | Path, trusted: bool = True) -> SweepSpec:
         raise SpecError([f"spec: {path} is not valid YAML ({str(e).splitlines()[0]})"]) from None
     except SpecError as e:
         raise SpecError([f"spec: {path}: {e}"]) from None
-    return parse(raw, trusted)
+    return parse_layout(raw) if layout else parse(raw, trusted)
 
 
 def safe_yaml(text: str) -> Any:
@@ -114,6 +115,39 @@ def parse(raw: Any, trusted: bool = True) -> SweepSpec:
     if problems:
         raise SpecError(problems)
     return spec
+
+
+def parse_layout(raw: Any) -> SweepSpec:
+    """What `trials status` and `list` need of a saved spec: its name, factors and levels,
+    replicates, design, controls and declared responses, checked as a spec's are, and its
+    trials' keys, cells, seeds and run order (`trials.expand.layout_trials`), with no workload
+    loaded and no config resolved: nothing in the file is imported or run. SpecError lists
+    every problem found."""
+    if not isinstance(raw, dict):
+        raise SpecError(["spec: the top level must be a mapping"])
+    problems: list[str] = [f"spec: unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})"
+                           for key in sorted(set(raw) - TOP_KEYS)]
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        problems.append(f"name: required; {NAME_RULE}")
+    workload = raw.get("workload", workloads.DEFAULT)
+    if not isinstance(workload, str) or not workload:
+        problems.append(f"workload: a workload's name or `package.module:object`, got {str(workload)[:60]!r}")
+    spec = SweepSpec(name=name if isinstance(name, str) else "", base={}, factors=_parse_factors(raw, None, problems),
+                     workload=workload if isinstance(workload, str) else workloads.DEFAULT)
+    spec.replicates = _parse_replicates(raw, spec.factors, problems)
+    spec.generators = _parse_design(raw, spec.factors, problems)
+    spec.controls = _parse_controls(raw, None, problems)
+    spec.description = str(raw.get("description", ""))
+    given = raw.get("responses") or {}
+    if not isinstance(given, dict) or not all(isinstance(d, dict) and margin_problem(d.get("margin")) is None
+                                              for d in given.values()):
+        problems.append(f"responses: must map metric names to {PRIMARY_FORM}")
+    else:
+        spec.responses = {str(k): dict(v) for k, v in given.items()}
+    if problems:
+        raise SpecError(problems)
+    return layout_trials(spec)
 
 
 def _parse_workload(raw: dict, trusted: bool) -> workloads.Workload:
@@ -454,7 +488,8 @@ def _overrides_ok(where: str, over: Any, fields: set[str], problems: list[str]) 
     if not isinstance(over, dict):
         problems.append(f"{where}: must map to config overrides")
         return False
-    problems += [f"{where}: unknown trainer config field {key!r}" for key in sorted(set(over) - fields)]
+    if fields is not None:  # None: a layout, read without its workload
+        problems += [f"{where}: unknown trainer config field {key!r}" for key in sorted(set(over) - fields)]
     return True
 
 

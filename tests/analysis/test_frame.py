@@ -7,6 +7,9 @@ from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
+
+from trials.registry import recorded
+from trials.workload import registry
 import pyarrow.parquet as pq
 import pytest
 
@@ -29,7 +32,8 @@ def _every_field_set() -> SweepFrame:
                          responses={"val/acc": {"better": "higher", "margin": 0.01}},
                          sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B", "diag"],
                          contrasts={"diag": {"from": {"A": "lo", "B": "lo"}, "to": {"A": "hi", "B": "hi"}}},
-                         workload="tests.toy.workload:WORKLOAD")
+                         workload="tests.toy.workload:WORKLOAD",
+                         registry=recorded(registry("tests.toy.workload:WORKLOAD"), ["val/acc", "val/loss"]))
     failed = {"run_id": "r9", "run_name": "A=lo|B=lo|C=lo r9", "status": "FAILED", "cell": "A=lo|B=lo|C=lo",
               "replicate": "9", "seed": "9", "arm": "factorial", "run_order": "99"}
     local = {"run_id": "local-x", "run_name": "x", "status": "FINISHED", "tags": {"trial_key": "x"},
@@ -55,12 +59,16 @@ def test_every_field_of_the_frame_survives_the_parquet_round_trip(tmp_path):
 
 @pytest.mark.parametrize("path", EXPORTS, ids=[p.parent.name for p in EXPORTS])
 def test_a_committed_export_keeps_its_metadata_through_a_read_and_a_write(path, tmp_path):
-    """What an export's metadata holds is what its frame holds and writes again; the second
-    copy pyarrow kept of it (pandas attrs, then) is not restored onto the runs."""
+    """What an export's metadata holds is what its frame holds and writes again, and the
+    workload's registry (exports written before kept none); the second copy pyarrow kept of
+    it (pandas attrs, then) is not restored onto the runs."""
     stored = json.loads(pq.read_schema(path).metadata[PARQUET_KEY])
     sweep = read_parquet(path)
     assert sweep.runs.attrs == {}
     to_parquet(sweep, tmp_path / "again.parquet")
     again = json.loads(pq.read_schema(tmp_path / "again.parquet").metadata[PARQUET_KEY])
-    assert again == sweep.metadata() and {k: again[k] for k in stored} == stored
+    registry = again.pop("registry")
+    assert again == {k: v for k, v in sweep.metadata().items() if k != "registry"}
+    assert {k: again[k] for k in stored if k != "registry"} == {k: v for k, v in stored.items() if k != "registry"}
+    assert all(registry["metrics"][r]["better"] for r in sweep.record.responses)  # each primary response's row
     pd.testing.assert_frame_equal(read_parquet(tmp_path / "again.parquet").runs, sweep.runs, check_categorical=True)

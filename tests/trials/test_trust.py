@@ -39,37 +39,54 @@ def _cli(tmp_path, pkg, *args, env_extra=None, package="trials"):
 
 
 def test_a_saved_spec_naming_a_module_does_not_import_it(tmp_path):
-    """`trials status` and `list` read a sweep's saved spec: a workload named there that is
-    not installed or allowed is refused in one line, and the module never runs."""
+    """`trials status` and `list` read a sweep's saved spec as a layout and import no workload
+    at all; `resume` needs the workload: one named there that is not installed or allowed is
+    refused in one line. The module never runs."""
     pkg = _package(tmp_path)
     storage = tmp_path / "ray_results" / "t"
     storage.mkdir(parents=True)
     (storage / "spec.yaml").write_text(yaml.safe_dump({**GOOD, "workload": "evil:x"}))
-    (storage / "sweep.json").write_text('{"tracking_uri": "sqlite:///m.db"}')
-    for command in (["status", "t"], ["list"], ["resume", "t"]):
+    (storage / "sweep.json").write_text(f'{{"tracking_uri": "sqlite:///{tmp_path / "m.db"}"}}')
+    (tmp_path / "m.db").write_bytes(b"")
+    for command in (["status", "t"], ["list"]):
         r = _cli(tmp_path, pkg, *command)
-        out = (r.stdout + r.stderr).strip()
-        assert "'evil:x' is recorded with this sweep but is not an installed workload" in out, out
-        if command[0] != "list":  # list cuts each sweep's line to its table's width
-            assert "DSPARK_SWEEPS_WORKLOADS=evil:x" in out and "dspark_sweeps.workloads" in out
-        assert "Traceback" not in out and not (tmp_path / "imported" / "evil").exists(), command
+        assert r.returncode == 0 and "pending" in r.stdout, r.stdout + r.stderr
+        assert not (tmp_path / "imported" / "evil").exists(), command
+    r = _cli(tmp_path, pkg, "resume", "t")
+    out = (r.stdout + r.stderr).strip()
+    assert "'evil:x' is recorded with this sweep but is not an installed workload" in out, out
+    assert "DSPARK_SWEEPS_WORKLOADS=evil:x" in out and "dspark_sweeps.workloads" in out
+    assert "Traceback" not in out and not (tmp_path / "imported" / "evil").exists()
     # allowed by the user: then it is imported (and, being no workload, named as such in one line)
-    r = _cli(tmp_path, pkg, "status", "t", env_extra={workloads.TRUST_ENV: "evil:x"})
+    r = _cli(tmp_path, pkg, "resume", "t", env_extra={workloads.TRUST_ENV: "evil:x"})
     assert (tmp_path / "imported" / "evil").exists() and "lacks" in r.stderr + r.stdout
 
 
 def test_a_parquet_export_naming_a_module_does_not_import_it(tmp_path):
-    from analysis.load import read_parquet, to_parquet
+    """An export keeps its workload's registry (what the analysis needs of a workload): read
+    back it imports no workload at all, whatever it names. One without a registry that names
+    a module that is not installed or allowed is refused in one line, and the module never runs."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from analysis.load import PARQUET_KEY, read_parquet, to_parquet
 
     pkg = _package(tmp_path)
-    sweep = read_parquet(ROOT / "results" / "seed-backbone" / "runs.parquet")
-    from dataclasses import replace
-
-    crafted = replace(sweep, record=replace(sweep.record, workload="evil:x"))
-    to_parquet(crafted, tmp_path / "runs.parquet")
-    r = _cli(tmp_path, pkg, "report", "seed-backbone", "--parquet", "runs.parquet", package="analysis")
+    to_parquet(read_parquet(ROOT / "results" / "seed-backbone" / "runs.parquet"), tmp_path / "kept.parquet")
+    table = pq.read_table(tmp_path / "kept.parquet")
+    meta = json.loads(table.schema.metadata[PARQUET_KEY])
+    assert meta["registry"]["metrics"]["val/bpb"]["better"] == "lower"  # the registry travels with the export
+    for name, registry in (("named.parquet", meta["registry"]), ("bare.parquet", {})):
+        crafted = {**meta, "workload": "evil:x", "registry": registry}
+        pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
+                                                      PARQUET_KEY: json.dumps(crafted).encode()}), tmp_path / name)
+    r = _cli(tmp_path, pkg, "report", "seed-backbone", "--parquet", "named.parquet", package="analysis")
+    assert r.returncode == 0 and "val/bpb" in r.stdout, r.stderr[-2000:]  # analysed from the record alone
+    r = _cli(tmp_path, pkg, "report", "seed-backbone", "--parquet", "bare.parquet", package="analysis")
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "is not an installed workload" in r.stderr and not (tmp_path / "imported" / "evil").exists()
+    assert "is not an installed workload" in r.stderr
+    assert not (tmp_path / "imported" / "evil").exists()
 
 
 @pytest.mark.parametrize("name, words", [
