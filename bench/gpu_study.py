@@ -79,6 +79,24 @@ def probe(log: Log, cpu: bool, steps: int, storage: Path, overrides: dict) -> tu
     return per_step, max(wall - steps * per_step, 0.0)
 
 
+def sizing(args, log: Log, total: float, n: int, per_step: float, fixed: float) -> tuple[int, float | None]:
+    """(drafter steps per trial, the study's deadline): `--draft-steps` exactly, with no
+    clock; else what fills the time left, capped by `--max-draft-steps` (0: none left)."""
+    if args.draft_steps is not None:
+        log(f"sizing: fixed at {args.draft_steps} drafter steps each for {n} trials (--draft-steps: no clock)")
+        return args.draft_steps, None
+    budget = 0.75 * (log.left(total) - 15.0)  # a margin for noise, the timing pass, the last write and the exit
+    steps = int((budget / n - fixed) / per_step)
+    if args.max_draft_steps:
+        steps = min(steps, args.max_draft_steps)
+    log(f"sizing: {per_step * 1000:.1f} ms per drafter step, {fixed:.1f} s fixed per trial, {budget:.0f} s for "
+        f"{n} trials -> {steps} drafter steps each")
+    if steps < 1:
+        log("sizing: no time left for the study; stopping")
+        return 0, None
+    return steps, log.left(total) - 10.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for runs.parquet and gpu_study.log")
@@ -118,20 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"shared target ready in {time.monotonic() - t0:.1f} s")
     per_step, fixed = probe(log, args.cpu, args.probe_steps or (6 if args.cpu else 100), storage, overrides)
     n = len(study_spec(args.cpu, args.replicates, 1, overrides).trials)
-    if args.draft_steps is not None:
-        steps, deadline = args.draft_steps, None
-        log(f"sizing: fixed at {steps} drafter steps each for {n} trials (--draft-steps: no clock)")
-    else:
-        budget = 0.75 * (log.left(total) - 15.0)  # a margin for noise, the timing pass, the last write and the exit
-        steps = int((budget / n - fixed) / per_step)
-        if args.max_draft_steps:
-            steps = min(steps, args.max_draft_steps)
-        log(f"sizing: {per_step * 1000:.1f} ms per drafter step, {fixed:.1f} s fixed per trial, {budget:.0f} s for "
-            f"{n} trials -> {steps} drafter steps each")
-        if steps < 1:
-            log("sizing: no time left for the study; stopping")
-            return 1
-        deadline = log.left(total) - 10.0
+    steps, deadline = sizing(args, log, total, n, per_step, fixed)
+    if steps < 1:
+        return 1
     spec = study_spec(args.cpu, args.replicates, steps, overrides)
     df = run_local(spec, out / "runs.parquet", storage, deadline_s=deadline, say=log,
                    timing=TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8)).runs
