@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import stats
 
 from trials.registry import Registry
-from trials.workload import registry
+from trials.registry import UNKNOWN
 
 from . import power
 from .anova import AnalysisError, check_design
@@ -47,7 +47,7 @@ def choose_responses(df: pd.DataFrame, asked: list[str] | None, factors: list[st
     Degenerate responses are never analysed: they are listed as skipped. `experiment` names
     the sweep in the commands a refusal suggests; `rules` the swept workload's registry (the
     default workload's where none is given)."""
-    rules = rules or registry()
+    rules = rules or UNKNOWN
     stage = stage_of(df, rules)
     primary = list(primary or [])
     for r in primary:
@@ -123,7 +123,7 @@ def why_degenerate(df: pd.DataFrame, stage: str | None, r: str, rules: Registry 
     (the registry), or Algorithm 1's throughput on a capacity curve where Algorithm 1
     verifies the same length for every request of every run (flat, or falling as 1/B from
     B = 1): then it ranks tau, not the scheduler."""
-    reason = (rules or registry()).degenerate_reason(stage, r)
+    reason = (rules or UNKNOWN).degenerate_reason(stage, r)
     if reason or not r.startswith("sched/alg1_throughput@R"):
         return reason
     suffix = r.split("@", 1)[1]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from trials.registry import Registry, from_record
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
-from trials.workload import registry
+from trials.workload import load
 
 # a run's identity and outcome: the columns of an incomplete run's record
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order", "error")
@@ -64,7 +64,7 @@ class SweepFrame:
         else the installed or allowed workload's (`trials.workload.load`)."""
         if self.record.registry:
             return from_record(self.record.registry)
-        return registry(self.record.workload)
+        return load(self.record.workload).registry  # the one name lookup: installed or allowed only
 
     def with_runs(self, runs: pd.DataFrame) -> SweepFrame:
         """The same sweep over other rows (a subset, or columns changed): the rest kept."""

@@ -33,7 +33,7 @@ from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM,
 
 from .frame import META_COLUMNS, SweepFrame, SweepRecord
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
-from trials.workload import WorkloadError, registry
+from trials.workload import WorkloadError, load
 from trials.registry import PRIMARY_FORM, from_record, recorded
 from trials.store.reader import reading_client
 
@@ -309,7 +309,7 @@ def check_record(given: dict, columns) -> None:
         raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
     try:
         rules = (from_record(given["registry"]) if given.get("registry")
-                 else registry(given.get("workload") or DEFAULT_WORKLOAD))
+                 else load(given.get("workload") or DEFAULT_WORKLOAD).registry)
     except WorkloadError as e:
         raise ValueError(str(e)) from None
     for name, decl in responses.items():

@@ -58,8 +58,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from trials.registry import Registry, jack_groups, jack_name, split_name
-from trials.workload import registry
+from trials.registry import UNKNOWN, Registry, jack_groups, jack_name, split_name
 
 from .model import Fit, block_interaction
 from .power import p_decided
@@ -75,7 +74,7 @@ WHAT = {"prompts": "prompts", "eval_batches": "held-out batches", "timing_prompt
 def kind_of(response: str, rules: Registry | None = None) -> str:
     """What a re-evaluation adds to a response: prompts, held-out batches, or (a timed
     response of the timing pass) the prompts the pass decodes."""
-    if (rules or registry()).is_timed(response):
+    if (rules or UNKNOWN).is_timed(response):
         return "timing_prompts"
     return "prompts" if response.startswith(DECODED) else "eval_batches"
 

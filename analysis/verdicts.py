@@ -50,8 +50,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from trials.registry import Registry
-from trials.workload import registry
+from trials.registry import UNKNOWN, Registry
 
 from . import power, variance
 from .anova import AnalysisError
@@ -77,7 +76,7 @@ def margins_for(record: SweepRecord, given: dict[str, float] | None = None,
     """The primary responses: the spec's (the sweep record's `responses`), with `given`
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
     registry's (the swept workload's, as the record names it)."""
-    rules = rules or registry(record.workload)
+    rules = rules or UNKNOWN
     out = {}
     for name, decl in dict(record.responses).items():
         out[name] = {"better": decl.get("better") or rules.better(name), "margin": float(decl["margin"])}
@@ -227,7 +226,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     (`response_models`). `plan`: the alphas and blocks the sweep's plan still allows, which
     the next steps are priced within (`PlanPrices`). `block_errors`: the plan's rule for block
     x term (`analysis.types.BLOCK_ERRORS`)."""
-    rules = rules or registry()
+    rules = rules or UNKNOWN
     _check_settings(adjust, alpha)
     ms = models or response_models(df, responses, factors, rules)
     data, block, rows, fits = ms.data, ms.block, ms.rows, ms.fits

@@ -131,7 +131,7 @@ def stopwatch_trainable(cost_dir: str):
             tune.report = timed_report  # this worker's Tune: trial_fn looks tune.report up at each call
             try:
                 t = spec.trial_for(params)
-                trial_fn(spec.workload, t.key, t.config, res["cpu"], resume_dirs.get(t.key))
+                trial_fn(spec.wl, t.key, t.config, res["cpu"], resume_dirs.get(t.key))
             finally:
                 tune.report = report  # a reused actor runs the next trial with it restored
                 (Path(cost_dir) / f"{uuid.uuid4().hex}.json").write_text(json.dumps(cost))

@@ -10,6 +10,9 @@ os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 # The toy workload is no installed plug-in: the tests allow it by name, as a user allows their own
 # (trials/workload.py); sweeps read back from storage name it, and would be refused otherwise.
 os.environ.setdefault("DSPARK_SWEEPS_WORKLOADS", "tests.toy.workload:WORKLOAD")
+# the workloads a user ran are kept in their own config folder (trials/workload.py): the tests'
+# in one of their own, never the user's
+os.environ["XDG_CONFIG_HOME"] = __import__("tempfile").mkdtemp(prefix="dspark-tests-config-")
 
 
 @pytest.fixture(scope="session")

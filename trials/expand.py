@@ -156,7 +156,7 @@ def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
         return []
     configs = [t.config for t in spec.trials if t.arm == "factorial"]
     variants = {spec.wl.variant(c) for c in configs}
-    names = workloads.registry(spec.workload).default_responses(variants.pop() if len(variants) == 1 else None)
+    names = spec.wl.registry.default_responses(variants.pop() if len(variants) == 1 else None)
     # never one an arm cannot measure (not measured, degenerate or constant in its stage, or a
     # decoding response where no prompt is decoded)
     return [n for n in names if not unmeasured_responses({n: None}, configs, spec.wl)][:limit]

@@ -26,6 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.frame import SweepFrame, SweepRecord
+from trials.registry import recorded, results_problem
+from trials.store.keys import ERROR_TAG
 from trials.store.runs import config_params
 
 from . import shared
@@ -59,7 +61,7 @@ def run_local(spec: SweepSpec, out: str | Path, storage: str | Path = "ray_resul
         took.append(time.perf_counter() - t0)
         _write(spec, list(rows.values()), out)
         say(f"{spec.name}: {len(rows)}/{len(spec.trials)} {t.run_name} in {took[-1]:.0f} s")
-    if len(rows) == len(spec.trials) and timing is not None:
+    if len(rows) == len(spec.trials) and timing is not None and spec.wl.has("timing"):
         time_locally(spec, rows, configs, timing, say)
         _write(spec, list(rows.values()), out)
     return _frame(spec, list(rows.values())) if rows else SweepFrame(pd.DataFrame())
@@ -80,7 +82,7 @@ def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print
         say(f"{spec.name}: not timed: a trial's checkpoint is gone from {Path(next(iter(checkpoints.values()))).parent}")
         return
     say(f"{spec.name}: timing {len(rows)} run(s) ({hooks.response[stage]}): {settings.rounds} interleaved rounds")
-    stream = pass_rounds(spec.workload, stage, {k: configs[k].to_dict() for k in rows}, checkpoints, asdict(settings),
+    stream = pass_rounds(spec.wl, stage, {k: configs[k].to_dict() for k in rows}, checkpoints, asdict(settings),
                          max(1, int(spec.resources.get("cpu", 1))))
     rounds = [item for item in stream if "round" in item]
     jack = hooks.jack_values(stage, rounds)
@@ -104,22 +106,43 @@ def bind_targets(spec: SweepSpec, storage: Path, say=print) -> dict:
 
 
 def _train_one(spec: SweepSpec, t, cfg, storage: Path) -> dict:
+    """One trial in this process, as a Ray trial runs it: the workload's `train` with a
+    `report` (its metrics kept, the last value of each), its results checked when it ends
+    (`results_problem`: a FAILED row names the metric), the final checkpoint kept where the
+    workload has checkpoints (for the timing pass)."""
     import shutil
 
-    import torch
+    try:
+        import torch
 
-    torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))  # as a Ray trial would: the same numbers
+        torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))  # as a Ray trial would: the same numbers
+    except ImportError:  # a workload of another framework
+        pass
     t0 = time.time()
     keep = storage / spec.name / "local" / t.key.replace("|", "_").replace("=", "-").replace("#", "_")
+    seen: dict = {}
+
+    def report(metrics: dict, checkpoint_dir: str | None = None) -> None:
+        seen.update(metrics)
+
+    status, error = "FINISHED", ""
     with tempfile.TemporaryDirectory(prefix=f"{spec.wl.name}-local-") as tmp:
-        final = spec.wl.train(cfg.replace(out_dir=tmp))
-        if keep.exists():
-            shutil.rmtree(keep)
-        keep.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(Path(tmp) / spec.wl.final_checkpoint, keep)  # the final checkpoint, for the timing pass
-    return {"run_id": f"local-{t.key}", "run_name": t.run_name, "status": "FINISHED", "tags": t.tags,
-            "params": config_params(t.config.to_dict()), "metrics": {k: v for k, v in final.items() if k != "step"},
-            "run_s": time.time() - t0, "checkpoint": str(keep)}
+        final = spec.wl.train(cfg.replace(out_dir=tmp), report) or {}
+        seen.update(final)
+        problem = results_problem(seen, list(spec.responses), spec.wl.registry.is_timed)
+        if problem:
+            status, error = "FAILED", f"run {t.run_name}: {problem}"
+        final_dir = Path(tmp) / spec.wl.final_checkpoint if spec.wl.final_checkpoint else None
+        if final_dir is not None and final_dir.is_dir():
+            if keep.exists():
+                shutil.rmtree(keep)
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(final_dir, keep)  # the final checkpoint, for the timing pass
+    numbers = {k: v for k, v in seen.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {"run_id": f"local-{t.key}", "run_name": t.run_name, "status": status,
+            "tags": {**t.tags, **({ERROR_TAG: error} if error else {})},
+            "params": config_params(t.config.to_dict()), "metrics": numbers, "run_s": time.time() - t0,
+            "checkpoint": str(keep) if keep.exists() else ""}
 
 
 def _rows_done(sweep: SweepFrame, spec: SweepSpec) -> dict:
@@ -130,7 +153,7 @@ def _rows_done(sweep: SweepFrame, spec: SweepSpec) -> dict:
     keys = {t.key: t for t in spec.trials}
     done = {}
     for rec in sweep.local_rows:
-        if rec["tags"].get("trial_key") in keys:
+        if rec["tags"].get("trial_key") in keys and rec.get("status", "FINISHED") == "FINISHED":  # a failed one reruns
             done[rec["tags"]["trial_key"]] = rec
     return done
 
@@ -140,10 +163,15 @@ def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
     flat = []
     for r in rows:
         row = run_row(r["run_id"], r["run_name"], r["status"], r["tags"], r["params"], r["metrics"])
+        if r["status"] != "FINISHED":
+            row["error"] = r["tags"].get(ERROR_TAG, "")
         flat.append({**row, "run_s": r["run_s"]})
     record = SweepRecord(experiment=spec.name, description=spec.description, design=spec.design,
                          responses=spec.responses, primary_terms=list(spec.primary_terms),
-                         contrasts=dict(spec.contrasts))
+                         contrasts=dict(spec.contrasts), workload=spec.workload,
+                         sequential=json.dumps({"declared": True, **spec.sequential, "looks": []}) if spec.sequential
+                         else "",
+                         registry=recorded(spec.wl.registry, [c for r in rows for c in r["metrics"]]))
     # the rows as a parquet export gives them back (plain JSON data): what a rerun resumes from
     return replace(finished_frame(pd.DataFrame(flat), order), record=record, local_rows=json.loads(json.dumps(rows)))
 

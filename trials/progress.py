@@ -28,7 +28,6 @@ from trials.store.keys import store_key
 
 from trials.expand import columns
 from trials.spec import SweepSpec
-from .workload import registry
 
 
 def clock(seconds: float) -> str:
@@ -178,7 +177,7 @@ def arms_table(spec: SweepSpec, runs: dict) -> str:
             vals = [m[store_key(c)] for m in rows if store_key(c) in m]
             means.append(f"{sum(vals) / len(vals):12.4g}" if vals else " " * 12)
         lines.append(arm.ljust(width) + f"  {len(rows)}  " + "  ".join(means))
-    untimed = [c for c in cols if registry(spec.workload).is_timed(c) and not any(store_key(c) in m for r in by_arm.values()
+    untimed = [c for c in cols if spec.wl.registry.is_timed(c) and not any(store_key(c) in m for r in by_arm.values()
                                                                   for m in r)]
     if untimed:
         lines.append(f"({', '.join(untimed)}: measured by the interleaved timing pass, `trials time {spec.name}`)")

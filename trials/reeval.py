@@ -42,14 +42,13 @@ from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
 from . import cluster, layout, saved, shared
-from .workload import load, registry
 from .lease import Lease
 from .identity import check_same_sweep
 
 
 
 @ray.remote(max_retries=1)
-def reeval_task(workload: str, config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0
+def reeval_task(wl, config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0
                 ) -> tuple[dict, dict | None, bytes | None]:
     """(metrics, per-prompt statistics or None, recorded rounds as .npz bytes or None) of one
     trial's final checkpoint on n_prompts prompts and n_batches held-out batches (0: that
@@ -57,7 +56,7 @@ def reeval_task(workload: str, config: dict, checkpoint_dir: str, n_prompts: int
     import torch
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    return load(workload).reevaluate(config, checkpoint_dir, n_prompts, n_batches)
+    return wl.reevaluate(config, checkpoint_dir, n_prompts, n_batches)
 
 
 def check_counts(spec_prompts: int | None, eval_batches: int | None) -> None:
@@ -87,13 +86,13 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
     todo = [t for t in finished if any(asks[t.key])]
     bound = bind_existing_targets(spec, root)
     with Lease(root / name, name, f"trials reeval {name}"):
-        check_checkpoints({t.key: checkpoints[t.key] for t in todo}, bound, spec.workload)  # before Ray starts
+        check_checkpoints({t.key: checkpoints[t.key] for t in todo}, bound, spec.wl)  # before Ray starts
         say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
             f"({len(finished) - len(todo)} already done)")
         started = cluster.init_ray(address)
         try:
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
-            pending = {reeval_task.options(**res).remote(spec.workload, bound[t.key].to_dict(), checkpoints[t.key],
+            pending = {reeval_task.options(**res).remote(spec.wl, bound[t.key].to_dict(), checkpoints[t.key],
                                                          *asks[t.key]): t for t in todo}
             done = 0
             while pending:
@@ -103,18 +102,17 @@ def reeval(name: str, storage: str | None, spec_prompts: int | None = None, trac
                 _log_evaluation(client, runs[t.key], root / name, metrics, per_prompt, rounds, *asks[t.key])
                 done += 1
                 say(f"{name}: {done}/{len(todo)} {t.run_name}: " + ", ".join(
-                    f"{k} {metrics[k]:.4f}" for k in registry(spec.workload).headline() if k in metrics))
+                    f"{k} {metrics[k]:.4f}" for k in spec.wl.registry.headline() if k in metrics))
         finally:
             if started:
                 ray.shutdown()
     return {"done": done, "skipped": len(finished) - len(todo)}
 
 
-def check_checkpoints(checkpoints: dict[str, str], configs: dict, workload: str, command: str = "reeval") -> None:
+def check_checkpoints(checkpoints: dict[str, str], configs: dict, wl, command: str = "reeval") -> None:
     """Every checkpoint a pass will load, checked here first by the workload
     (`finished_problem`): one line naming the first that cannot be loaded, or is not a
     finished trial's, before Ray starts (a Ray task's failure comes back as its traceback)."""
-    wl = load(workload)
     for key, ckpt in checkpoints.items():
         problem = wl.finished_problem(ckpt, configs[key])
         if problem:

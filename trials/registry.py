@@ -110,7 +110,7 @@ class Registry:
         m = self.lookup(name)
         if m is None or variant is None:
             return None
-        if variant not in m.stages:
+        if m.stages and variant not in m.stages:  # no stages: measured in every variant
             return f"not measured in the {variant} stage (measured in: {', '.join(m.stages)})"
         return (m.degenerate_in or {}).get(variant) or (m.constant_in or {}).get(variant)
 
@@ -214,3 +214,17 @@ def from_record(data: dict) -> Registry:
     defaults = {str(k): tuple(map(str, v)) for k, v in data.get("default_responses", {}).items()
                 if isinstance(v, (list, tuple))}
     return Registry(RecordedMetrics(rows, defaults), data.get("variant_field", ""))
+
+
+class _NoMetrics:
+    """A registry that knows no metric: `UNKNOWN`'s rows."""
+    REGISTRY: tuple = ()
+    DEFAULT_RESPONSES: dict = {}
+
+    def lookup(self, name: str):
+        return None
+
+
+# the rules where no workload is named (a statistic on bare data): every metric unknown, higher
+# better unless a margin's declaration says otherwise, none timed: no workload's defaults
+UNKNOWN = Registry(_NoMetrics())

@@ -41,7 +41,6 @@ from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import StorageFull, SweepTracker, is_storage_full, open_ledger
-from .workload import load as load_workload
 from trials.store.keys import GIT_COMMIT_TAG, SHARED_PREFIX
 from trials.store.ledger import Ledger
 from trials.store.runs import git_commit
@@ -54,16 +53,16 @@ def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,
     Returns a new spec (the one given is left as it is), each trial's tags (DSpark:
     `target_hash`, `data_sha256`) and the shared artifacts by hash."""
     found = addresses if addresses is not None else shared.addresses(spec)
-    made = ensure_targets(spec.workload, shared.needed(spec, found), storage, spec.resources, cpus)
+    made = ensure_targets(spec.wl, shared.needed(spec, found), storage, spec.resources, cpus)
     spec, tags = shared.bound(spec, found, {h: meta["path"] for h, meta in made.items()})
     return spec, tags, made
 
 
-def ensure_targets(workload: str, needed: dict[str, Any], storage: Path, resources: dict[str, float],
+def ensure_targets(wl, needed: dict[str, Any], storage: Path, resources: dict[str, float],
                    cpus: int | None = None) -> dict[str, dict]:
     """artifact hash -> metadata with its `path`, for each config in `needed`: reused from
     storage, else trained once as a Ray task (all of them in parallel)."""
-    art = load_workload(workload).shared
+    art = wl.shared
     out: dict[str, dict] = {}
     pending = {}
     for h, cfg in needed.items():
@@ -81,7 +80,7 @@ def ensure_targets(workload: str, needed: dict[str, Any], storage: Path, resourc
               "(once; every trial of this target reuses it)", flush=True)
         progress = path.with_name(f".{path.name}.progress.json")
         progress.unlink(missing_ok=True)
-        pending[h] = (path, shared_target_task.options(**opts).remote(workload, cfg.to_dict(), str(path), str(progress)),
+        pending[h] = (path, shared_target_task.options(**opts).remote(wl, cfg.to_dict(), str(path), str(progress)),
                       time.monotonic())
     for h, (path, ref, t0) in pending.items():
         meta = _await_target(h, ref, path.with_name(f".{path.name}.progress.json"), t0)

@@ -47,7 +47,7 @@ from typing import Any
 
 from trials.store.keys import ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, RUN_ORDER_TAG, SEED_TAG, TRIAL_KEY_TAG
 
-from . import workload as workloads
+from .workload import DEFAULT as DEFAULT_WORKLOAD
 
 # Sweep, factor, level and control names: they become trial keys (`F=level|G=level#r0`),
 # folder names, MLflow names and tags and analysis columns, so none may hold `|`, `=` or
@@ -102,7 +102,7 @@ class SweepSpec:
     name: str
     base: dict[str, Any]
     factors: dict[str, dict[str, dict[str, Any]]]
-    workload: str = workloads.DEFAULT  # the trainer swept (`trials.workload.load`)
+    workload: str = DEFAULT_WORKLOAD  # the trainer swept, by name (`trials.workload.load`)
     replicates: int = 1
     generators: dict[str, list[str]] = field(default_factory=dict)  # empty = full factorial
     controls: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -116,10 +116,15 @@ class SweepSpec:
     primary_terms: list[str] = field(default_factory=list)  # [] = every main effect, contrast and control
     sequential: dict[str, Any] = field(default_factory=dict)  # {max_replicates, alpha, ...}; {} = no plan
     trials: list[Trial] = field(default_factory=list)
+    # the workload itself, loaded once where the spec was read (`trials.workload.load`): the
+    # engine takes it from here; `workload` is its name, for storage
+    loaded: Any = field(default=None, repr=False, compare=False)
 
     @property
-    def wl(self) -> workloads.Workload:
-        return workloads.load(self.workload)
+    def wl(self):
+        if self.loaded is None:
+            raise ValueError(f"sweep {self.name!r}: its workload was not loaded (a spec is made by trials.validate)")
+        return self.loaded
 
     @property
     def design(self) -> str:

@@ -42,7 +42,6 @@ from trials.store.keys import PASS_TAG, SUMMARY_TAG, sweep_parent
 from trials.store.kept import keep_parent_record, keep_run_record
 from trials.store.client import tracking_client
 
-from .workload import load
 from .lease import Lease
 from .identity import check_same_sweep
 
@@ -84,17 +83,17 @@ def schedule(keys: list[str], rounds: int, warmup: int, seed: int) -> list[tuple
 
 # ---------------------------------------------------------------- in the Ray task
 
-def timing_task(workload: str, stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict):
+def timing_task(wl, stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict):
     """The whole pass in one Ray worker (one node), with the worker's CPUs as torch's
     threads: `pass_rounds`. Made a Ray task only by the driver, so this module loads without
     Ray (the CLI reads its defaults, and a refused pass never imports it)."""
     import ray
 
     threads = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
-    yield from pass_rounds(workload, stage, configs, checkpoints, settings, threads)
+    yield from pass_rounds(wl, stage, configs, checkpoints, settings, threads)
 
 
-def pass_rounds(workload: str, stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict,
+def pass_rounds(wl, stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: dict,
                 threads: int):
     """The pass in this process: yields {"node", "threads", "load_s"} once the runs are
     loaded, then per round {"round", "order", "times": key -> raw seconds}. The Ray task and
@@ -104,8 +103,8 @@ def pass_rounds(workload: str, stage: str, configs: dict[str, dict], checkpoints
     s = TimingSettings(**settings)
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=f"{workload}-time-") as tmp:
-        arms = load(workload).timing.arms(stage, configs, checkpoints, s, tmp)
+    with tempfile.TemporaryDirectory(prefix=f"{wl.name}-time-") as tmp:
+        arms = wl.timing.arms(stage, configs, checkpoints, s, tmp)
         yield {"node": socket.gethostname(), "threads": torch.get_num_threads(), "load_s": time.perf_counter() - t0}
         order, times = [], {}
         events = schedule(list(configs), s.rounds, s.warmup, s.seed)
@@ -157,7 +156,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     with Lease(root / name, name, f"trials time {name}"):
         from . import cluster  # Ray: only once the pass's inputs are checked
 
-        check_checkpoints(checkpoints, bound, spec.workload, "time")  # before Ray starts, and before anything is said
+        check_checkpoints(checkpoints, bound, spec.wl, "time")  # before Ray starts, and before anything is said
         say(f"{name}: timing {len(finished)} run(s) ({hooks.response[stage]}): {settings.rounds} rounds, "
             f"{settings.warmup} warm-up(s) each, {size} {hooks.size[stage]} a repetition")
 
@@ -183,7 +182,7 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
 
     pass_id, started, t0 = _pass_id(), time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
     res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
-    stream = ray.remote(max_retries=0)(timing_task).options(**res).remote(spec.workload, stage, configs, checkpoints,
+    stream = ray.remote(max_retries=0)(timing_task).options(**res).remote(spec.wl, stage, configs, checkpoints,
                                                                            asdict(settings))
     head, rounds, first = None, [], None
     for ref in stream:

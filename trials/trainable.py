@@ -20,7 +20,6 @@ from ray import tune
 from trials.store.keys import DONE_KEY, NODE_KEY
 
 from .registry import results_problem
-from .workload import load, registry
 
 
 # Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys
@@ -45,22 +44,22 @@ class TrialResultsError(RuntimeError):
     """A trial that ended without a usable value of a primary response (the run is FAILED)."""
 
 
-def trial_fn(workload: str, trial_key: str, cfg, cpus: int, resume_from: str | None, responses=(),
+def trial_fn(wl, trial_key: str, cfg, cpus: int, resume_from: str | None, responses=(),
              run_name: str = "") -> None:
     """One training run of the workload inside Tune's trainable. Its results are checked when
     it ends: a primary response (`responses`) missing, not a number or not finite fails the
     trial, in one line naming the run and the metric."""
     import torch
 
-    train = load(workload, trusted=True).train  # the driver vetted the name before it handed it here
+    train = wl.train  # the workload the driver loaded, handed here with the trial
     # Tune's progress table shows the first four metrics of the first result it sees, so every
     # result leads with the registry's headline metrics, NaN until measured (the tracker logs
     # no NaN to MLflow)
-    table = registry(workload).headline()
-    is_timed = registry(workload).is_timed
+    table = wl.registry.headline()
+    is_timed = wl.registry.is_timed
 
     torch.set_num_threads(max(1, int(cpus)))
-    out_dir = tempfile.mkdtemp(prefix=f"{workload}-trial-")
+    out_dir = tempfile.mkdtemp(prefix=f"{wl.name}-trial-")
     cfg = cfg.replace(out_dir=out_dir)
 
     node = {NODE_KEY: ray.get_runtime_context().get_node_id()}
@@ -111,12 +110,12 @@ def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run
 
 
 @ray.remote(max_retries=1)
-def shared_target_task(workload: str, config: dict, path: str, progress_file: str | None = None) -> dict:
+def shared_target_task(wl, config: dict, path: str, progress_file: str | None = None) -> dict:
     """Train one of the sweep's shared artifacts (`Workload.shared`) in a Ray task."""
     import torch
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    return load(workload, trusted=True).shared.train(config, path, progress_file)
+    return wl.shared.train(config, path, progress_file)
 
 
 def trainable(spec, resume_dirs: dict[str, str]):
@@ -125,7 +124,7 @@ def trainable(spec, resume_dirs: dict[str, str]):
 
     def fn(params):
         t = spec.trial_for(params)
-        trial_fn(spec.workload, t.key, t.config, res["cpu"], resume_dirs.get(t.key), tuple(spec.responses),
+        trial_fn(spec.wl, t.key, t.config, res["cpu"], resume_dirs.get(t.key), tuple(spec.responses),
                  t.run_name)
 
     fn.__name__ = f"{spec.wl.name}_trial"

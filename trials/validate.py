@@ -95,7 +95,8 @@ def parse(raw: Any, trusted: bool = True) -> SweepSpec:
     wl = _parse_workload(raw, trusted)
     fields = set(wl.fields)
     spec = SweepSpec(name=name if isinstance(name, str) else "", base=_parse_base(raw, fields, problems),
-                     factors=_parse_factors(raw, fields, problems), workload=raw.get("workload", workloads.DEFAULT))
+                     factors=_parse_factors(raw, fields, problems), workload=raw.get("workload", workloads.DEFAULT),
+                     loaded=wl)
     spec.replicates = _parse_replicates(raw, spec.factors, problems)
     spec.generators = _parse_design(raw, spec.factors, problems)
     spec.controls = _parse_controls(raw, fields, problems)
@@ -103,7 +104,7 @@ def parse(raw: Any, trusted: bool = True) -> SweepSpec:
     spec.max_concurrent = _count(raw, "max_concurrent", 0, problems)
     spec.max_failures = _count(raw, "max_failures", 2, problems)
     spec.description = str(raw.get("description", ""))
-    spec.responses = _parse_responses(raw, workloads.registry(spec.workload), problems)
+    spec.responses = _parse_responses(raw, wl.registry, problems) or dict(wl.margins)  # the workload's margins
     spec.contrasts = _parse_contrasts(raw, spec, problems)
     spec.primary_terms = _parse_primary_terms(raw, spec.factors, spec.controls, spec.contrasts, problems)
     spec.sequential = _parse_sequential(raw, spec, problems)
@@ -501,7 +502,7 @@ def _cell_problems(spec: SweepSpec) -> list[str]:
                for f, levels in spec.factors.items() if len(levels) >= 2}
     if not factors or clashing_factors(factors):
         return []
-    check = SweepSpec(name="check", workload=spec.workload, factors=factors,
+    check = SweepSpec(name="check", workload=spec.workload, loaded=spec.wl, factors=factors,
                       base={k: v for k, v in spec.base.items() if k in known},
                       controls={c: {k: v for k, v in over.items() if k in known} for c, over in spec.controls.items()})
     try:

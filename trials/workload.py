@@ -9,8 +9,12 @@ loads it here, by name, in the driver and in every Ray worker.
 No code runs from data. A workload is imported only where the user names it: on the command
 line or in the spec file they pass (`trials run`, `validate`: trusted), or as an installed
 plug-in, an entry point of the group `dspark_sweeps.workloads` (the packaging convention;
-this distribution declares `dspark` there), or a path listed in the environment variable
-DSPARK_SWEEPS_WORKLOADS (comma-separated; the user's own choice, as a command line is). A
+this distribution declares `dspark` there), a path listed in the environment variable
+DSPARK_SWEEPS_WORKLOADS (comma-separated; the user's own choice, as a command line is), or
+one this user ran themselves: a path given on the command line or in a spec file is kept in
+the user's own list (`$XDG_CONFIG_HOME/dspark-sweeps/workloads`, else `~/.config/...`; read
+only where the user owns it and no one else may write it), so that their later `resume`,
+`status` and `report` of that sweep find it. A
 name read back from storage (a saved spec, the parent run's `workload` tag, a parquet
 export) is matched against those and never imported on its own say-so: an unknown one is
 refused in one line naming it and how to allow it. Whatever importing a workload raises or
@@ -58,20 +62,19 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import sys
+from pathlib import Path
 from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from .registry import Registry
+from .loaded import CORE, Loaded, WorkloadError
 
 DEFAULT = "dspark"
 BUILTIN = {"dspark": "dspark.workload:WORKLOAD"}  # known without installed metadata (a source checkout)
 GROUP = "dspark_sweeps.workloads"  # the entry point group of installed workloads
 TRUST_ENV = "DSPARK_SWEEPS_WORKLOADS"  # comma-separated `package.module:object` paths the user allows
 SHOWN = 120  # characters of a workload's name a message quotes
-REQUIRED = ("name", "fields", "config", "role", "smoke", "variant", "variant_field", "metrics", "unmeasured",
-            "sequential_fields", "config_problems", "train", "checkpoint_file", "final_checkpoint", "checkpoint_bytes",
-            "checkpoint_problem", "finished_problem", "shared", "reeval_problem", "reevaluate", "eval_files", "timing",
-            "questions")
+REQUIRED = CORE  # the rest has defaults (trials/loaded.py)
 
 
 class SharedArtifacts(Protocol):
@@ -140,8 +143,6 @@ class Workload(Protocol):
     reevaluate: Callable[..., tuple]
 
 
-class WorkloadError(ValueError):
-    """A workload that cannot be loaded, or lacks part of the interface (one line)."""
 
 
 def installed() -> dict[str, str]:
@@ -156,8 +157,41 @@ def installed() -> dict[str, str]:
 
 
 def allowed() -> set[str]:
-    """The paths the user allows by name (TRUST_ENV), besides the installed ones."""
-    return {p.strip() for p in os.environ.get(TRUST_ENV, "").split(",") if p.strip()}
+    """The paths the user allows by name (TRUST_ENV and the ones they ran: `ran_file`),
+    besides the installed ones."""
+    return {p.strip() for p in os.environ.get(TRUST_ENV, "").split(",") if p.strip()} | _ran()
+
+
+def ran_file() -> Path:
+    """The user's own list of the workload paths they ran (one a line)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "dspark-sweeps" / "workloads"
+
+
+def _ran() -> set[str]:
+    path = ran_file()
+    try:
+        st = path.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:  # someone else could have written it: not the user's word
+            return set()
+        return {line.strip() for line in path.read_text().splitlines()[:1000] if line.strip()}
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def _remember(path: str) -> None:
+    """Keep a path the user ran in their own list (best effort: a read-only home just means
+    the next command from storage asks for TRUST_ENV)."""
+    if path in _ran():
+        return
+    try:
+        f = ran_file()
+        f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(f, "a") as out:
+            out.write(path + "\n")
+        os.chmod(f, 0o600)
+    except OSError:
+        pass
 
 
 _trusted: set[str] = set()  # names this process has loaded from the user's own command or spec
@@ -167,11 +201,23 @@ def shown(name: str) -> str:
     return repr(name if len(name) <= SHOWN else name[:SHOWN] + "...")
 
 
-def load(name: str = DEFAULT, trusted: bool = False) -> Workload:
-    """The workload named: an installed short name, or `package.module:object`, which is
-    imported only where `trusted` (the user's command line or spec file, or a Ray worker
-    that the driver handed it to), installed, allowed by TRUST_ENV, or trusted before in this
-    process. WorkloadError (one line) for anything else, and for whatever importing it does."""
+def load(name: str = DEFAULT, trusted: bool = False) -> Loaded:
+    """The workload named, loaded once with its defaults filled (`trials.loaded.Loaded`).
+
+    Args:
+        name: an installed short name (`dspark`), or `package.module:object`.
+        trusted: the name comes from the user (their command line or spec file): it may be
+            imported by path. Otherwise (a name read back from storage) it is imported only
+            where installed, allowed by TRUST_ENV, or trusted before in this process.
+
+    Returns:
+        The loaded workload. Raises WorkloadError, in one line, for anything else and for
+        whatever importing it does.
+
+    Example:
+        >>> load("dspark").name
+        'dspark'
+    """
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"workload: a workload's name or `package.module:object`, got {shown(str(name))}")
     known = installed()
@@ -181,14 +227,30 @@ def load(name: str = DEFAULT, trusted: bool = False) -> Workload:
             f"workload: {shown(name)} is recorded with this sweep but is not an installed workload "
             f"({', '.join(sorted(known))}), so it is not imported on the record's say-so; allow it by installing it "
             f"as an entry point of the group {GROUP} or by setting {TRUST_ENV}={path[:SHOWN]}")
+    if path not in known.values():
+        _beside_here()
     found = _import(name, path, tuple(sorted(known)))
     if trusted:
         _trusted.add(path)
+        if path not in known.values():
+            _remember(path)
     return found
 
 
+def _beside_here() -> None:
+    """A `package.module:object` is found in the current folder too, as `python -m` finds one
+    (after the installed packages), and so is it by the local Ray's workers, which inherit
+    PYTHONPATH (on a cluster, the workload's package must be installed on every node)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.append(here)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*parts, here])
+
+
 @functools.lru_cache(maxsize=None)
-def _import(name: str, path: str, known: tuple[str, ...]) -> Workload:
+def _import(name: str, path: str, known: tuple[str, ...]) -> Loaded:
     module, _, attr = path.partition(":")
     if not module or not attr or module.startswith("."):
         raise WorkloadError(f"workload: {shown(name)} is neither an installed workload ({', '.join(known)}) "
@@ -206,13 +268,8 @@ def _import(name: str, path: str, known: tuple[str, ...]) -> Workload:
         where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
         raise WorkloadError(f"workload: {shown(name)}: importing {module[:SHOWN]} raised {type(e).__name__}{where}: "
                             f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
-    missing = [a for a in REQUIRED if not hasattr(found, a)]
-    if missing:
-        raise WorkloadError(f"workload: {shown(name)} lacks {', '.join(missing)} (see trials/workload.py)")
-    return found
+    try:
+        return Loaded(found, name)
+    except WorkloadError as e:
+        raise WorkloadError(f"workload: {shown(name)}: {e}") from None
 
-
-def registry(name: str = DEFAULT) -> Registry:
-    """The rules over a workload's metric registry (`trials.registry.Registry`)."""
-    wl = load(name)
-    return Registry(wl.metrics, wl.variant_field)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from trials.registry import recorded
-from trials.workload import registry
+from trials.workload import load
 import pyarrow.parquet as pq
 import pytest
 
@@ -33,7 +33,7 @@ def _every_field_set() -> SweepFrame:
                          sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B", "diag"],
                          contrasts={"diag": {"from": {"A": "lo", "B": "lo"}, "to": {"A": "hi", "B": "hi"}}},
                          workload="tests.toy.workload:WORKLOAD",
-                         registry=recorded(registry("tests.toy.workload:WORKLOAD"), ["val/acc", "val/loss"]))
+                         registry=recorded(load("tests.toy.workload:WORKLOAD").registry, ["val/acc", "val/loss"]))
     failed = {"run_id": "r9", "run_name": "A=lo|B=lo|C=lo r9", "status": "FAILED", "cell": "A=lo|B=lo|C=lo",
               "replicate": "9", "seed": "9", "arm": "factorial", "run_order": "99"}
     local = {"run_id": "local-x", "run_name": "x", "status": "FINISHED", "tags": {"trial_key": "x"},

@@ -269,8 +269,12 @@ def test_a_term_with_block_by_term_variation_is_judged_against_it():
 
 
 def test_without_records_or_for_a_timed_response_there_is_no_split():
+    from trials.workload import load
+
+    rules = load("dspark").registry  # spec/speedup is DSpark's timed response
+
     def split(df, r):
-        return response_models(df, [r], ["A", "B"]).split(r)
+        return response_models(df, [r], ["A", "B"], rules).split(r)
 
     df = sweep(0.05, 0.2).drop(columns=[jack_name("spec/tau", g) for g in range(G)])
     assert groups_of(df, "spec/tau") == 0 and split(df, "spec/tau") is None
@@ -279,7 +283,7 @@ def test_without_records_or_for_a_timed_response_there_is_no_split():
     timed["timing/prompts"] = timed.pop("split/prompts")  # the timing pass's prompts: its own jackknife
     sp = split(timed, "spec/speedup")
     assert sp is not None and sp.kind == "timing_prompts" and "prompts of the timing pass" in sp.text()
-    assert kind_of("val/bpb") == "eval_batches" and kind_of("conf/ece_mean") == "prompts"
+    assert kind_of("val/bpb", rules) == "eval_batches" and kind_of("conf/ece_mean", rules) == "prompts"
 
 
 def test_older_prompt_group_records_serve_a_mean_response_only():

@@ -180,7 +180,9 @@ def test_a_shared_target_says_where_its_training_is_while_it_trains(ray_local, t
     monkeypatch.setattr(runner, "TARGET_PROGRESS_S", 0.1)
     cfg = tiny(data=(str(corpus_dir),), target_steps=100, eval_interval=20)
     h = address(cfg)[0]
-    out = runner.ensure_targets("dspark", {h: cfg}, tmp_path, {"cpu": 1}, 2)
+    from trials.workload import load
+
+    out = runner.ensure_targets(load("dspark"), {h: cfg}, tmp_path, {"cpu": 1}, 2)
     lines = capsys.readouterr().out.splitlines()
     steps = [int(m.group(1)) for ln in lines for m in [re.match(rf"shared target {h}: step (\d+)/100, val/bpb "
                                                                 r"\d\.\d{4}, \S+ elapsed, ~\S+ left$", ln)] if m]

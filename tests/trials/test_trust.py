@@ -33,7 +33,8 @@ def _package(tmp_path: Path) -> Path:
 
 def _cli(tmp_path, pkg, *args, env_extra=None, package="trials"):
     env = {k: v for k, v in os.environ.items() if k != workloads.TRUST_ENV}
-    env.update({"PYTHONPATH": f"{pkg}{os.pathsep}{ROOT}", **(env_extra or {})})
+    env.update({"PYTHONPATH": f"{pkg}{os.pathsep}{ROOT}", "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                **(env_extra or {})})
     return subprocess.run([sys.executable, "-m", f"{package}.cli", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -112,3 +113,19 @@ def test_the_installed_workload_loads_by_name_and_the_group_is_declared():
     assert workloads.load("dspark").name == "dspark"
     with pytest.raises(workloads.WorkloadError, match="not an installed workload"):
         workloads.load("json:dumps")  # a real module, named by a record: not imported
+
+
+def test_a_workload_the_user_ran_stays_allowed_for_them_alone(tmp_path, monkeypatch):
+    """`trials run` of a spec naming `package.module:object` keeps it in the user's own list,
+    so that their `resume` and `report` of that sweep load it; a list others could write is
+    ignored."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv(workloads.TRUST_ENV, raising=False)
+    (tmp_path / "mine.py").write_text("from tests.toy.workload import WORKLOAD\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(workloads.WorkloadError, match="not an installed workload"):
+        workloads.load("mine:WORKLOAD")  # named by storage, never run by this user
+    workloads.load("mine:WORKLOAD", trusted=True)  # the user's own spec names it
+    assert workloads.ran_file().read_text() == "mine:WORKLOAD\n" and "mine:WORKLOAD" in workloads.allowed()
+    workloads.ran_file().chmod(0o666)  # writable by others: not the user's word any more
+    assert "mine:WORKLOAD" not in workloads.allowed()

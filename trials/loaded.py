@@ -1,0 +1,263 @@
+"""A workload as the engine holds it: the object a spec names, with every optional part of
+the interface filled in by its documented default (`trials.workload`'s docstring lists them).
+
+A workload needs four attributes (`CORE`):
+
+    name      its name
+    config    its settings: a dataclass (its fields and defaults) or a dict of defaults
+    train     train(config, report): one trial; `report(metrics)` after each evaluation
+              (`report(metrics, checkpoint_dir)` where it saves checkpoints)
+    metrics   {metric: "higher" | "lower"} or {metric: {"better": ..., "margin": ..., "unit": ...}}
+
+Everything else is optional. A workload that has the whole interface (DSpark's, the tests'
+toy) is used as it is; one of the core alone gets, here:
+
+- config fields from its dataclass or dict; `seed` and `out_dir` plumbing, every other field
+  "objective" (`roles`, a dict, says otherwise); the replicate's seed seeds Python's, NumPy's
+  and torch's generators before `train` where the config has no `seed` field;
+- one variant; every metric measured by every arm; a metric with a margin is a primary
+  response where a spec declares none;
+- no checkpoints (a stopped trial starts again), no shared artifacts, no re-evaluation, no
+  timing pass, no smoke settings: a command that needs one says so in one line;
+- `report(metrics)` gets a `step` (1, 2, ...) where the workload gives none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import random
+from typing import Any
+
+from .registry import Registry, Row
+
+CORE = ("name", "config", "train", "metrics")
+PLUMBING = ("seed", "out_dir")  # a core workload's fields that change no result
+ROLES = ("objective", "budget", "evaluation", "plumbing", "target")
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be loaded, or lacks part of the interface (one line)."""
+
+
+class ConfigView:
+    """A core workload's config as the engine handles it: the values of its fields, read as
+    attributes, copied with `replace`, compared by `objective_dict`; `native()` is what its
+    `train` gets (an instance of its dataclass, or a dict). The engine's own values (a
+    replicate's `seed`, a trial's `out_dir`) ride along where the config lacks such a field."""
+
+    def __init__(self, wl: Loaded, values: dict):
+        self._wl, self._values = wl, dict(values)
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ConfigView) and other._values == self._values
+
+    def __repr__(self) -> str:
+        return f"{self._wl.name}({self._values})"
+
+    def to_dict(self) -> dict:
+        return dict(self._values)
+
+    def replace(self, **changes) -> ConfigView:
+        return self._wl.config({**self._values, **changes})
+
+    def objective_dict(self) -> dict:
+        return {k: v for k, v in self._values.items() if self._wl.role(k) != "plumbing"}
+
+    def native(self):
+        kept = {k: v for k, v in self._values.items() if k in self._wl.own_fields}
+        return self._wl.native_config(**kept) if self._wl.native_config is not None else kept
+
+
+def _rows(metrics: dict) -> tuple[dict[str, Row], dict[str, dict]]:
+    """A core workload's `metrics` as registry rows, and the margins it gives."""
+    rows, margins = {}, {}
+    for name, decl in metrics.items():
+        decl = {"better": decl} if isinstance(decl, str) else decl
+        if not isinstance(name, str) or not isinstance(decl, dict) or decl.get("better") not in ("higher", "lower") \
+                or set(decl) - {"better", "margin", "unit"}:
+            raise WorkloadError(f"metrics.{str(name)[:60]}: \"higher\", \"lower\" or {{better, margin, unit}} "
+                                "(see trials/loaded.py)")
+        margin = decl.get("margin")
+        if margin is not None:
+            if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (math.isfinite(margin)
+                                                                                      and margin > 0):
+                raise WorkloadError(f"metrics.{name}.margin: a finite number > 0, got {margin!r}")
+            margins[name] = {"better": decl["better"], "margin": float(margin)}
+        rows[name] = Row(name, decl["better"], str(decl.get("unit", "")), (), "", headline=True)
+    return rows, margins
+
+
+class _Metrics:
+    """A core workload's metric registry (the interface of a workload's `metrics`)."""
+
+    def __init__(self, rows: dict[str, Row]):
+        self._rows = rows
+        self.REGISTRY = tuple(rows.values())
+        self.DEFAULT_RESPONSES = {"": tuple(rows)}
+
+    def lookup(self, name: str):
+        return self._rows.get(name)
+
+
+class Loaded:
+    """A workload with its defaults filled (module docstring); `full` where the object
+    carries the whole interface itself, which is then used as it is."""
+
+    def __init__(self, obj: Any, name: str):
+        missing = [a for a in CORE if not hasattr(obj, a)]
+        if missing:
+            raise WorkloadError(f"workload {name!r} lacks {', '.join(missing)}: a workload needs name, config, train "
+                                "and metrics (see trials/loaded.py)")
+        self.obj, self.path = obj, name
+        self.name = str(obj.name)
+        self.full = callable(obj.config) and not dataclasses.is_dataclass(obj.config) and hasattr(obj, "fields")
+        self.native_config = None
+        self.margins: dict[str, dict] = {}
+        if self.full:
+            self.fields, self.metrics = tuple(obj.fields), obj.metrics
+        else:
+            self._core(obj)
+        for attr, default in (("variant_field", ""), ("sequential_fields", {}), ("shared", None), ("timing", None),
+                              ("questions", {}), ("eval_files", ()), ("checkpoint_file", ""),
+                              ("final_checkpoint", "")):
+            setattr(self, attr, getattr(obj, attr, default))
+        self.registry = Registry(self.metrics, self.variant_field)
+
+    def _core(self, obj: Any) -> None:
+        given = obj.config
+        if isinstance(given, dict):
+            defaults = dict(given)
+        elif dataclasses.is_dataclass(given):
+            cls = given if isinstance(given, type) else type(given)
+            self.native_config = cls
+            defaults = {f.name: (getattr(given, f.name) if not isinstance(given, type) else f.default)
+                        for f in dataclasses.fields(cls)}
+            lacking = [k for k, v in defaults.items() if v is dataclasses.MISSING]
+            if lacking:
+                raise WorkloadError(f"workload {self.name!r}: config field(s) {', '.join(lacking)} need a default "
+                                    "(a spec sets only what it varies)")
+        else:
+            raise WorkloadError(f"workload {self.name!r}: config must be a dataclass or a dict of defaults, got "
+                                f"{type(given).__name__}")
+        if not callable(getattr(obj, "train", None)):
+            raise WorkloadError(f"workload {self.name!r}: train must be a function train(config, report)")
+        if not isinstance(obj.metrics, dict) or not obj.metrics:
+            raise WorkloadError(f"workload {self.name!r}: metrics must map metric names to \"higher\" or \"lower\"")
+        self.own_fields = tuple(defaults)
+        self.defaults = {**{k: None for k in PLUMBING}, **defaults}
+        self.fields = tuple(self.defaults)
+        rows, self.margins = _rows(obj.metrics)
+        self.metrics = _Metrics(rows)
+        roles = getattr(obj, "roles", {}) or {}
+        bad = {k: v for k, v in roles.items() if k not in self.fields or v not in ROLES}
+        if bad:
+            raise WorkloadError(f"workload {self.name!r}: roles: {next(iter(bad))!r} is not a config field with a "
+                                f"role among {', '.join(ROLES)}")
+        self._roles = {**{k: "plumbing" for k in PLUMBING}, **roles}
+
+    # ---- the interface, each part the object's own where it has one, else its default
+    def config(self, values: dict):
+        if self.full:
+            return self.obj.config(values)
+        unknown = sorted(set(values) - set(self.fields))
+        if unknown:
+            raise ValueError(f"unknown config field {unknown[0]!r}")
+        view = ConfigView(self, {**self.defaults, **values})
+        if self.native_config is not None:
+            try:
+                view.native()  # the dataclass's own checks (__post_init__), one line
+            except (TypeError, ValueError) as e:
+                raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        return view
+
+    def role(self, field: str) -> str:
+        return self.obj.role(field) if self.full else self._roles.get(field, "objective")
+
+    def has(self, part: str) -> bool:
+        """Whether the workload has an optional part: "smoke", "checkpoints", "reeval", "timing",
+        "shared"."""
+        return {"smoke": hasattr(self.obj, "smoke"), "checkpoints": bool(self.checkpoint_file),
+                "reeval": hasattr(self.obj, "reevaluate"), "timing": self.timing is not None,
+                "shared": self.shared is not None}[part]
+
+    def smoke(self) -> dict:
+        if not self.has("smoke"):
+            raise ValueError(f"--smoke-test: workload {self.name!r} declares no smoke settings (a `smoke()` giving the "
+                             "overrides that make a trial seconds long)")
+        return self.obj.smoke()
+
+    def variant(self, cfg) -> str:
+        return self.obj.variant(cfg) if hasattr(self.obj, "variant") else ""
+
+    def unmeasured(self, cfg, name: str) -> str | None:
+        return self.obj.unmeasured(cfg, name) if hasattr(self.obj, "unmeasured") else None
+
+    def config_problems(self, cfg) -> list[str]:
+        return self.obj.config_problems(cfg) if hasattr(self.obj, "config_problems") else []
+
+    def checkpoint_bytes(self, cfg) -> int:
+        return self.obj.checkpoint_bytes(cfg) if hasattr(self.obj, "checkpoint_bytes") else 0
+
+    def checkpoint_problem(self, folder) -> str | None:
+        return self.obj.checkpoint_problem(folder) if hasattr(self.obj, "checkpoint_problem") else None
+
+    def finished_problem(self, folder, cfg) -> str | None:
+        return self.obj.finished_problem(folder, cfg) if hasattr(self.obj, "finished_problem") else None
+
+    def reeval_problem(self, cfg, n_prompts: int, n_batches: int) -> str | None:
+        if not self.has("reeval"):
+            return f"workload {self.name!r} has no re-evaluation (a `reevaluate` of a finished trial's checkpoint)"
+        return self.obj.reeval_problem(cfg, n_prompts, n_batches) if hasattr(self.obj, "reeval_problem") else None
+
+    def reevaluate(self, cfg, checkpoint, n_prompts: int, n_batches: int):
+        return self.obj.reevaluate(cfg, checkpoint, n_prompts, n_batches)
+
+    def train(self, cfg, report=None, resume_from=None, before_step=None):
+        """One trial. A full workload's own train; a core one's `train(config, report)`, given
+        `resume_from`/`before_step` only where its signature takes them, its reports numbered
+        where they carry no `step`, and the replicate's seed set where its config has none."""
+        if self.full:
+            return self.obj.train(cfg, report, resume_from=resume_from, before_step=before_step)
+        if "seed" not in self.own_fields and cfg.seed is not None:
+            _seed_everything(int(cfg.seed))
+        takes = inspect.signature(self.obj.train).parameters
+        extra = {k: v for k, v in (("resume_from", resume_from), ("before_step", before_step))
+                 if v is not None and k in takes}
+        return self.obj.train(cfg.native(), _numbered(report), **extra)
+
+
+def _numbered(report):
+    """`report(metrics[, checkpoint_dir])` for a core workload: a `step` added where it gives
+    none (the store logs a metric once per step)."""
+    if report is None:
+        return lambda metrics, checkpoint_dir=None: None
+    count = {"n": 0}
+
+    def numbered(metrics: dict, checkpoint_dir: str | None = None) -> None:
+        count["n"] += 1
+        report({"step": count["n"], **metrics} if "step" not in metrics else dict(metrics), checkpoint_dir)
+    return numbered
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2 ** 32)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:
+        pass
