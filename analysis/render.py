@@ -310,7 +310,8 @@ def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: 
     # the question is the sweep's own, as its spec describes it; the variant (DSpark: the
     # parallel stage) decides what its metrics can rank
     field = sweep.registry.variant_field
-    where = f"{stage} stage" if stage else f"{field.replace('_', ' ')} mixed or unknown" if field else ""
+    what = field.replace('_', ' ')
+    where = f"{what}: {stage}" if stage and field else f"{what} mixed or unknown" if field else ""
     said = shown_description(record.description) if record.description else "its spec gives no description"
     lines = [f"experiment {record.experiment}: {said}" + (f" ({where})" if where else "")]
     reps = data["replicate"].nunique() if len(data) else 0

@@ -207,33 +207,46 @@ class _Signals:
         return False
 
 
-def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
+def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
         address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
         verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
         store_timeout_s: float = STORE_TIMEOUT_S, store_retry_s: float = STORE_RETRY_S,
         callbacks: Sequence[Callback] = (), command: str | None = None,
         leased: Callable[[Path], None] | None = None) -> dict:
-    """Run (or resume) a validated sweep, as its one driver (`trials.lease`). Returns a
-    summary of trial states. With `extend` the spec may add replicate blocks to the sweep in
-    storage (`trials augment`). Store writes are retried for `store_retry_s` seconds; past
-    that the sweep stops (StoreUnavailable) with nothing left RUNNING that can be closed.
-    `callbacks`: more Tune callbacks, after the tracker (a benchmark's stopwatch). `command`:
-    what the lease records as this driver's command (none: `trials run` or `trials resume`),
-    which a driver refused meanwhile names. `leased(exp_dir)`: called once the lease is
-    held, before the sweep's files are saved (augment records its target there)."""
+    """Run (or resume) a validated sweep, as its one driver (`trials.lease`).
+
+    Args:
+        spec: the sweep, as `trials.validate.load` made it (its workload loaded).
+        tracking_uri: the MLflow store every trial is a run of.
+        storage: Tune's storage root (shared on a cluster); None: `ray_results`.
+        address: a Ray cluster (`auto` or HOST:PORT); None: a local Ray of this sweep's own.
+        max_concurrent: trials at once (None: the spec's).
+        resume: continue the sweep in storage, rerunning nothing finished.
+        verbose: 0 quiet, 1 a line per finished trial, 2 Tune's own output.
+        resource_wait_s: on a cluster, how long to wait for a node that can hold a trial.
+        extend: the spec may add replicate blocks to the sweep in storage (`trials augment`).
+        store_timeout_s: how long the store has to answer before any work.
+        store_retry_s: how long a failing store write is retried; past that the sweep stops
+            (StoreUnavailable) with nothing left RUNNING that can be closed.
+        callbacks: more Tune callbacks, after the tracker (a benchmark's stopwatch).
+        command: what the lease records as this driver's command (None: `trials run` or
+            `trials resume`), which a driver refused meanwhile names.
+        leased: called with the sweep's folder once the lease is held, before its files are
+            saved (augment records its target there).
+
+    Returns:
+        A summary: the trials' states, the experiment and parent run, the storage, and
+        Tune's results of the trials run now.
+
+    Example:
+        >>> spec = trials.validate.load("sweeps/demo.yaml")      # doctest: +SKIP
+        >>> run(spec, tracking_uri="sqlite:///mlflow.db")["finished"]  # doctest: +SKIP
+        16
+    """
     root = storage_root(storage)
     exp_dir = root / spec.name
-    # before Ray starts, each refusal in one line: the storage, the store, this machine
-    if address is None and not ray.is_initialized():
-        check_local_resources(spec)
-    elif address and not ray.is_initialized():
-        check_gcs_reachable(address)
-    probe_store(tracking_uri, store_timeout_s, writable=True)
-    # one sweep per name per store: another storage or other trials under this name are refused
-    verb = command.split()[1] if command else "resume" if resume else "run"
-    check_same_sweep(spec, tracking_uri, root, verb)
-    claim(spec, tracking_uri, root, verb)  # one atomic write: two drivers started together cannot both win
-    check_storage(root, max(spec.wl.checkpoint_bytes(t.config) for t in spec.trials))
+    _refuse_before_ray(spec, tracking_uri, root, address, store_timeout_s,
+                       command.split()[1] if command else "resume" if resume else "run")
     resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
     with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
         if resume:
@@ -241,8 +254,24 @@ def run(spec: SweepSpec, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str 
         if leased is not None:
             leased(exp_dir)
         save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)  # `status` and `resume` find it at once
-        return _run_leased(spec, tracking_uri, root, exp_dir, address, max_concurrent, resume, verbose,
-                           resource_wait_s, store_retry_s, callbacks)
+        return _run_leased(spec, tracking_uri=tracking_uri, root=root, exp_dir=exp_dir, address=address,
+                           max_concurrent=max_concurrent, resume=resume, verbose=verbose,
+                           resource_wait_s=resource_wait_s, store_retry_s=store_retry_s, callbacks=callbacks)
+
+
+def _refuse_before_ray(spec: SweepSpec, tracking_uri: str, root: Path, address: str | None, store_timeout_s: float,
+                       verb: str) -> None:
+    """Before Ray starts, each refusal in one line: this machine or the cluster, the store,
+    the sweep's name (one sweep per name per store, claimed in one atomic write that two
+    drivers started together cannot both win), the storage."""
+    if address is None and not ray.is_initialized():
+        check_local_resources(spec)
+    elif address and not ray.is_initialized():
+        check_gcs_reachable(address)
+    probe_store(tracking_uri, store_timeout_s, writable=True)
+    check_same_sweep(spec, tracking_uri, root, verb)
+    claim(spec, tracking_uri, root, verb)
+    check_storage(root, max(spec.wl.checkpoint_bytes(t.config) for t in spec.trials))
 
 
 def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> None:
@@ -255,7 +284,7 @@ def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -
                          f"{spec.name} --storage {exp_dir.parent} --tracking-uri {tracking_uri}")
 
 
-def _run_leased(spec: SweepSpec, tracking_uri: str, root: Path, exp_dir: Path, address: str | None,
+def _run_leased(spec: SweepSpec, *, tracking_uri: str, root: Path, exp_dir: Path, address: str | None,
                 max_concurrent: int | None, resume: bool, verbose: int, resource_wait_s: float,
                 store_retry_s: float, callbacks: Sequence[Callback] = ()) -> dict:
     signals = _Signals(local_ray=address is None and not ray.is_initialized())

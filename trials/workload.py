@@ -1,10 +1,51 @@
 """What a workload gives the engine: the one interface between `trials` (and `analysis`) and
-the trainer being swept.
+the trainer being swept. A workload need not import this module (DSpark's,
+`dspark.workload.WORKLOAD`, does not: the layers import one way). A spec names it
+(`workload: dspark`, the default, or `package.module:object`), and `load` returns it, once,
+with every optional part filled by its default (`trials.loaded.Loaded`); the engine and the
+statistics take that object, never a name.
 
-A workload is any object with the attributes below; it need not import this module (DSpark's,
-`dspark.workload.WORKLOAD`, does not: the layers import one way). A spec names its workload
-(`workload: dspark`, the default, or `package.module:object` for any other), and the engine
-loads it here, by name, in the driver and in every Ray worker.
+Required, four attributes (a whole example: `examples/mlp_sweep.py`, 39 lines):
+
+    name       str: the workload's name
+    config     a dataclass (its fields and their defaults) or a dict of defaults
+    train      train(config, report) -> None: one trial, `config` an instance of that
+               dataclass (or a dict); `report(metrics)` after each evaluation, or
+               `report(metrics, checkpoint_dir)` where it saves a checkpoint there
+    metrics    {metric: "higher" | "lower"}, or {metric: {"better": ..., "margin": ...,
+               "unit": ...}}: a metric with a margin is a primary response where a spec
+               declares none
+
+    >>> class MLP:
+    ...     name, config = "mlp", {"lr": 0.01, "steps": 100}
+    ...     metrics = {"val/loss": {"better": "lower", "margin": 0.01}}
+    ...     def train(self, config, report):
+    ...         report({"val/loss": 1.0 / config["steps"]})
+
+Optional, each with its default where absent:
+
+    roles                {field: role}: "objective" (default), "budget", "evaluation" or
+                         "plumbing" (changes no result; `seed` and `out_dir` are, by default)
+    variant(config), variant_field
+                         which row set of the registry a trial measures (default: one)
+    unmeasured(config, name), config_problems(config), sequential_fields
+                         more checks of a spec (default: none)
+    smoke()              the overrides that make a trial seconds long (`--smoke-test`;
+                         default: none, and the flag says so)
+    checkpoint_file, final_checkpoint, checkpoint_bytes(config), checkpoint_problem(folder),
+    finished_problem(folder, config)
+                         checkpoints: `train(config, report, resume_from=folder)` continues
+                         a stopped trial from one (default: none, a stopped trial starts again)
+    shared               artifacts trained once per sweep (`SharedArtifacts`; default: none)
+    reeval_problem(...), reevaluate(config, checkpoint, prompts, batches), eval_files
+                         `trials reeval` (default: none, and the command says so)
+    timing               the interleaved timing pass (`TimingHooks`; default: none, and
+                         `trials time` says so)
+    questions            {variant: the question a sweep of it answers} (default: none)
+
+A workload that defines the whole interface itself (DSpark's, the tests' toy: `fields`,
+`config(values)` and the rest) is used as it is. Where a core workload's config has no `seed`
+field, the replicate's seed seeds Python's, NumPy's and torch's generators before `train`.
 
 No code runs from data. A workload is imported only where the user names it: on the command
 line or in the spec file they pass (`trials run`, `validate`: trusted), or as an installed
@@ -14,47 +55,11 @@ DSPARK_SWEEPS_WORKLOADS (comma-separated; the user's own choice, as a command li
 one this user ran themselves: a path given on the command line or in a spec file is kept in
 the user's own list (`$XDG_CONFIG_HOME/dspark-sweeps/workloads`, else `~/.config/...`; read
 only where the user owns it and no one else may write it), so that their later `resume`,
-`status` and `report` of that sweep find it. A
-name read back from storage (a saved spec, the parent run's `workload` tag, a parquet
-export) is matched against those and never imported on its own say-so: an unknown one is
-refused in one line naming it and how to allow it. Whatever importing a workload raises or
-does (an error, `sys.exit`) ends in one line naming it.
-
-    name                          the workload's name, as specs and the sweep's record give it
-    fields                        every config field, in order
-    config(values) -> config      a validated config from {field: value} (ValueError, one
-                                  line, naming the field); a config is frozen and has
-                                  `to_dict()` and `replace(**fields)`
-    role(field) -> str            "objective", "budget", "evaluation" or "plumbing" (plumbing
-                                  changes no number: a factor that moves only plumbing is dead)
-    smoke() -> dict               the overrides that make any config a seconds-long smoke test
-    variant(config) -> str        which row set of the registry a trial measures (DSpark: its
-                                  parallel stage); `variant_field` names the config field
-    metrics                       the metric registry (`trials.registry`'s rows: `REGISTRY`,
-                                  `lookup(name)`, `DEFAULT_RESPONSES` by variant)
-    unmeasured(config, name)      why an arm cannot give a response beyond what the registry
-                                  says of its variant (None: nothing more)
-    config_problems(config)       what a config names that is not there (a file it reads)
-    sequential_fields             a sequential plan's caps -> the config fields they cap
-                                  ({"max_prompts": "spec_prompts", ...})
-    train(config, report, resume_from=None, before_step=None) -> dict
-                                  one trial: `report(metrics, checkpoint_dir)` after each
-                                  evaluation; returns the final metrics
-    checkpoint_file               the file every checkpoint folder holds
-    final_checkpoint              the folder under a config's `out_dir` that holds the last one
-    checkpoint_bytes(config)      about the size of one checkpoint (storage is checked for it)
-    checkpoint_problem(folder)    why a checkpoint folder is not intact (None: it is)
-    finished_problem(folder, config)
-                                  why it is not a finished trial's, loadable with this config
-    shared                        artifacts trained once per sweep and shared by its trials,
-                                  or None (see `SharedArtifacts` below)
-    reeval_problem(config, n_prompts, n_batches)
-                                  why `trials reeval` cannot re-evaluate such a trial so (None: it can)
-    reevaluate(config, checkpoint, n_prompts, n_batches) -> (metrics, per_prompt, rounds)
-                                  a finished trial's checkpoint evaluated on more items
-    eval_files                    the artifact names of `reevaluate`'s per-prompt and rounds files
-    timing                        the timing pass's hooks, or None (see `TimingHooks`)
-    questions                     variant -> the question a sweep of that variant answers
+`status` and `report` of that sweep find it. A name read back from storage (a saved spec,
+the parent run's `workload` tag, a parquet export) is matched against those and never
+imported on its own say-so: an unknown one is refused in one line naming it and how to allow
+it. Whatever importing a workload raises or does (an error, `sys.exit`) ends in one line
+naming it.
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     assert re.search(r"spec/tau \(higher is better.*\n    D1: matters, size unsure \(shifted -> aligned: \+0\.9\d+ "
                      r"\[\+0\.9\d*, \+1\.0\d*\] at 99\.167%; no margin declared, better\)", verbose), verbose
     assert "fixed-sample analysis (no sequential plan declared) of 3 block(s) at alpha 0.05" in verbose
-    assert "experiment synthetic: its spec gives no description (drafter stage)" in r.stdout
+    assert "experiment synthetic: its spec gives no description (parallel stage: drafter)" in r.stdout
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
     assert "<h3>ANOVA (Type 2; F tests, p unadjusted; the verdicts above decide)</h3>" in html
     # the verdict table comes right after the question
@@ -262,7 +262,7 @@ def test_backbone_stage_ranks_val_bpb_and_step_cost_and_names_degenerate_respons
     df["train/step_ms"] = 50 + rng.normal(0, 1, len(df))
     rep = build_report(sweep, None)
     assert list(rep.results) == ["val/bpb", "train/step_ms"]
-    assert "(backbone stage)" in rep.summary.splitlines()[0]
+    assert "(parallel stage: backbone)" in rep.summary.splitlines()[0]
     assert any(s.startswith("tf/tau (not ranked: degenerate in the backbone stage") for s in rep.skipped)
     rep = build_report(sweep, None, ["tf/tau", "val/bpb"])  # asked for: still not ranked, and said so
     assert list(rep.results) == ["val/bpb"] and "tf/tau (not ranked" in rep.summary

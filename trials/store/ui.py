@@ -17,7 +17,7 @@ from .keys import FACTOR_PREFIX, REPLICATE_TAG, TRIAL_KEY_TAG, store_key
 
 UI_URL = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it; `--ui-url` elsewhere
 TRAINING_VIEW = "workflowType=machine_learning"
-RUNS_VIEW = "dspark"  # the share key of a sweep's saved runs view
+RUNS_VIEW = "sweep"  # the share key of a sweep's saved runs view
 RUNS_VIEW_TAG = "mlflow.sharedViewState." + RUNS_VIEW  # an experiment tag: MLflow 3's saved views live there
 
 
