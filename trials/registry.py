@@ -84,7 +84,7 @@ class Registry:
     def is_timed(self, name: str) -> bool:
         """A wall-clock response of the timing pass (more evaluation items do not reduce its noise)."""
         m = self.lookup(name)
-        return bool(m is not None and m.timed)
+        return bool(m is not None and getattr(m, "timed", False))
 
     def below_break_even(self, name: str, means) -> str | None:
         """What it means that every arm's mean of a ratio lies below its break-even (a row's
@@ -97,12 +97,12 @@ class Registry:
                 + (getattr(m, "below", "") or f"each arm is worse than the baseline {name} is relative to"))
 
     def timed(self) -> tuple[str, ...]:
-        return tuple(m.name for m in self.metrics.REGISTRY if m.timed)
+        return tuple(m.name for m in self.metrics.REGISTRY if getattr(m, "timed", False))
 
     def degenerate_reason(self, variant: str | None, name: str) -> str | None:
         """Why a metric cannot rank arms in a variant, or None."""
         m = self.lookup(name)
-        return (m.degenerate_in or {}).get(variant or "") if m is not None else None
+        return (getattr(m, "degenerate_in", None) or {}).get(variant or "") if m is not None else None
 
     def unmeasured_reason(self, variant: str | None, name: str) -> str | None:
         """Why a variant cannot give a metric at all (not measured there, degenerate or
@@ -110,22 +110,24 @@ class Registry:
         m = self.lookup(name)
         if m is None or variant is None:
             return None
-        if m.stages and variant not in m.stages:  # no stages: measured in every variant
-            return f"not measured in the {variant} stage (measured in: {', '.join(m.stages)})"
-        return (m.degenerate_in or {}).get(variant) or (m.constant_in or {}).get(variant)
+        stages = getattr(m, "stages", ())
+        if stages and variant not in stages:  # no stages: measured in every variant
+            return f"not measured in the {variant} stage (measured in: {', '.join(stages)})"
+        return (getattr(m, "degenerate_in", None) or {}).get(variant) or \
+            (getattr(m, "constant_in", None) or {}).get(variant)
 
     def headline(self, variant: str | None = None) -> tuple[str, ...]:
         """The headline columns, those a variant measures when given."""
-        return tuple(m.name for m in self.metrics.REGISTRY if m.headline
+        return tuple(m.name for m in self.metrics.REGISTRY if getattr(m, "headline", False)
                      and (variant is None or self.unmeasured_reason(variant, m.name) is None))
 
     def default_responses(self, variant: str | None) -> tuple[str, ...]:
         """The responses a report analyses by default for a variant (every headline one where
         the variant is unknown or mixed)."""
-        return tuple(self.metrics.DEFAULT_RESPONSES.get(variant or "", self.headline()))
+        return tuple(getattr(self.metrics, "DEFAULT_RESPONSES", {}).get(variant or "", self.headline()))
 
     def all_default_responses(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r for rs in self.metrics.DEFAULT_RESPONSES.values() for r in rs))
+        return tuple(dict.fromkeys(r for rs in getattr(self.metrics, "DEFAULT_RESPONSES", {}).values() for r in rs))
 
     def primary_response(self, name: str, decl, where: str) -> tuple[dict | None, str | None]:
         """One primary response as a spec declares it (`name: {better, margin}`), checked: a
@@ -194,7 +196,7 @@ def recorded(rules: Registry, names) -> dict:
             rows[name] = {f: (list(v) if isinstance(v, tuple) else v)
                           for f in ROW_FIELDS if (v := getattr(m, f, None)) not in (None, "", False, (), {})}
             rows[name]["name"] = name
-    defaults = {k: list(v) for k, v in rules.metrics.DEFAULT_RESPONSES.items()}
+    defaults = {k: list(v) for k, v in getattr(rules.metrics, "DEFAULT_RESPONSES", {}).items()}
     return {"variant_field": rules.variant_field, "default_responses": defaults, "metrics": rows}
 
 
