@@ -11,6 +11,7 @@ from trials.store.client import DEFAULT_TRACKING_URI, run_command
 from trials.store.ui import default_ui_url
 from trials.store.reader import probe_store
 
+from .text import wrap_text
 from .anova import AnalysisError
 from .load import check_writable, load_runs, read_parquet, to_parquet
 from .notebook import answer, execute
@@ -146,8 +147,8 @@ def _recap(args) -> int:
         print(("\n" if i else "") + head + textwrap.shorten(record.description or "(no description)",
                                                           BRIEF_WIDTH - len(head) - 4, placeholder=" ...") + " ===")
         print("\n".join(answer_lines(rep.decision)))
-        print(textwrap.fill(f"{rep.decision.counts_text()}; every detail: analysis report {record.experiment}",
-                            BRIEF_WIDTH, initial_indent="  ", subsequent_indent="  "))
+        print("\n".join(wrap_text(f"{rep.decision.counts_text()}; every detail: analysis report {record.experiment}",
+                                  "  ")))
     return 0
 
 

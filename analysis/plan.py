@@ -23,6 +23,7 @@ from .design import factorial_rows
 from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
 from .power import p_decided
+from .text import wrap_text
 from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .types import DECISION_POWER, UNDECIDED
 from .variance import WHAT, prompts_to_decide, why_not_items
@@ -119,7 +120,16 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
         lines.append(f"every primary term decided by blocks alone (80% each, if the effects are as estimated): "
                      f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
     lines += _items_lines(d.noise, item_multiples, len(df), decode)
-    return "\n".join(lines), look
+    return "\n".join(fitted(lines)), look
+
+
+def fitted(lines: list[str]) -> list[str]:
+    """Each line within BRIEF_WIDTH columns, its continuation indented under it, commands whole."""
+    out = []
+    for line in lines:
+        indent = line[:len(line) - len(line.lstrip())]
+        out += wrap_text(line.strip(), indent + "  ", indent)
+    return out
 
 
 def _within(look: LookResult, prices: PlanPrices | None) -> str:

@@ -20,6 +20,7 @@ from trials.store.ui import UI_URL, md_text, run_url
 
 from . import plots
 from .sequential import LookResult
+from .text import BRIEF_WIDTH, wrap_text
 from .types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
@@ -127,15 +128,6 @@ def notes(sweep: SweepFrame, data: pd.DataFrame, chosen: list[str], fraction: st
     return "".join("\n" + line for line in lines)
 
 
-BRIEF_WIDTH = 120  # the terminal answer's widest line
-
-
-def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
-    first = indent if first is None else first
-    return textwrap.wrap(text, BRIEF_WIDTH, initial_indent=first, subsequent_indent=indent,
-                         break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
-
-
 def _shown_terms(decision: Decision, response: str) -> list:
     """A response's verdicts the answer shows: its family's, or, for a response outside the
     family, its main effects and control contrasts."""
@@ -222,16 +214,16 @@ def brief_text(rep: Report, sweep: SweepFrame, header: str, closing: str) -> str
     d = rep.decision
     lines = []
     for i, line in enumerate(header.splitlines()):
-        lines += _wrap(textwrap.shorten(line, 3 * BRIEF_WIDTH, placeholder=" [...]") if i == 0 else line, "  ", "")
+        lines += wrap_text(textwrap.shorten(line, 3 * BRIEF_WIDTH, placeholder=" [...]") if i == 0 else line, "  ", "")
     lines += answer_lines(d)
     step = next_step(d, sweep.record.experiment, rep.look)
     if step:
-        lines += _wrap(step, "  ", "")
+        lines += wrap_text(step, "  ", "")
     kind = "the family's verdicts" if any(c.margin is not None for c in d.checks.values()) else "verdicts"
     lines.append(f"{kind}: {d.counts_text()}")
     for note in closing.splitlines():
         if note.strip():
-            lines += _wrap(note, "  ")
+            lines += wrap_text(note, "  ")
     return "\n".join(lines)
 
 
@@ -278,18 +270,18 @@ def answer_lines(d: Decision) -> list[str]:
         for v in shown[r]:
             lines.append(f"    {v.term.ljust(term_w)}  {v.verdict.ljust(verdict_w)}  {_est(v)}")
             if v.caveat():
-                lines += _wrap(f"^ {v.term}: {v.caveat()}", "        ", "      ")
+                lines += wrap_text(f"^ {v.term}: {v.caveat()}", "        ", "      ")
         for note in d.caveats.get(r, []):
-            lines += _wrap(f"note: {note}", "      ", "    ")
+            lines += wrap_text(f"note: {note}", "      ", "    ")
     rest = [v for v in d.verdicts if v.response in cols and all(v is not w for w in shown[v.response])]
     if rest:
         states = [v.verdict for v in rest]
         said = {BEYOND: "matter beyond the margin", UNSURE: "matter (size unsure)"}
         tally = ", ".join(f"{states.count(k)} {said.get(k, k)}" for k in dict.fromkeys(states))
-        lines += _wrap(f"other terms (interactions, outside the family): {tally}; each with --verbose", "    ", "  ")
+        lines += wrap_text(f"other terms (interactions, outside the family): {tally}; each with --verbose", "    ", "  ")
     lines.append("in a sentence:")
     for r in cols:
-        lines += _wrap(sentence(d, r), "    ", "  ")
+        lines += wrap_text(sentence(d, r), "    ", "  ")
     return lines
 
 

@@ -311,7 +311,7 @@ def _price_blocks(v: Verdict, reps: int, n_cells: int, plan: PlanPrices | None, 
                        "effect is as estimated)")
     elif plan is not None:
         v.next_step = (f"the plan's remaining {most} block(s) would not decide it"
-                       if most > 0 else "the plan has no blocks left") + "; a new, declared study: analysis plan"
+                       if most > 0 else "the plan has no blocks left")
     else:
         v.next_step = f"more than {MAX_BLOCKS} more replicate blocks would be needed"
 

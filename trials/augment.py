@@ -70,8 +70,6 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
             budget_minutes: float | None = None, alpha: float = 0.05, say=print, post_hoc: bool = False) -> dict:
     """Add `replicates` blocks, or look until decided (see the module docstring). Returns
     {"looks": [Look, ...], "stopped": reason, "replicates": blocks at the end, "ok": no trial failed}."""
-    from . import runner
-
     if (replicates is None) == (not until_decided):
         raise ValueError("augment: give --replicates N, or --until-decided")
     if replicates is not None and (not isinstance(replicates, int) or replicates < 1):

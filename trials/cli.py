@@ -165,8 +165,6 @@ def _run_local(spec, args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from . import runner
-
     spec, meta = saved.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
     return _run(spec, uri, args.storage, ui=args.ui_url, address=args.address,
@@ -177,8 +175,6 @@ def cmd_resume(args) -> int:
 
 def cmd_recover(args) -> int:
     """Rebuild a sweep's MLflow records from Tune's result files in storage."""
-    from . import runner
-
     spec, meta = saved.load_saved(args.name, args.storage, "recover")
     uri = absolute_uri(args.tracking_uri or meta["tracking_uri"])
     probe_store(uri, args.store_timeout, writable=True)
@@ -224,7 +220,6 @@ def cmd_augment(args) -> int:
 def cmd_reeval(args) -> int:
     """The final evaluation again (more prompts, more held-out batches), from each finished
     trial's checkpoint."""
-    from . import runner
     from .reeval import reeval
 
     counts = " ".join(f"{flag} {n}" for flag, n in (("--spec-prompts", args.spec_prompts),
@@ -243,8 +238,6 @@ def cmd_reeval(args) -> int:
 
 def cmd_time(args) -> int:
     """The interleaved timing pass of every finished trial (the timed responses)."""
-    from . import runner
-
     settings = TimingSettings(rounds=args.rounds, warmup=args.warmup, prompts=args.prompts, steps=args.steps,
                               seed=args.seed)
     try:

@@ -21,7 +21,6 @@ for: resuming there would rerun finished trials into empty runs.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from trials.store.keys import (DONE_KEY, GIT_COMMIT_TAG, KILLED_REASON_TAG, RECOVERED_FROM_TAG, TRIAL_KEY_TAG,

@@ -17,6 +17,7 @@ from ray.tune import Callback
 
 from trials.store.client import STORE_RETRY_S, retrying
 from trials.store.keys import DONE_KEY, NODE_KEY, RAY_NODES_TAG, RESTARTS_TAG, is_metric
+from trials.spec import Trial
 from trials.store.ledger import Ledger
 from trials.store.runs import finite, log_run_files
 

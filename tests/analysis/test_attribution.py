@@ -184,7 +184,7 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
     assert "<h3>ANOVA (Type 2; F tests, p unadjusted; the verdicts above decide)</h3>" in html
     # the verdict table comes right after the question
-    assert re.search(r"</h1><p>experiment synthetic: its spec gives no description \(drafter stage\)</p><p class='look'>fixed-sample analysis "
+    assert re.search(r"</h1><p>experiment synthetic: its spec gives no description \(parallel stage: drafter\)</p><p class='look'>fixed-sample analysis "
                      r"[^<]*</p><table class='t verdicts'>", html)
     # one self-contained file: every image embedded, none beside it
     for alt in ("r0_main", "r0_interactions", "r0_pareto", "r0_halfnormal", "r0_drift", "acceptance_curves"):

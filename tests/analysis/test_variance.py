@@ -16,6 +16,8 @@ redrawn)."""
 
 import itertools
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -395,9 +397,11 @@ def test_plan_prices_more_prompts_against_more_blocks():
         experiment="constructed", responses={"spec/tau": {"better": "higher", "margin": 0.1}}))
     text = plan_text(constructed, None)
     assert "spec/tau (primary): 2 undecided" in text
-    a = next(line for line in text.splitlines() if line.startswith("    A: "))
+    assert max(map(len, text.splitlines())) <= 120  # wrapped for the terminal, each term's continuation under it
+    joined = re.sub(r"\n {6,}", " ", text)
+    a = next(line for line in joined.splitlines() if line.startswith("    A: "))
     assert "more block(s) (" in a and "x the prompts (" in a and ") on the existing checkpoints" in a
-    assert "more items alone would not" in next(line for line in text.splitlines() if line.startswith("    B: "))
+    assert "more items alone would not" in next(line for line in joined.splitlines() if line.startswith("    B: "))
     assert "no sequential plan declared: a next look would be post hoc" in text
     assert "blocks at 2 min per trial" in text
     assert "A:B" not in text and "A:B" in plan_text(constructed, None, every=True)  # --all

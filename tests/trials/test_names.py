@@ -69,7 +69,7 @@ def test_another_storage_or_other_trials_under_a_stored_name_are_refused_before_
     # into the first sweep's own storage, other trials are refused by the store's record
     assert main(["run", str(other_base), "--tracking-uri", uri, "--storage", str(a)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"trials: error: run: sweep 'same' already exists in the store {uri} with other trials (another base config "
+        f"trials: error: run: sweep 'same' already exists in the store {uri} with other trials (another workload, base config "
         f"or design; its storage: {a}); {way}"]
     assert not b.exists() and not ray.is_initialized()  # nothing written, Ray never started
     assert _store_state(uri) == before  # runs, parent tags (responses, target.*) and metrics as they were

@@ -388,7 +388,7 @@ def _saved_sweep(root: Path, name: str, uri: str) -> None:
     save_sweep_files(root / name, load(spec_file), uri, None)
 
 
-def test_list_names_a_sweep_whose_store_is_down_in_its_row_and_lists_the_others(tmp_path):
+def test_list_reads_states_from_storage_so_a_sweep_whose_server_is_down_is_listed_too(tmp_path):
     import socket
 
     from mlflow.tracking import MlflowClient
@@ -404,7 +404,8 @@ def test_list_names_a_sweep_whose_store_is_down_in_its_row_and_lists_the_others(
     assert rc == 0, err[-2000:]
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert "2 pending" in rows["here"]
-    assert f"tracking-uri: {dead}: " in rows["away"] and "connection refused" in rows["away"]
+    # the trials' states are Tune storage's: no server is asked, so a dead one neither stalls nor hides the row
+    assert "2 pending" in rows["away"] and dead in rows["away"] and "error" not in out
 
 
 def test_a_reader_that_stops_reading_is_not_blamed_on_the_store(tmp_path):

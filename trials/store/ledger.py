@@ -95,8 +95,6 @@ class Ledger:
         """Mark the parent RUNNING under this driver (host, pid and process start time), so
         that `status` and `resume` can tell a sweep whose driver died (kill -9) from one
         still running."""
-        import socket
-
         import psutil
 
         me = psutil.Process()
