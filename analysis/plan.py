@@ -26,7 +26,7 @@ from .power import p_decided
 from .text import wrap_text
 from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .types import DECISION_POWER, UNDECIDED
-from .variance import WHAT, prompts_to_decide, why_not_items
+from .variance import PROMPT_FACTORS, WHAT, prompts_to_decide, why_not_items
 from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_all, margins_for, response_models
 
 
@@ -192,7 +192,7 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool)
                 step += (f"; or {k}x the {what} ({k * sp.items}) on the existing checkpoints" if k
                          else f"; {why_not_items(v, most)}")
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
-                step += f"; {new_study(v, d.family, prices.alpha)}"
+                step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None)}"
             lines.append(f"    {v.term}: {step}")
             if check.primary and v.in_family:
                 blocks_all = None if v.blocks is None or blocks_all is None else max(blocks_all, v.blocks)
@@ -201,14 +201,32 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool)
     return lines, blocks_all or 0, item_multiples
 
 
-def new_study(v, family: int, alpha: float, most: int = 400) -> str:
+def new_study(v, family: int, alpha: float, most: int = 400, what: str | None = None) -> str:
     """A new, declared study of the same cells that would decide the term on its own (80%,
-    if the effect is as estimated) at `alpha` split over the same family, in one look."""
-    for b in range(2, most + 1):
-        se, df = v.noise.at(b, 1.0)
-        if p_decided(v.estimate, se, df, alpha / max(family, 1), v.margin) >= DECISION_POWER:
-            return f"past the plan: a new study declared for it, {b} blocks at alpha {alpha:g} over the same family"
-    return f"past the plan: a new study of up to {most} blocks would not decide it"
+    if the effect is as estimated) at `alpha` split over the same family, in one look: the
+    fewest blocks with today's evaluation items; where blocks alone would not (an items x term
+    part, which blocks never shrink), the fewest blocks with k times the items at the smallest
+    such k among PROMPT_FACTORS, and the fewest blocks at any k where that is fewer."""
+    def blocks(k: float) -> int | None:
+        for b in range(2, most + 1):
+            se, df = v.noise.at(b, k)
+            if p_decided(v.estimate, se, df, alpha / max(family, 1), v.margin) >= DECISION_POWER:
+                return b
+        return None
+
+    head = "past the plan: a new study declared for it, "
+    tail = f" at alpha {alpha:g} over the same family"
+    b = blocks(1.0)
+    if b is not None:
+        return f"{head}{b} blocks{tail}"
+    found = {k: n for k in PROMPT_FACTORS if what and (n := blocks(float(k))) is not None}
+    if not found:
+        tried = f", even with {PROMPT_FACTORS[-1]}x the {what}" if what else ""
+        return f"past the plan: a new study of up to {most} blocks would not decide it{tried}"
+    k = min(found)
+    fewest = min(found, key=lambda j: (found[j], j))
+    more = f" (or {found[fewest]} blocks with {fewest}x)" if found[fewest] < found[k] else ""
+    return f"{head}{found[k]} blocks with {k}x the {what}{more}{tail}"
 
 
 def _blocks_step(v, check) -> str:

@@ -409,3 +409,31 @@ def test_plan_prices_more_prompts_against_more_blocks():
     assert "    noise: spec/tau: residual sigma " in rep.summary
     # no plan declared: the printed next step says, before it is taken, that it would be post hoc
     assert "next step: " in rep.brief and "that look would be POST HOC" in " ".join(rep.brief.split())
+
+
+def test_a_new_study_is_priced_with_more_items_where_blocks_alone_never_decide():
+    """seed-questions' D1 on val/bpb holds an items x term part that blocks never shrink: the
+    new-study price goes to more held-out batches, and its block count is the smallest that
+    reaches 80% (one fewer does not)."""
+    from pathlib import Path
+
+    from analysis.load import read_parquet
+    from analysis.plan import new_study
+    from analysis.power import p_decided
+    from analysis.report import build_report
+    from analysis.types import DECISION_POWER
+
+    sweep = read_parquet(Path(__file__).resolve().parents[2] / "results" / "seed-questions" / "runs.parquet")
+    d = build_report(sweep, None).decision
+    v = next(v for v in d.of("val/bpb") if v.term == "D1")
+    assert v.noise.item_term > 0
+    assert new_study(v, d.family, 0.05) == "past the plan: a new study of up to 400 blocks would not decide it"
+    said = new_study(v, d.family, 0.05, what="held-out batches")
+    m = re.fullmatch(r"past the plan: a new study declared for it, (\d+) blocks with (\d+)x the held-out batches"
+                     r"(?: \(or (\d+) blocks with (\d+)x\))? at alpha 0\.05 over the same family", said)
+    assert m, said
+    for b, k in ((m[1], m[2]), (m[3], m[4])) if m[3] else ((m[1], m[2]),):
+        def power(blocks):
+            se, df = v.noise.at(blocks, float(k))
+            return p_decided(v.estimate, se, df, 0.05 / d.family, v.margin)
+        assert power(int(b)) >= DECISION_POWER > power(int(b) - 1)
