@@ -6,6 +6,8 @@ notebook itself writes no report file."""
 
 from __future__ import annotations
 
+import sys
+
 from pathlib import Path
 
 from trials.store.client import absolute_uri, check_store
@@ -36,23 +38,31 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
         # the kernel talks over Unix sockets in a private folder, not TCP ports that any local
         # user could connect to (jupyter_client's "ipc" transport)
         km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
-        NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(folder)}}).execute()
+        # the kernel's own log (its shutdown notices) goes to a file, said only if the run fails:
+        # a cell's error is in the notebook and raised here, not in the kernel's stderr
+        log = Path(sockets) / "kernel.log"
+        with open(log, "w") as stderr:
+            try:
+                NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                               resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
+            except Exception:
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                if tail:
+                    print("analysis: the notebook's kernel log ends:\n  " + "\n  ".join(tail), file=sys.stderr)
+                raise
     path = folder / f"{name}.ipynb"
     nbformat.write(nb, path)
     return path
 
 
 def answer(path: Path) -> str:
-    """The answer an executed notebook printed: its summary's first screen (the question, the
-    look, the verdict table and the alpha line), before the per-response details."""
+    """The answer an executed notebook printed on one screen (`rep.brief`: the question, the
+    look, each response's verdicts within 120 columns, a sentence per response, the next step)."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        if cell.cell_type == "code" and "print(rep.summary)" in cell.source:
-            text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
-            lines = text.splitlines()
-            cut = next((i for i, ln in enumerate(lines) if ln.startswith("primary: ")), len(lines))
-            return "\n".join(lines[:cut])
+        if cell.cell_type == "code" and "print(rep.brief)" in cell.source:
+            return "".join(o.get("text", "") for o in cell.get("outputs", [])
+                           if o.get("output_type") == "stream").rstrip("\n")
     return ""

@@ -298,6 +298,38 @@ def test_status_closes_the_runs_of_a_driver_killed_with_sigkill(tmp_path):
     assert all(r.info.status == "KILLED" for r in client.search_runs([ledger.experiment_id]))
 
 
+def test_status_shows_a_running_trials_latest_value_marked_and_never_nan(tmp_path, capsys):
+    """A running trial showed "nan" (its result held a NaN) and another a blank: now a
+    non-finite value is no value, a running one's latest is marked "~", and a line says so."""
+    import json
+    import socket
+
+    import psutil
+
+    from trials import layout, saved
+    from trials.cli import _show
+    from trials.lease import LEASE_FILE
+
+    spec = parse({"name": "mid", "base": {"preset": "tiny"}, "responses": {"tf/tau": {"better": "higher", "margin": 0.1}},
+                  "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    exp_dir = tmp_path / "st" / "mid"
+    exp_dir.mkdir(parents=True)
+    saved.save_sweep_files(exp_dir, spec, uri, None)
+    for i, (t, tau) in enumerate(zip(spec.trials, ("NaN", "2.5"))):
+        d = exp_dir / layout.trial_dirname(f"mid_{i:05d}", t.key)
+        d.mkdir()
+        (d / layout.RESULT_FILE).write_text(f'{{"step": 1, "tf/tau": {tau}}}\n')
+    me = psutil.Process()
+    (exp_dir / LEASE_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": me.pid,
+                                                  "started": me.create_time(), "command": "trials run"}))
+    rows = saved.status(spec, exp_dir, uri)
+    assert [(r["state"], r["tf/tau"]) for r in rows] == [("running", ""), ("running", "~2.5")]
+    _show(spec, uri, str(tmp_path / "st"))
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower() and "(~: a running trial's latest evaluation so far" in out
+
+
 def test_a_local_ray_listens_on_loopback_only():
     """A local sweep's Ray listened on all interfaces; the README promises localhost only."""
     import psutil

@@ -48,7 +48,7 @@ def cmd_validate(args) -> int:
     n_cells = len({t.cell for t in spec.trials if t.arm == "factorial"})
     n_controls = len(spec.controls)
     arms = f"{n_cells} cells" + (f" + {n_controls} control arm(s)" if n_controls else "")
-    print(f"{spec.name}: valid. design {spec.design}, {len(spec.factors)} factors, {arms} x "
+    print(f"sweep '{spec.name}' is valid: design {spec.design}, {len(spec.factors)} factors, {arms} x "
           f"{spec.replicates} replicates = {len(spec.trials)} trials, run order randomised within each replicate")
     variants = {spec.wl.variant(t.config) for t in spec.trials}
     question = spec.wl.questions.get(variants.pop(), "") if len(variants) == 1 else ""
@@ -74,6 +74,8 @@ def cmd_validate(args) -> int:
 def _show(spec, uri: str, storage: str | None) -> None:
     rows = saved.status(spec, saved.storage_root(storage) / spec.name, uri)
     print(_table(rows))
+    if any(v.startswith("~") for r in rows for v in r.values()):
+        print("(~: a running trial's latest evaluation so far, not its final value; blank: none yet)")
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
 
 

@@ -247,7 +247,8 @@ def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: s
     exp_dir = root / spec.name
     _refuse_before_ray(spec, tracking_uri, root, address, store_timeout_s,
                        command.split()[1] if command else "resume" if resume else "run")
-    resume = _same_sweep_again(spec, root, exp_dir, extend) or resume
+    again, spec = _same_sweep_again(spec, root, exp_dir, extend)
+    resume = again or resume
     with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
         if resume:
             _refuse_missing_records(spec, exp_dir, tracking_uri)
@@ -404,19 +405,26 @@ def _warm_store(tracking_uri: str) -> None:
         pass
 
 
-def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path, extend: bool = False) -> bool:
-    """A sweep already in storage: the same design resumes (rerunning nothing finished),
-    and with `extend` so does one that only adds replicate blocks to it; another one under
-    the same name is refused."""
+def _same_sweep_again(spec: SweepSpec, root: Path, exp_dir: Path, extend: bool = False) -> tuple[bool, SweepSpec]:
+    """A sweep already in storage: the same design resumes (rerunning nothing finished);
+    with `extend` so does one that only adds replicate blocks to it; the spec it grew from
+    (`trials run` of the unchanged file after `trials augment`) resumes the grown sweep, all
+    its blocks; another one under the same name is refused. Whether it resumes, and the spec
+    that runs."""
     if not (exp_dir / "spec.yaml").is_file():
-        return False
+        return False, spec
     saved = saved_spec(exp_dir / "spec.yaml", "resume")
     if extend and specmod.extends(saved, spec):
-        return True
+        return True, spec
+    if not extend and saved.replicates > spec.replicates and specmod.extends(spec, saved):
+        print(f"{spec.name}: storage holds {saved.replicates} replicate blocks (trials augment added "
+              f"{saved.replicates - spec.replicates} to the spec file's {spec.replicates}); continuing all "
+              f"{saved.replicates}", flush=True)
+        return True, saved
     if not specmod.same_design(saved, spec):
         raise specmod.SpecError([f"sweep {spec.name!r} already exists in {root} with a different spec: "
                                  f"rename the sweep, or delete {exp_dir}"])
-    return True
+    return True, spec
 
 
 def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, dict[str, str]]:
@@ -434,6 +442,22 @@ def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, d
 _AUTO_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
 
 
+class _NotSlowWarnings(logging.Filter):
+    """Drops Tune's "... took 0.8 s, which may be a performance bottleneck" warnings: they
+    time the driver's own callbacks (this sweep's MLflow writes and progress lines) on a busy
+    machine, which a user cannot act on; `bench/sweep_overhead.py` measures that cost."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "performance bottleneck" not in record.getMessage()
+
+
+def quiet_slow_warnings() -> None:
+    """Tune's slow-operation warnings out of a quiet sweep's output (once per process)."""
+    log = logging.getLogger("ray.tune.utils.util")  # where Tune's warn_if_slow logs
+    if not any(isinstance(f, _NotSlowWarnings) for f in log.filters):
+        log.addFilter(_NotSlowWarnings())
+
+
 def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbacks: list[Callback],
          signals: "_Signals", max_concurrent: int | None, verbose: int):
     limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
@@ -448,6 +472,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
         # "snapshotting triggered multiple times in 5 s": Tune's hint for trials that checkpoint
         # often, as a tiny sweep's do; nothing a sweep's user acts on
         logging.getLogger("ray.tune.execution.experiment_state").setLevel(logging.ERROR)
+        quiet_slow_warnings()
     tuner = tune.Tuner(
         trainable(spec, resume_dirs),
         param_space=space,

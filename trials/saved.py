@@ -6,6 +6,7 @@ they answer well under 2 s."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -104,9 +105,10 @@ def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[dict[str, 
         results = layout.read_results(found)
         row = {"run": t.run_name, "state": _state(found, results, alive)}
         values = _latest(results + later.get(t.key, []))
+        so_far = "~" if row["state"] == "running" else ""  # the latest evaluation, not the final value
         for c in cols:
             v = values.get(c)
-            row[c] = f"{v:.4g}" if v is not None else ""
+            row[c] = f"{so_far}{v:.4g}" if v is not None else ""
         rows.append(row)
     return rows
 
@@ -128,7 +130,7 @@ def _latest(points: list[dict]) -> dict[str, float]:
     for p in points:
         step = int(p.get("step", 0) or 0)
         for k, v in (p.get("metrics") or p).items():
-            if is_metric(k) and isinstance(v, (int, float)) and not isinstance(v, bool) and \
+            if is_metric(k) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
                     step >= out.get(k, (-1, 0.0))[0]:
                 out[k] = (step, float(v))
     return {k: v for k, (_, v) in out.items()}

@@ -1,6 +1,7 @@
 """The attribution notebooks run end to end (nbclient) on a store made here."""
 
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -58,6 +59,9 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
     assert lines[0].startswith("experiment synthetic: ") and "verdicts (estimate [interval the decision used]):" in lines
     assert any(ln.split()[:3] == ["D1", "matters,", "size"] for ln in lines), r.stdout
     assert not any(ln.startswith("primary: ") for ln in lines)  # the details stay in the notebook
+    assert max(map(len, lines)) <= 120 and "in a sentence:" in lines, r.stdout  # the one-screen answer
+    assert r.stderr == "", r.stderr[-2000:]  # quiet: no kernel notice, no warning
+    assert "\nspec/tau (higher is better; no margin declared; sigma " in text  # the full summary: the last cell
     assert lines[-1].startswith("executed notebook: reports/synthetic/attribution.ipynb")
     assert (tmp_path / "reports" / "synthetic" / "report.html").read_text() == "the CLI's report"
     # no alarming noise: the kernel runs over Unix sockets, and no output holds a warning

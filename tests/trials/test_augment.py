@@ -52,6 +52,13 @@ def test_augment_adds_blocks_with_new_seeds_and_order_rerunning_nothing(ray_loca
     assert kept.replicates == 2 and kept.responses == {"tf/tau": {"better": "higher", "margin": 0.001}}
     with pytest.raises(ValueError, match="--replicates N, or --until-decided"):
         augment("aug", storage)
+    # the unchanged spec file run again after the augment: the grown sweep, nothing rerun, its blocks kept
+    again = runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    assert again["finished"] == 8
+    assert saved.load_saved("aug", storage)[0].replicates == 2
+    _, rerun = kids(uri, "aug")
+    assert {r.data.tags["trial_key"]: r.info.end_time for r in rerun} == {
+        r.data.tags["trial_key"]: r.info.end_time for r in after}
     with pytest.raises(ValueError, match="fewer than the sweep's 2 blocks"):
         augment("aug", storage, until_decided=True, max_replicates=1)
 

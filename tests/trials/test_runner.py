@@ -190,3 +190,27 @@ def test_a_shared_target_says_where_its_training_is_while_it_trains(ray_local, t
     assert lines[0].startswith(f"shared target {h}: training 100 steps"), lines
     assert lines[-1].startswith(f"shared target {h}: trained"), lines
     assert Path(out[h]["path"]).is_file() and not list(tmp_path.rglob("*.progress.json*"))  # nothing left behind
+
+
+def test_a_quiet_sweep_drops_tunes_slow_operation_warnings_and_keeps_the_others(caplog):
+    """The demo's output held four "performance bottleneck" warnings from Tune's warn_if_slow
+    (which logs them on ray.tune.utils.util), timing the driver's own callbacks: a quiet sweep
+    drops them, and only them."""
+    import logging
+
+    from ray.tune.utils import util
+
+    from trials.runner import quiet_slow_warnings
+
+    slow = util.warn_if_slow.DEFAULT_MESSAGE.format(name="process_trial_result", duration=0.812)
+    log = logging.getLogger(util.__name__)
+    assert util.logger is log
+    quiet_slow_warnings()
+    quiet_slow_warnings()  # once per process, however many sweeps it runs
+    assert sum(type(f).__name__ == "_NotSlowWarnings" for f in log.filters) == 1
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        util.logger.warning(slow)
+        util.logger.warning("Processing trial results took 1.2 s, which may be a performance bottleneck. "
+                            "Please consider reporting results less frequently to Ray Tune.")
+        util.logger.warning("Install psutil to monitor system performance.")
+    assert [r.getMessage() for r in caplog.records] == ["Install psutil to monitor system performance."]

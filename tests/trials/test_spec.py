@@ -381,6 +381,16 @@ def test_a_named_contrast_is_parsed_validated_shown_and_may_be_primary(tmp_path)
     assert "contrast diagonal: D=lo, E=lo -> D=hi, E=hi" in out.stdout
 
 
+def test_validate_names_the_sweep_exactly_as_written(tmp_path):
+    """The name is quoted as the spec spells it, never at a sentence start where it could
+    read as capitalised (a user saw "My-d1d9: valid.")."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**HALF, "name": "my-d1D9"}))
+    out = subprocess.run([sys.executable, "-m", "trials.cli", "validate", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sweep 'my-d1D9' is valid: design 2^(5-1), 5 factors, 16 cells x ")
+
+
 @pytest.mark.parametrize("contrast, message", [
     ({"from": {"D": "lo"}, "to": {"E": "hi"}}, "contrasts.c: from and to must name the same factors"),
     ({"from": {"D": "lo"}, "to": {"D": "lo"}}, "contrasts.c: from and to are the same setting"),
