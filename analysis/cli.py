@@ -192,9 +192,9 @@ def _report_or_plan(args) -> int:
     elif not args.no_log and not args.parquet:
         from .publish import log_to_parent
 
-        n = log_to_parent(rep, sweep, args.tracking_uri)
-        print(f"logged {n} verdict tags, attribution/verdicts.csv and the report on the parent run "
-              f"{sweep.record.parent_run_id}")
+        log_to_parent(rep, sweep, args.tracking_uri)
+        print(f"logged on the parent run {sweep.record.parent_run_id}: the answer (its description), "
+              "the verdicts, the report")
     return 0
 
 

@@ -1,6 +1,6 @@
 """What the analysis writes back to a sweep's store: a look's record on the parent run
 (`record_look`, kept in storage first so that `trials recover` rebuilds it) and a report's
-verdicts, counts, note and files (`log_to_parent`). The store's reading side is
+verdicts (note, table artifact and counts) and files (`log_to_parent`). The store's reading side is
 `analysis.load`.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trials.store.client import tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
-from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQUENTIAL_TAG, VERDICT_PREFIX, tag_key
+from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQUENTIAL_TAG, VERDICT_PREFIX
 
 from .anova import AnalysisError
 from .frame import SweepFrame
@@ -39,12 +39,15 @@ def record_look(sweep: SweepFrame, tracking_uri: str | None, plan_json: str, loo
         client.set_tag(record.parent_run_id, k, v)
 
 
-def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> int:
-    """The attribution on the sweep's parent run: a tag per verdict
-    (`verdict.<response>.<term>` = one of the four states), replacing every verdict tag an
-    earlier analysis left, the verdict table as one artifact (`attribution/verdicts.csv`)
-    beside the report files, and four headline metrics (how many of the family's verdicts are
-    in each state, `verdicts/matters_beyond`, ...). Returns how many tags were set."""
+def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> None:
+    """The attribution on the sweep's parent run, where its page shows the answer: the run's
+    description (`mlflow.note.content`: a sentence per primary response first, then the
+    verdict table and a link to the report), the verdict table as one artifact
+    (`attribution/verdicts.csv`) beside the report files, four headline metrics (how many of
+    the family's verdicts are in each state, `verdicts/matters_beyond`, ...), and two tags of
+    what the verdicts rest on (the margins; the alpha and the family). No tag per verdict: the
+    page listed dozens of them above the answer. Any `verdict.*` tag an earlier version left
+    is deleted, so that no stale verdict stays beside the new ones."""
     from mlflow.entities import Metric, RunTag  # MLflow: only where a report is logged
 
     parent = sweep.record.parent_run_id
@@ -53,21 +56,18 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> i
     client = tracking_client(tracking_uri)
     d = rep.decision
 
-    tags = [RunTag(tag_key(f"{VERDICT_PREFIX}{v.response}.{v.term}")[:250], v.verdict) for v in d.verdicts]
-    for stale in set(client.get_run(parent).data.tags) - {t.key for t in tags}:
+    for stale in client.get_run(parent).data.tags:
         if stale.startswith(VERDICT_PREFIX):
             client.delete_tag(parent, stale)
-    # what the verdicts rest on: the margins, the alpha and the family
     used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
-    tags.append(RunTag(MARGINS_TAG, json.dumps(used)[:5000]))
-    tags.append(RunTag(ALPHA_TAG, json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star,
-                                                         "family": d.family, "terms": d.primary_terms})))
-
-    tags.append(RunTag(NOTE_TAG, parent_note(rep, sweep)))  # the run page's description
+    tags = [RunTag(ALPHA_TAG, json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star, "family": d.family,
+                                          "terms": d.primary_terms})),
+            RunTag(NOTE_TAG, parent_note(rep, sweep))]  # the run page's description
+    if used:  # no empty tag
+        tags.insert(0, RunTag(MARGINS_TAG, json.dumps(used)[:5000]))
     ts = int(time.time() * 1000)
     counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
-    for i in range(0, max(len(tags), 1), 90):
-        client.log_batch(parent, metrics=counts if i == 0 else [], tags=tags[i:i + 90])
+    client.log_batch(parent, metrics=counts, tags=tags)
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "verdicts.csv"
         d.table().to_csv(table, index=False)
@@ -75,4 +75,3 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> i
     for path in (rep.html_path, rep.markdown_path):
         if path is not None:
             client.log_artifact(parent, str(path), artifact_path="attribution")
-    return len(tags)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from trials.store.kept import write_atomic
-from trials.store.ui import UI_URL, md_text, run_url
+from trials.store.ui import TRAINING_VIEW, UI_URL, md_text, run_url
 
 from . import plots
 from .sequential import LookResult
@@ -232,24 +232,27 @@ NOTE_LIMIT = 5000  # characters of a run note MLflow's UI shows comfortably (its
 
 def parent_note(rep: Report, sweep: SweepFrame) -> str:
     """The parent run's description in the MLflow UI (its `mlflow.note.content`, shown on
-    the run's page): the look, the verdict table as Markdown, the sentences, and a link to
-    the report among the run's artifacts (relative: it opens in whichever UI shows it)."""
+    the run's page): the answer first, a sentence per primary response (what MLflow's folded
+    description shows before "Show more"), then the verdict table as Markdown, the caveats,
+    the counts, the look, and a link to the report among the run's artifacts (relative, in
+    the model-training view: it opens in whichever UI shows it)."""
     d, record, md = rep.decision, sweep.record, md_text  # every text from the sweep shown literally
     ids = f"{record.experiment_id}{record.parent_run_id}"
     report = (f"[The full report](#/experiments/{record.experiment_id}/runs/{record.parent_run_id}/artifactPath/"
-              "attribution/report.html) (attribution/report.html)." if ids.isalnum() else "")
+              f"attribution/report.html?{TRAINING_VIEW}) (attribution/report.html)." if ids.isalnum() else "")
     look = rep.look.label() if rep.look is not None else ""
-    lines = [f"**Attribution**{f' ({md(look)})' if look else ''}. {report}", "",
-             "| response (margin) | term | verdict | estimate [interval the decision used] |", "|---|---|---|---|"]
+    lines = ["**The answer**, a sentence per primary response:", "",
+             *[f"- {md(sentence(d, r))}" for r in answer_columns(d)]]
+    lines += ["", "| response (margin) | term | verdict | estimate [interval the decision used] |", "|---|---|---|---|"]
     for r in answer_columns(d):
         c = d.checks[r]
         head = f"{r} ({'+-' + format(c.margin, 'g') if c.margin is not None else 'no margin'})"
         for i, v in enumerate(_shown_terms(d, r)):
             why = f" ({v.caveat()})" if v.caveat() else ""
             lines.append(f"| {md(head) if i == 0 else ''} | {md(v.term)} | {md(v.verdict + why)} | {md(_est(v))} |")
-    lines += ["", *[f"- {md(sentence(d, r))}" for r in answer_columns(d)],
-              *[f"- {md(r)}: {md(n)}" for r in answer_columns(d) for n in d.caveats.get(r, [])], "",
-              f"The family's verdicts: {d.counts_text()}."]
+    lines += ["", *[f"- {md(r)}: {md(n)}" for r in answer_columns(d) for n in d.caveats.get(r, [])], "",
+              f"The family's verdicts: {d.counts_text()}. {report}",
+              f"Attribution{f' at {md(look)}' if look else ''}."]
     text = "\n".join(lines)
     return text if len(text) <= NOTE_LIMIT else text[:NOTE_LIMIT - 40] + "\n\n[cut: the rest in the report]"
 

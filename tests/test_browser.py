@@ -115,7 +115,13 @@ def test_the_printed_link_opens_the_runs_view(mlflow_ui, tmp_path):
     url = run_url(exp.experiment_id, parent.info.run_id, base)
     page = browser("--dump-dom", url)
     assert re.search(r"<td>D1</td>\s*<td>matters, size unsure</td>", page), page[-4000:]
-    assert f"runs/{parent.info.run_id}/artifactPath/attribution/report.html" in page and "The full report" in page
+    # the answer leads the description; the report link opens in the model-training view
+    assert re.search(r"The answer</strong>, a sentence per primary response:.*?<li>spec/tau: D1 \(shifted -&gt; "
+                     r"aligned\) improves it", page, re.S), page[-4000:]
+    link = f"runs/{parent.info.run_id}/artifactPath/attribution/report.html?workflowType=machine_learning"
+    assert link.replace("&", "&amp;") in page or link in page, page[-4000:]
+    # few tags above it: none per verdict, none empty
+    assert "verdict.spec/tau" not in page and "primary_terms" not in page
     shot = screenshot("mlflow-parent-run.png", tmp_path)
     browser(f"--screenshot={shot}", "--window-size=1600,2200", url)  # tall enough to reach the description
     assert shot.stat().st_size > 10_000

@@ -201,8 +201,14 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
 
     client = mlflow.tracking.MlflowClient(store)
     parent = client.get_run(sweep.record.parent_run_id)
-    assert parent.data.tags["verdict.spec/tau.D1"] == "matters, size unsure"
-    assert parent.data.tags["verdict.spec/tau.D2"] in ("undecided", "negligible")
+    # the answer is the run's description, a sentence per response first; no tag per verdict, none empty
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("**The answer**, a sentence per primary response:\n\n- spec/tau: D1 (shifted -&gt; "
+                           "aligned) improves it"), note[:300]
+    assert "| spec/tau (no margin) | D1 | matters, size unsure |" in note
+    assert f"runs/{parent.info.run_id}/artifactPath/attribution/report.html?workflowType=machine_learning" in note
+    assert not [k for k in parent.data.tags if k.startswith("verdict.")]
+    assert all(v.strip() not in ("", "[]", "{}") for v in parent.data.tags.values()), parent.data.tags
     assert not [k for k in parent.data.metrics if k.startswith("attribution/")]  # no metric flood
     assert set(parent.data.metrics) == {"verdicts/matters_beyond", "verdicts/matters_unsure", "verdicts/negligible",
                                         "verdicts/undecided"}

@@ -58,7 +58,10 @@ class Ledger:
     def _parent(self) -> str:
         parent = sweep_parent(self.client, self.experiment_id)
         if parent is not None:
-            self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
+            if self.spec.responses:
+                self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
+            elif RESPONSES_TAG in parent.data.tags:  # no empty tag: none declared now
+                self.client.delete_tag(parent.info.run_id, RESPONSES_TAG)
             if self.spec.sequential and SEQUENTIAL_TAG not in parent.data.tags:
                 self.client.set_tag(parent.info.run_id, SEQUENTIAL_TAG, self.declared_plan())
             for k, v in self.identity.items():  # checked before any work: a parent made before them, or moved storage
@@ -70,16 +73,20 @@ class Ledger:
                                            DESIGN_PARAM: self.spec.design, GIT_COMMIT_TAG: git_commit(),
                                            **source_tags("trials run"),
                                            FACTORS_PARAM: ",".join(self.spec.factors), **self.identity,
-                                           # the primary responses and margins (a tag: a resume may restate them)
-                                           RESPONSES_TAG: json.dumps(self.spec.responses),
-                                           PRIMARY_TERMS_TAG: json.dumps(self.spec.primary_terms),
+                                           # the primary responses and margins (a tag: a resume may restate
+                                           # them), the primary terms; no empty tag where a spec has none
+                                           **({RESPONSES_TAG: json.dumps(self.spec.responses)}
+                                              if self.spec.responses else {}),
+                                           **({PRIMARY_TERMS_TAG: json.dumps(self.spec.primary_terms)}
+                                              if self.spec.primary_terms else {}),
                                            **({CONTRASTS_TAG: json.dumps(self.spec.contrasts)}
                                               if self.spec.contrasts else {}),
                                            # the sequential plan, before any look can happen
                                            **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
-                                           DESCRIPTION_TAG: self.spec.description[:4000],
-                                           # MLflow shows this tag as the run's description
-                                           NOTE_TAG: md_text(self.spec.description[:4000])})
+                                           # MLflow shows NOTE_TAG as the run's description
+                                           **({DESCRIPTION_TAG: self.spec.description[:4000],
+                                               NOTE_TAG: md_text(self.spec.description[:4000])}
+                                              if self.spec.description else {})})
         self.client.log_batch(run.info.run_id, params=[
             Param(DESIGN_PARAM, self.spec.design), Param(REPLICATES_PARAM, str(self.spec.replicates)),
             # level order matters: the analysis reads it back as each factor's order
