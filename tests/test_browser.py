@@ -95,12 +95,20 @@ def test_the_printed_link_opens_the_runs_view(mlflow_ui, tmp_path):
             position.setdefault(html.unescape(col[1]), int(at[1]))
     order = ["tags.`factor.D1`", "tags.`factor.D2`", "tags.`factor.D9`", "tags.`replicate`", "metrics.`spec/tau`"]
     assert [position.get(c) for c in order] == sorted(position.get(c, 0) for c in order), position
+    # ... and every primary response ends inside the table at 1600 px (the saved widths applied)
+    pinned = int(re.search(r'ag-pinned-left-header[^>]*style="width: (\d+)px', dom)[1])
+    edges = [int(a) + int(b) for a, b in re.findall(r'col-id="metrics\.`[^`]+`"[^>]*style="left: (\d+)px; width: (\d+)px',
+                                                    dom)]
+    from trials.store.ui import TABLE_PX
+    assert edges and pinned + max(edges) <= TABLE_PX, (pinned, edges)
     shot = screenshot("mlflow-runs-view.png", tmp_path)
     browser(f"--screenshot={shot}", link)
     assert shot.stat().st_size > 10_000
     # the chart view opens on the primary responses' charts, every run in them
     charts = browser("--dump-dom", link + "&compareRunsMode=CHART")
     assert "^(spec/tau" in charts and "Show first 10" not in charts, charts[-3000:]
+    shot = screenshot("mlflow-charts-view.png", tmp_path)
+    browser(f"--screenshot={shot}", link + "&compareRunsMode=CHART")
     # a run's page, as the report links it, stays in the model-training view (no GenAI
     # "Evaluations" entry)
     run = client.search_runs([exp.experiment_id], "tags.trial_key != ''", max_results=1)[0]

@@ -67,3 +67,27 @@ def test_the_saved_runs_view_is_one_the_installed_mlflow_ui_reads():
     prefix, share_key = RUNS_VIEW_TAG[:-len(RUNS_VIEW)], "viewStateShareKey"
     missing = [k for k in [*envelope, *state, share_key, state["runsHiddenMode"]] if f'{k}' not in text]
     assert f'"{prefix}"' in text and not missing, (prefix, missing)
+
+
+@pytest.mark.parametrize("sweep", ["demo", "demo-seed", "seed-questions", "paper-drafter"])
+def test_the_saved_view_fits_factors_replicate_and_primary_responses_at_1600_px(sweep):
+    """At 1600 px with MLflow's Assistant panel open the runs table is TABLE_PX wide: a
+    shipped sweep's view puts the run name, the factors, the replicate and every primary
+    response inside it (the demo's conf/ece_mean once fell off the right), and its charts
+    are one bar chart per primary response, grouped by the first factor's levels."""
+    from trials import validate
+    from trials.store.keys import store_key
+    from trials.store.ui import CHECKBOX_PX, TABLE_PX
+
+    spec = validate.load(Path(__file__).resolve().parents[2] / "sweeps" / f"{sweep}.yaml")
+    responses = list(spec.responses)
+    state = json.loads(json.loads(runs_view(list(spec.factors), responses, ("arm",) if spec.controls else (),
+                                            now_ms=0, levels=spec.factors))["state"])
+    shown = [c for c in state["columnOrder"] if c != "duration"]
+    assert all(f"metrics.`{store_key(r)}`" in shown for r in responses) and "tags.`replicate`" in shown
+    assert CHECKBOX_PX + sum(state["columnWidths"][c] for c in shown) <= TABLE_PX, state["columnWidths"]
+    assert [c["metricKey"] for c in state["compareRunCharts"]] == [store_key(r) for r in responses]
+    assert {c["type"] for c in state["compareRunCharts"]} == {"BAR"}
+    first = next(iter(spec.factors))
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": f"factor.{first}"}]
+    assert set(state["groupsExpanded"]) == {f"tag.factor.{first}.{lv}" for lv in spec.factors[first]}

@@ -19,6 +19,8 @@ UI_URL = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it; `--ui-u
 TRAINING_VIEW = "workflowType=machine_learning"
 RUNS_VIEW = "sweep"  # the share key of a sweep's saved runs view
 RUNS_VIEW_TAG = "mlflow.sharedViewState." + RUNS_VIEW  # an experiment tag: MLflow 3's saved views live there
+TABLE_PX = 938  # the runs table's width in MLflow 3.17 at a 1600 px window with the Assistant panel open
+CHECKBOX_PX = 73  # its row-selection column (as the grid draws it)
 
 
 _MARKUP = re.compile(r"([\\`*_\[\]|!#~$])")
@@ -57,31 +59,57 @@ def run_url(experiment_id: str, run_id: str, base: str = UI_URL) -> str:
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
 
 
-def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = (), now_ms: int | None = None) -> str:
+def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = (), now_ms: int | None = None,
+              levels: dict[str, list[str]] | None = None) -> str:
     """The value of RUNS_VIEW_TAG: MLflow 3's saved-view envelope around a runs-table state
     that lists the sweep's trials (not the parent), with the factors and the replicate first,
     then the primary responses, as columns (`columnOrder`: the table would put metrics before
-    tags, and at 1600 px with MLflow's Assistant panel open the factors fell off the right);
-    all of them in the charts, whose view opens on the primary responses' charts alone (its
-    search box, a regular expression, holds them). MLflow's UI lists the view under "Views";
-    a link with `viewStateShareKey` opens it."""
+    tags), each column as narrow as its values allow so that at 1600 px with MLflow's
+    Assistant panel open every primary response is on screen. The trials are grouped by the
+    first factor's levels (MLflow's run grouping, every group expanded: the table still lists
+    each trial, under its level's mean), and the chart view is one bar chart per primary
+    response with one bar per level (a response logged at the last training step would
+    otherwise get MLflow's line chart against a step axis); its search box (a regular
+    expression) holds the primary responses. MLflow's UI lists the view under "Views"; a link
+    with `viewStateShareKey` opens it."""
     import json
     import re
 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     first = [f"tags.`{FACTOR_PREFIX}{f}`" for f in factors] + [f"tags.`{t}`" for t in (*tags, REPLICATE_TAG)]
     metrics = [f"metrics.`{store_key(r)}`" for r in responses]
+    # at 1600 px with the Assistant panel open the runs table is about TABLE_PX wide: each
+    # column as wide as reads well, narrowed towards the least that still shows its values
+    # (a header may be cut: "factor.D…") until the run name, factors, replicate and primary
+    # responses fit
+    cols = ["attributes.`Run Name`", "runDateAndNestInfo", *first, *metrics]
+    wide = {cols[0]: 175, cols[1]: 85, **{c: 76 for c in first}, **{c: 88 for c in metrics}}
+    least = {cols[0]: 150, cols[1]: 80, **{c: 58 for c in first}, **{c: 72 for c in metrics}}
+    over, room = CHECKBOX_PX + sum(wide.values()) - TABLE_PX, sum(wide[c] - least[c] for c in cols)
+    t = min(1.0, max(0.0, over / room)) if room else 0.0
+    widths = {c: int(wide[c] - t * (wide[c] - least[c])) for c in cols} | {"duration": 60}
     state = {
         "selectedColumns": metrics + first,
-        "columnOrder": first + metrics,
-        "columnWidths": {"attributes.`Run Name`": 230, **{c: 90 for c in first}, **{c: 110 for c in metrics}},
+        # the grid applies a saved width only to a column in this order: Run Name and Created
+        # (pinned left) first, Duration last, where MLflow puts them
+        "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", *first, *metrics, "duration"],
+        "columnWidths": widths,
         "searchFilter": f"tags.{TRIAL_KEY_TAG} != ''",
         "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
         "runsHiddenMode": "SHOW_ALL",  # the charts' default is the first 10 runs
     }
+    if factors:
+        by = f"{FACTOR_PREFIX}{factors[0]}"
+        state["groupBy"] = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": by}]}
+        state["groupsExpanded"] = {f"tag.{by}.{lv}": True for lv in (levels or {}).get(factors[0], [])}
+        state["useGroupedValuesInCharts"] = True
     if responses:
         state["chartsSearchFilter"] = "^(" + "|".join(re.escape(store_key(r)) for r in responses) + ")$"
+        section = "primary-responses"
+        state["compareRunSections"] = [{"uuid": section, "name": "primary responses", "display": True,
+                                        "isReordered": False, "deleted": False, "isGenerated": False}]
+        state["compareRunCharts"] = [{"uuid": f"bar-{i}", "type": "BAR", "metricKey": store_key(r),
+                                      "runsCountToCompare": 100, "metricSectionId": section,
+                                      "deleted": False, "isGenerated": False} for i, r in enumerate(responses)]
     return json.dumps({"name": "dspark: factors and primary responses", "createdAt": now_ms,
                        "updatedAt": now_ms, "state": json.dumps(state)})
-
-
