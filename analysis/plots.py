@@ -92,14 +92,22 @@ def pareto(effects: pd.DataFrame, path, alpha: float = 0.05, response: str = "")
     return _save(fig, path)
 
 
+HALF_NORMAL_LABELS = 6  # the largest effects named on a half-normal plot
+
+
 def half_normal(effects: pd.DataFrame, path, response: str = "") -> Path:
     a = effects["effect"].abs().sort_values()
     m = len(a)
     q = stats.norm.ppf(0.5 + 0.5 * (np.arange(1, m + 1) - 0.5) / m)
     fig, ax = plt.subplots(figsize=(4.8, 4.2))
     ax.scatter(q, a.to_numpy())
-    for x, (name, v) in zip(q, a.items()):
-        ax.annotate(name, (x, v), fontsize=7, xytext=(3, 2), textcoords="offset points")
+    # the largest effects are the ones a reader looks for: only they are named, each label set
+    # left of its point and apart from its neighbour's (the small ones crowd the origin, where
+    # every label overlapped the next)
+    named = list(zip(q, a.items()))[-HALF_NORMAL_LABELS:]
+    for i, (x, (name, v)) in enumerate(named):
+        ax.annotate(name, (x, v), fontsize=7, xytext=(-4, 6 if i % 2 else -10), textcoords="offset points",
+                    ha="right")
     small = a.to_numpy()[: max(1, m // 2)]
     slope = np.median(small / q[: len(small)])
     ax.plot([0, q[-1]], [0, slope * q[-1]], "k--", lw=0.8)

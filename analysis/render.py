@@ -473,17 +473,20 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
             p = plots.acceptance_curves(df, img / "acceptance_curves.png")
             parts.append(f"<h2>Per-slot acceptance</h2>{_img(p)}")
     coded = design_matrix(data, factors)
-    parts.append("<h2>Design</h2>" + _table_html(coded))
-    parts.append(f"<p>Design {esc(record.design or 'full')}; alias structure (aliased terms are "
+    parts.append(f"<h2>Design</h2><p>Design {esc(record.design or 'full')}; alias structure (aliased terms are "
                  "left out of the ANOVA, noted per response):</p><pre>"
-                 + esc("\n".join(alias_structure(coded))) + "</pre>")
+                 + esc("\n".join(alias_structure(coded))) + "</pre>"
+                 + _folded(f"the coded design ({len(coded)} rows)", _table_html(coded)))
     parts.append("<h2>Runs in launch order</h2><p>Names link to the runs in the MLflow UI at "
-                 f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>" + _run_table_html(sweep, ui))
-    parts.append(f"<h2>The terminal summary</h2><p>As <code>analysis report</code> printed it.</p><pre>{esc(body)}</pre>")
+                 f"{esc(ui)} (<code>analysis report --ui-url</code>).</p>"
+                 + _folded(f"the {len(sweep.runs)} runs", _run_table_html(sweep, ui)))
+    parts.append("<h2>The terminal summary</h2>"
+                 + _folded("as analysis report --verbose printed it", f"<pre>{esc(body)}</pre>"))
     parts = _with_contents(parts, at=5)
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
-             "table.verdicts td{text-align:left;white-space:nowrap}"
+             "table.t td{white-space:nowrap}table.verdicts td{text-align:left}table.t th{text-align:left}"
+             "details{margin:6px 0 12px}summary{cursor:pointer;color:#1a5490}"
              "img{max-width:100%;display:block;margin:8px 0}pre{white-space:pre-wrap}</style>")
     path = out / "report.html"
     write_atomic(path, f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}"
@@ -523,24 +526,73 @@ def simple_table(decision: Decision, response: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["term", "at", "verdict", "estimate", "low", "high", "se"]).set_index("term")
 
 
+def term_name(v) -> str:
+    """A term as a DOE report names it: by its levels where it has them ("D1: shifted ->
+    aligned"), an interaction by its factors ("D1 x D2")."""
+    return f"{v.term}: {v.label}" if v.label else v.term.replace(":", " x ")
+
+
+def effects_table(decision: Decision, response: str) -> pd.DataFrame:
+    """A response's terms with one interval convention: the (1 - alpha*) interval, the test of
+    'no effect'; plain column names (EFFECTS_LEGEND)."""
+    rows = [{"term": term_name(v), "effect": v.estimate, "std. error": v.se, "df": v.df, "low": v.ci_low,
+             "high": v.ci_high, "p": v.p, "p x family": v.p_adj, "verdict": v.verdict
+             + ("" if v.in_family else " (outside the family)")} for v in decision.of(response)]
+    return pd.DataFrame(rows, columns=["term", "effect", "std. error", "df", "low", "high", "p", "p x family",
+                                       "verdict"]).set_index("term")
+
+
+def margin_table(decision: Decision, response: str) -> pd.DataFrame:
+    """A response's terms against its margin, with the other convention alone: the (1 - 2
+    alpha*) interval, whose bounds are the two one-sided tests at alpha* (TOST)."""
+    rows = [{"term": term_name(v), "low": v.eq_low, "high": v.eq_high, "p (TOST)": v.p_equiv,
+             "inside the margin": "yes" if v.verdict == NEGLIGIBLE else "no" if v.matters and (
+                 v.eq_low > v.margin or v.eq_high < -v.margin) else "not shown"}
+            for v in decision.of(response) if v.margin is not None]
+    return pd.DataFrame(rows, columns=["term", "low", "high", "p (TOST)", "inside the margin"]).set_index("term")
+
+
+EFFECTS_LEGEND = ("effect: the mean at the term's +1 level minus the mean at its -1 (for an interaction, the "
+                  "product of its factors' codes); std. error and df: what the test used (the variance model: "
+                  "seeds, items x runs, items x term, and block x term where it is judged against it); low, high: "
+                  "the interval; p: the t test of 'no effect', unadjusted; p x family: p times the family's size, "
+                  "the Bonferroni-adjusted p the verdict's alpha* matches; verdict: one of the four states.")
+
+
+def _errors_table(decision: Decision, response: str) -> pd.DataFrame:
+    """What each term's test rests on: its errors, the block-by-term test, how far it is from
+    changing state."""
+    t = decision.table()
+    t = t[t["response"] == response].set_index("term")[["errors", "block_F", "block_p", "to_boundary"]]
+    t.index = [term_name(v) for v in decision.of(response)]
+    return t.rename(columns={"errors": "errors", "block_F": "block x term F", "block_p": "its p",
+                             "to_boundary": "std. errors to a state change"})
+
+
 def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report, factors: list[str],
                    img: Path, slug: str) -> list[str]:
-    """One response's section: what its verdicts rest on, the contrasts, ANOVA, cell means,
-    the control comparisons and its plots (written to `img`, embedded)."""
+    """One response's section: what its verdicts rest on, its terms (one interval convention
+    per table, the level in its header, a legend), and folded below them the simple effects,
+    ANOVA, cell means, control comparisons and plots (written to `img`, embedded)."""
     esc = html.escape
     d = rep.decision
     check = d.checks[r]
     parts = [f"<h2>{esc(r)} <small>({esc(_col_note(check))})</small></h2>",
              f"<p>{esc(check.text(d.alpha_star))}.</p>",
-             f"<h3>Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%; eq_low/eq_high at "
-             f"{100 * (1 - 2 * d.alpha_star):.3g}% for the equivalence test; p unadjusted, p_adj = p x "
-             f"{d.family})</h3>" + _table_html(verdict_rows(d, r))]
-    parts += _simple_and_noise_html(rep, r)
+             f"<h3>Effects, {_pct_text(1 - d.alpha_star)} intervals (the test of 'no effect' at alpha* = "
+             f"{d.alpha_star:.3g})</h3>" + _table_html(effects_table(d, r))
+             + f"<p class='legend'><small>{esc(EFFECTS_LEGEND)}</small></p>"]
+    if check.margin is not None:
+        parts.append(f"<h3>Within &plusmn;{check.margin:g}? {_pct_text(1 - 2 * d.alpha_star)} intervals (their "
+                     "bounds are the two one-sided tests at alpha*: inside the margin is 'negligible')</h3>"
+                     + _table_html(margin_table(d, r)))
+    more = [*_simple_and_noise_html(rep, r),
+            "<h3>What each test rests on</h3>" + _table_html(_errors_table(d, r))]
     anova = res.anova.drop(columns=["p_adj"], errors="ignore")
-    parts.append(f"<h3>ANOVA (Type {res.typ}; F tests, p unadjusted; the verdicts above decide)</h3>"
-                 + _table_html(anova))
-    parts += [f"<p><em>{esc(note)}</em></p>" for note in res.warnings]
-    parts.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
+    more.append(f"<h3>ANOVA (Type {res.typ}; F tests, p unadjusted; the verdicts above decide)</h3>"
+                + _table_html(anova))
+    more += [f"<p><em>{esc(note)}</em></p>" for note in res.warnings]
+    more.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
     figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
     if len(factors) > 1:
         figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
@@ -552,27 +604,33 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
         figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png", response=r))
     if r in rep.control:
         c = rep.control[r]
-        parts.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
-                     f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
-                     f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] "
-                     f"({c['errors']} errors), "
-                     f"p={c['p']:.2g}; {c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
+        more.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
+                    f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
+                    f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] "
+                    f"({c['errors']} errors), "
+                    f"p={c['p']:.2g}; {c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
     if r in rep.dunnett:
-        parts.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "
-                     "relative to the control mean)</h3>" + _table_html(rep.dunnett[r]))
+        more.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "
+                    "relative to the control mean)</h3>" + _table_html(rep.dunnett[r]))
     resid = residuals(data, res)
     if len(resid) > 2:
         figs.append(plots.residual_checks(res.fit.fitted.to_numpy(float), resid.to_numpy(float), r,
                                           img / f"{slug}_residuals.png"))
-    out = parts + [_img(p) for p in figs]
+    more += [_img(p) for p in figs]
     if "run_order" in data.columns and len(resid):
         drift = rep.drift.get(r)
         path = plots.residuals_vs_order(centred_order(data, res, resid), resid.to_numpy(float), r,
                                         img / f"{slug}_drift.png", drift)
         caption = (f"drift within blocks: slope {drift[0]:+.3g}/run, p={drift[1]:.2g} (the summary's figures)"
                    if drift else "drift not checked (too few runs)")
-        out.append(f"<figure class='drift'>{_img(path)}<figcaption>{esc(caption)}</figcaption></figure>")
-    return out
+        more.append(f"<figure class='drift'>{_img(path)}<figcaption>{esc(caption)}</figcaption></figure>")
+    return parts + [_folded("simple effects, ANOVA, cell means, plots (main effects, interactions, Pareto, "
+                            "half-normal, residuals, drift)", "".join(more))]
+
+
+def _folded(what: str, body: str) -> str:
+    """Details a reader opens when wanted: folded, so the page stays the answer and its tables."""
+    return f"<details><summary>{html.escape(what)}</summary>{body}</details>"
 
 
 def _simple_and_noise_html(rep: Report, r: str) -> list[str]:

@@ -146,7 +146,12 @@ def test_the_report_renders_with_its_images(tmp_path):
     html = tmp_path / "rep" / "render" / "report.html"
     dom = browser("--dump-dom", html.as_uri())
     assert dom.count('src="data:image/png;base64,') >= 4  # the plots travel inside the one file
-    assert "p_adj" in dom and "D1" in dom
+    # below the first screen, as a DOE report reads: terms by their levels, plain column names
+    # with a legend, one interval level per table (in its header), the details folded
+    assert "<th>D1: shifted -&gt; aligned</th>" in dom and "<th>p x family</th>" in dom
+    assert not any(raw in dom for raw in ("<th>in_family</th>", "<th>to_boundary</th>", "<th>p_equiv</th>"))
+    assert re.search(r"<h3>Effects, 98\.3+%? intervals", dom) or re.search(r"<h3>Effects, [0-9.]+% intervals", dom)
+    assert dom.count("<details>") >= 4 and "p_adj" not in dom.split("<details>")[0]
     # the answer first: the question, then the verdict table, before anything else
     assert re.search(r"</h1>\s*<p>experiment render: [^<]*</p>\s*<p class=\"look\">fixed-sample "
                      r"analysis[^<]*</p>\s*<table class=\"t verdicts\"", dom), \
@@ -160,3 +165,25 @@ def test_the_report_renders_with_its_images(tmp_path):
     browser(f"--screenshot={shot}", html.as_uri())
     pixels = mpimg.imread(shot)
     assert pixels.std() > 0.05  # not a blank page
+
+
+def page_height(url: str, tmp_path: Path) -> int:
+    """The page's content height as Chromium lays it out at 1600 px: its last non-white row."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    shot = tmp_path / "tall.png"
+    browser(f"--screenshot={shot}", "--window-size=1600,16000", "--hide-scrollbars", url)
+    pixels = mpimg.imread(shot)
+    rows = np.where((pixels[..., :3] < 0.98).any(axis=(1, 2)))[0]
+    assert len(rows) and pixels.shape[0] == 16000
+    return int(rows.max()) + 1
+
+
+def test_every_committed_report_is_at_most_a_third_of_the_old_height(tmp_path):
+    """The demo's report was about 37,700 px tall: every section unfolded, a 121-line summary
+    at its end. Each committed study's report, five primary responses the most, now fits in
+    a third of that, its details folded."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    heights = {p.parent.name: page_height(p.as_uri(), tmp_path) for p in sorted(root.glob("*/report.html"))}
+    assert heights and max(heights.values()) <= 37_700 // 3, heights
