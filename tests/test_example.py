@@ -45,6 +45,13 @@ def test_the_forty_line_example_goes_through_every_command(tmp_path):
     p = _cli(tmp_path, "report", "mlp", "--parquet", str(tmp_path / "local.parquet"), "--out", str(tmp_path / "rep2"),
              package="analysis")
     assert p.returncode == 0 and "val/mse" in p.stdout and "12 finished factorial runs" in p.stdout, p.stdout + p.stderr
+    # every command these printed is whole on one line, and its --help runs
+    from tests.analysis.test_commands import assert_helps_run, whole_commands
+
+    out = "\n".join(c.stdout + c.stderr for c in (v, r, again, s, t, a, local, p))
+    seen = whole_commands(out)
+    assert any(c.startswith("analysis ") for c in seen), seen
+    assert_helps_run(seen)
     from analysis.load import read_parquet
 
     assert read_parquet(tmp_path / "local.parquet").record.workload == "examples.mlp_sweep:WORKLOAD"
