@@ -593,15 +593,6 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
                 + _table_html(anova))
     more += [f"<p><em>{esc(note)}</em></p>" for note in res.warnings]
     more.append("<h3>Cell means</h3>" + _table_html(cell_means(data, r, factors)))
-    figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
-    if len(factors) > 1:
-        figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
-    if res.effects is not None:
-        rows = verdict_rows(d, r)
-        e = pd.DataFrame({"effect": rows["estimate"], "se": rows["se"], "df_resid": rows["df"]})
-        e = e.loc[[t for t in res.effects.index if t in e.index]]
-        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_star, response=r))
-        figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png", response=r))
     if r in rep.control:
         c = rep.control[r]
         more.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
@@ -612,20 +603,38 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
     if r in rep.dunnett:
         more.append("<h3>Each arm against the control (Dunnett's p, adjusted over the arms; diff_pct "
                     "relative to the control mean)</h3>" + _table_html(rep.dunnett[r]))
+    more += _response_figures(data, r, res, rep, factors, img, slug)
+    return parts + [_folded("simple effects, ANOVA, cell means, plots (main effects, interactions, Pareto, "
+                            "half-normal, residuals, drift)", "".join(more))]
+
+
+def _response_figures(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report, factors: list[str],
+                      img: Path, slug: str) -> list[str]:
+    """A response's plots, embedded: main effects, interactions, Pareto, half-normal, residual
+    checks, and the residuals against run order with the drift check's own line."""
+    d = rep.decision
+    figs = [plots.main_effects(data, r, factors, img / f"{slug}_main.png")]
+    if len(factors) > 1:
+        figs.append(plots.interactions(data, r, factors, img / f"{slug}_interactions.png"))
+    if res.effects is not None:
+        rows = verdict_rows(d, r)
+        e = pd.DataFrame({"effect": rows["estimate"], "se": rows["se"], "df_resid": rows["df"]})
+        e = e.loc[[t for t in res.effects.index if t in e.index]]
+        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_star, response=r))
+        figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png", response=r))
     resid = residuals(data, res)
     if len(resid) > 2:
         figs.append(plots.residual_checks(res.fit.fitted.to_numpy(float), resid.to_numpy(float), r,
                                           img / f"{slug}_residuals.png"))
-    more += [_img(p) for p in figs]
+    out = [_img(p) for p in figs]
     if "run_order" in data.columns and len(resid):
         drift = rep.drift.get(r)
         path = plots.residuals_vs_order(centred_order(data, res, resid), resid.to_numpy(float), r,
                                         img / f"{slug}_drift.png", drift)
         caption = (f"drift within blocks: slope {drift[0]:+.3g}/run, p={drift[1]:.2g} (the summary's figures)"
                    if drift else "drift not checked (too few runs)")
-        more.append(f"<figure class='drift'>{_img(path)}<figcaption>{esc(caption)}</figcaption></figure>")
-    return parts + [_folded("simple effects, ANOVA, cell means, plots (main effects, interactions, Pareto, "
-                            "half-normal, residuals, drift)", "".join(more))]
+        out.append(f"<figure class='drift'>{_img(path)}<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return out
 
 
 def _folded(what: str, body: str) -> str:

@@ -226,8 +226,7 @@ def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: s
         resource_wait_s: on a cluster, how long to wait for a node that can hold a trial.
         extend: the spec may add replicate blocks to the sweep in storage (`trials augment`).
         store_timeout_s: how long the store has to answer before any work.
-        store_retry_s: how long a failing store write is retried; past that the sweep stops
-            (StoreUnavailable) with nothing left RUNNING that can be closed.
+        store_retry_s: how long a failing store write is retried before the sweep stops cleanly.
         callbacks: more Tune callbacks, after the tracker (a benchmark's stopwatch).
         command: what the lease records as this driver's command (None: `trials run` or
             `trials resume`), which a driver refused meanwhile names.
@@ -247,8 +246,8 @@ def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: s
     exp_dir = root / spec.name
     _refuse_before_ray(spec, tracking_uri, root, address, store_timeout_s,
                        command.split()[1] if command else "resume" if resume else "run")
-    again, spec = _same_sweep_again(spec, root, exp_dir, extend)
-    resume = again or resume
+    again, spec = _same_sweep_again(spec, root, exp_dir, extend)  # the grown sweep, where one was augmented
+    resume |= again
     with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
         if resume:
             _refuse_missing_records(spec, exp_dir, tracking_uri)

@@ -78,16 +78,7 @@ def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     first = [f"tags.`{FACTOR_PREFIX}{f}`" for f in factors] + [f"tags.`{t}`" for t in (*tags, REPLICATE_TAG)]
     metrics = [f"metrics.`{store_key(r)}`" for r in responses]
-    # at 1600 px with the Assistant panel open the runs table is about TABLE_PX wide: each
-    # column as wide as reads well, narrowed towards the least that still shows its values
-    # (a header may be cut: "factor.D…") until the run name, factors, replicate and primary
-    # responses fit
-    cols = ["attributes.`Run Name`", "runDateAndNestInfo", *first, *metrics]
-    wide = {cols[0]: 175, cols[1]: 85, **{c: 76 for c in first}, **{c: 88 for c in metrics}}
-    least = {cols[0]: 150, cols[1]: 80, **{c: 58 for c in first}, **{c: 72 for c in metrics}}
-    over, room = CHECKBOX_PX + sum(wide.values()) - TABLE_PX, sum(wide[c] - least[c] for c in cols)
-    t = min(1.0, max(0.0, over / room)) if room else 0.0
-    widths = {c: int(wide[c] - t * (wide[c] - least[c])) for c in cols} | {"duration": 60}
+    widths = _column_widths(first, metrics)
     state = {
         "selectedColumns": metrics + first,
         # the grid applies a saved width only to a column in this order: Run Name and Created
@@ -105,11 +96,31 @@ def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = 
         state["useGroupedValuesInCharts"] = True
     if responses:
         state["chartsSearchFilter"] = "^(" + "|".join(re.escape(store_key(r)) for r in responses) + ")$"
-        section = "primary-responses"
-        state["compareRunSections"] = [{"uuid": section, "name": "primary responses", "display": True,
-                                        "isReordered": False, "deleted": False, "isGenerated": False}]
-        state["compareRunCharts"] = [{"uuid": f"bar-{i}", "type": "BAR", "metricKey": store_key(r),
-                                      "runsCountToCompare": 100, "metricSectionId": section,
-                                      "deleted": False, "isGenerated": False} for i, r in enumerate(responses)]
+        state.update(_bar_charts(responses))
     return json.dumps({"name": "dspark: factors and primary responses", "createdAt": now_ms,
                        "updatedAt": now_ms, "state": json.dumps(state)})
+
+
+def _column_widths(first: list[str], metrics: list[str]) -> dict[str, int]:
+    """At 1600 px with the Assistant panel open the runs table is about TABLE_PX wide: each
+    column as wide as reads well, narrowed towards the least that still shows its values (a
+    header may be cut: "factor.D…") until the run name, factors, replicate and primary
+    responses fit."""
+    cols = ["attributes.`Run Name`", "runDateAndNestInfo", *first, *metrics]
+    wide = {cols[0]: 175, cols[1]: 85, **{c: 76 for c in first}, **{c: 88 for c in metrics}}
+    least = {cols[0]: 150, cols[1]: 80, **{c: 58 for c in first}, **{c: 72 for c in metrics}}
+    over, room = CHECKBOX_PX + sum(wide.values()) - TABLE_PX, sum(wide[c] - least[c] for c in cols)
+    t = min(1.0, max(0.0, over / room)) if room else 0.0
+    return {c: int(wide[c] - t * (wide[c] - least[c])) for c in cols} | {"duration": 60}
+
+
+def _bar_charts(responses: list[str]) -> dict:
+    """One bar chart per primary response in a section of their own: with the runs grouped,
+    one bar per group (MLflow draws a response logged at a training step as a line against a
+    step axis otherwise)."""
+    section = "primary-responses"
+    return {"compareRunSections": [{"uuid": section, "name": "primary responses", "display": True,
+                                    "isReordered": False, "deleted": False, "isGenerated": False}],
+            "compareRunCharts": [{"uuid": f"bar-{i}", "type": "BAR", "metricKey": store_key(r),
+                                  "runsCountToCompare": 100, "metricSectionId": section,
+                                  "deleted": False, "isGenerated": False} for i, r in enumerate(responses)]}
