@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from trials.store.client import STORE_RETRY_S, retrying
+from trials.store.client import STORE_RETRY_S, one_http_attempt, retrying
 from trials.store.keys import DONE_KEY, NODE_KEY, RAY_NODES_TAG, RESTARTS_TAG, is_metric
 from trials.spec import Trial
 from trials.store.ledger import Ledger
@@ -84,9 +84,27 @@ class SweepTracker(Callback):
             self._runs[trial.trial_id] = run_id
             if done:
                 self._done.add(run_id)
-            elif run_id not in self._last_step:
-                self._last_step[run_id] = self.ledger.last_steps(run_id)
+            else:
+                self._steps(run_id)
         return self._runs[trial.trial_id]
+
+    def _steps(self, run_id: str) -> dict[str, int]:
+        """metric -> the last step the store holds it at for this run (read once, then kept)."""
+        if run_id not in self._last_step:
+            self._last_step[run_id] = self.ledger.last_steps(run_id)
+        return self._last_step[run_id]
+
+    def _log_once(self, run_id: str, metrics: dict, step: int) -> None:
+        """Write a report's points once: a write that failed may still have landed (the server
+        committed it, then died before answering), so after any failure the steps are read
+        from the store again before the callback's retry writes what is missing."""
+        try:
+            with one_http_attempt():
+                self.ledger.log_metrics(run_id, metrics, step)
+        except BaseException:
+            self._last_step.pop(run_id, None)
+            raise
+        self._last_step[run_id].update({k: step for k in metrics})
 
     def _writable(self, trial) -> str | None:
         run_id = self._run_id(trial)
@@ -107,14 +125,13 @@ class SweepTracker(Callback):
         if run_id is None:
             return
         step = int(result.get("step", 0))
-        last = self._last_step.setdefault(run_id, {})
+        last = self._steps(run_id)
         # a metric is logged once per step: a trial resumed from a checkpoint older than
         # what was logged, or a final report repeating the last evaluation, adds nothing
         # (NaN is Tune's "not measured yet", see trials.trainable.TABLE_METRICS: never logged)
         metrics = {k: v for k, v in result.items()
                    if is_metric(k) and finite(v) and step > last.get(k, -1)}
-        self.ledger.log_metrics(run_id, metrics, step)
-        last.update({k: step for k in metrics})
+        self._log_once(run_id, metrics, step)
         node = result.get(NODE_KEY)
         if node and self._nodes.get(run_id) != node:
             self._nodes[run_id] = node

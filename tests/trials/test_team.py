@@ -134,6 +134,105 @@ def test_the_tracker_never_marks_a_run_finished_without_its_final_metrics(tmp_pa
     assert client.get_experiment_by_name("t") is not None
 
 
+class LossyProxy:
+    """An HTTP proxy in front of a tracking server that forwards the first `log-batch` POST
+    carrying metrics, lets the server commit it, then hangs up without its answer, and hangs
+    up on the next `down` requests unforwarded: a server that dies mid-request after its
+    database committed, and is gone for a while."""
+
+    def __init__(self, upstream_port: int, down: int):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        self.dropped = self.down = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.down:
+                    proxy.down -= 1
+                    self.close_connection = True
+                    return
+                conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=30)
+                conn.request(self.command, self.path, body, {k: v for k, v in self.headers.items()
+                                                             if k.lower() not in ("host", "connection")})
+                answer = conn.getresponse()
+                data = answer.read()
+                if self.path.endswith("/runs/log-batch") and b'"metrics"' in body and not proxy.dropped:
+                    proxy.dropped, proxy.down = 1, down
+                    self.close_connection = True  # committed upstream; the client hears nothing
+                    return
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _forward
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+
+def test_a_write_whose_answer_was_lost_lands_once(tmp_path):
+    """The server commits a report's points and its answer is lost: the tracker's retry reads
+    what landed and writes nothing twice. (MLflow's own resend of the same POST is harmless,
+    the server drops a point it holds with the same timestamp; the tracker's retry of the
+    report, made after MLflow gave up, was not: new timestamps, every point twice.)"""
+    import socket
+    import urllib.request
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    from trials.tracking import SweepTracker
+    from trials.validate import parse
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                               f"sqlite:///{tmp_path / 'm.db'}", "--artifacts-destination", str(tmp_path / "a"),
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                              env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline and server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+            time.sleep(1)
+        proxy = LossyProxy(port, down=4)  # more than MLflow's own 3 retries
+        spec = parse({"name": "lossy", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
+        tracker = SweepTracker(proxy.url, spec, {}, retry_s=60)
+        t = spec.trials[0]
+        trial = SimpleNamespace(trial_id="t0", config=spec.tune_params(t), last_result=None, checkpoint=None)
+        tracker.on_trial_start(0, [], trial)
+        for step in (3, 6):
+            tracker.on_trial_result(0, [], trial, {"step": step, "tf/tau": 2.0 + step, "train/loss": 1.0 / step})
+        assert proxy.dropped == 1  # the first report's answer was lost
+        client = MlflowClient(f"http://127.0.0.1:{port}")
+        run_id = next(iter(tracker.ledger.child_runs().values())).info.run_id
+        for metric in ("tf/tau", "train/loss"):
+            history = client.get_metric_history(run_id, metric)
+            assert sorted(m.step for m in history) == [3, 6], (metric, [(m.step, m.value) for m in history])
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait(timeout=30)
+
+
 # ---------------------------------------------------------------- checkpoints
 
 def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):

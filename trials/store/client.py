@@ -8,6 +8,7 @@ current folder and saved absolute.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -197,6 +198,24 @@ def retrying(call, window_s: float = STORE_RETRY_S, first_wait_s: float = 1.0, w
                                        f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
             time.sleep(wait)
             wait = min(wait * 2, 30.0)
+
+
+@contextlib.contextmanager
+def one_http_attempt():
+    """MLflow's HTTP session retries every verb, a POST too: when the server commits a write
+    and its answer is lost (the server killed mid-request), MLflow sends it again and the
+    points land twice. Inside this block a write is tried once and its failure raised, so
+    that the caller, which can read what landed, retries instead (`SweepTracker`)."""
+    key = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+    before = os.environ.get(key)
+    os.environ[key] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 SWEEP_STORE = "(the sweep's store)"  # how a store error names a store the command took from the sweep
