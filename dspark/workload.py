@@ -8,7 +8,6 @@ called, so that the engine's reading commands and the statistics load the regist
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -91,7 +90,7 @@ class DSparkWorkload:
     sequential_fields = {"max_prompts": "spec_prompts", "max_eval_batches": "eval_batches"}
     checkpoint_file = "state.pt"
     final_checkpoint = "checkpoint"  # the folder under out_dir holding the run's last checkpoint
-    eval_files = ("per_prompt.json", "rounds.npz")
+    reeval_counts = {"spec_prompts": "prompts", "eval_batches": "held-out batches"}  # `trials reeval --FIELD N`
     questions = QUESTIONS
     shared = SharedTarget()
     timing = Timing()
@@ -159,21 +158,22 @@ class DSparkWorkload:
             return f"{folder} is not a finished trial's checkpoint (stage {state['stage']})"
         return None
 
-    def reeval_problem(self, cfg: Config, n_prompts: int | None, n_batches: int | None) -> str | None:
+    def reeval_problem(self, cfg: Config, counts: dict[str, int]) -> str | None:
         """Why `trials reeval` cannot give a trial what is asked (None: it can)."""
-        if n_prompts is not None and cfg.parallel_stage != "drafter":
+        if "spec_prompts" in counts and cfg.parallel_stage != "drafter":
             return "it has backbone-stage trials, which decode nothing (--spec-prompts); --eval-batches re-measures them"
         return None
 
-    def reevaluate(self, config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0
-                   ) -> tuple[dict, dict | None, bytes | None]:
-        """(metrics, per-prompt statistics or None, recorded rounds as .npz bytes or None) of
-        one trial's final checkpoint on n_prompts prompts and n_batches held-out batches (0:
-        that part not asked for)."""
+    def reevaluate(self, config: dict, checkpoint_dir: str, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
+        """(metrics, files) of one trial's final checkpoint evaluated on `counts["eval_batches"]`
+        held-out batches and `counts["spec_prompts"]` decoded prompts (either may be absent);
+        the files, where prompts were decoded, are the per-prompt statistics
+        (`per_prompt_<N>.json`) and the recorded rounds (`rounds_<N>.npz`)."""
         from .speculative_eval import PER_PROMPT_FILE, ROUNDS_FILE
         from .train import Trainer
 
-        out, per_prompt, rounds = {}, None, None
+        out, files = {}, {}
+        n_prompts, n_batches = counts.get("spec_prompts", 0), counts.get("eval_batches", 0)
         with tempfile.TemporaryDirectory(prefix="dspark-reeval-") as tmp:
             trainer = Trainer(from_dict({**config, "out_dir": tmp}))
             trainer.load_checkpoint(checkpoint_dir)
@@ -184,9 +184,10 @@ class DSparkWorkload:
                 out.update(trainer.evaluate(final=True, batches=trainer.held_out(n_batches)))
             if n_prompts:
                 out.update(trainer.speculative(n_prompts, full=True))
-                per_prompt = json.loads((Path(tmp) / "artifacts" / PER_PROMPT_FILE).read_text())
-                rounds = (Path(tmp) / "artifacts" / ROUNDS_FILE).read_bytes()
-        return out, per_prompt, rounds
+                made = Path(tmp) / "artifacts"
+                files[f"per_prompt_{n_prompts}.json"] = (made / PER_PROMPT_FILE).read_bytes()
+                files[f"rounds_{n_prompts}.npz"] = (made / ROUNDS_FILE).read_bytes()
+        return out, files
 
 
 WORKLOAD = DSparkWorkload()

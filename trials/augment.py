@@ -40,7 +40,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from trials.store.keys import BATCHES_TAG, PASS_TAG, REEVAL_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, sweep_parent, sweep_trials
+from trials.store.keys import PASS_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, reeval_tag, sweep_parent, sweep_trials
 from trials.store.client import tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
 
@@ -246,28 +246,28 @@ def _unevenly_measured(spec, uri: str) -> bool:
     runs = [r for r in sweep_trials(client, exp.experiment_id) if r.info.status == "FINISHED"] if exp else []
     if not runs:
         return False
-    uneven = any(len({r.data.tags.get(tag) for r in runs}) > 1 for tag in (REEVAL_TAG, BATCHES_TAG))
+    uneven = any(len({r.data.tags.get(reeval_tag(f)) for r in runs}) > 1 for f in spec.wl.reeval_counts)
     last = json.loads(parent.data.tags[SUMMARY_TAG])["id"] if parent and SUMMARY_TAG in parent.data.tags else None
     return uneven or (last is not None and any(r.data.tags.get(PASS_TAG) != last for r in runs))
 
 
 def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
-    """A sweep re-evaluated on more prompts or more held-out batches (`trials reeval`): a new
-    block's trials get the same evaluation, so that every run of a look decodes the same
-    number of prompts and scores the same batches (the spec's own counts would mix two
-    evaluations in one analysis)."""
+    """A sweep re-evaluated with more items (`trials reeval`; DSpark: prompts, held-out
+    batches): a new block's trials get the same evaluation, so that every run of a look is
+    evaluated with the same counts (the spec's own counts would mix two evaluations in one
+    analysis)."""
     from .reeval import reeval
 
     client = tracking_client(kwargs["tracking_uri"])
     exp = client.get_experiment_by_name(spec.name)
     runs = sweep_trials(client, exp.experiment_id)
     asked = {}
-    for flag, tag in (("spec_prompts", REEVAL_TAG), ("eval_batches", BATCHES_TAG)):
-        counts = {r.data.tags[tag] for r in runs if tag in r.data.tags}
+    for field in spec.wl.reeval_counts:
+        counts = {r.data.tags[reeval_tag(field)] for r in runs if reeval_tag(field) in r.data.tags}
         if len(counts) == 1:
-            asked[flag] = int(counts.pop())
+            asked[field] = int(counts.pop())
     if asked:
-        reeval(spec.name, kwargs["storage"], tracking_uri=kwargs["tracking_uri"], address=kwargs["address"], **asked)
+        reeval(spec.name, kwargs["storage"], asked, tracking_uri=kwargs["tracking_uri"], address=kwargs["address"])
     _time_like_the_rest(spec, client, exp.experiment_id, kwargs)
 
 

@@ -220,22 +220,51 @@ def cmd_augment(args) -> int:
 
 
 def cmd_reeval(args) -> int:
-    """The final evaluation again (more prompts, more held-out batches), from each finished
-    trial's checkpoint."""
-    from .reeval import reeval
+    """The final evaluation again with more items (the workload's counts: DSpark's prompts and
+    held-out batches), from each finished trial's checkpoint."""
+    from .reeval import flag, reeval
 
-    counts = " ".join(f"{flag} {n}" for flag, n in (("--spec-prompts", args.spec_prompts),
-                                                      ("--eval-batches", args.eval_batches)) if n is not None)
+    counts = dict(args.counts)
+    said = " ".join(f"{flag(field)} {n}" for field, n in counts.items())
     try:
-        out = reeval(args.name, args.storage, args.spec_prompts, args.tracking_uri, args.address,
-                     eval_batches=args.eval_batches)
+        out = reeval(args.name, args.storage, counts, tracking_uri=args.tracking_uri, address=args.address)
     except KeyboardInterrupt:
         print(f"trials: reeval of {args.name} interrupted; the trials done so far are kept. Continue with:\n"
-              f"  trials reeval {args.name} {counts} "
+              f"  trials reeval {args.name} {said} "
               f"--storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 130
-    print(f"{args.name}: {out['done']} trial(s) re-evaluated ({counts}), {out['skipped']} already were")
+    print(f"{args.name}: {out['done']} trial(s) re-evaluated ({said}), {out['skipped']} already were")
     return 0
+
+
+def count_flags(parser, argv: list[str]) -> tuple[list[str], list[tuple[str, int]]]:
+    """`trials reeval`'s counts taken out of its arguments: each `--FIELD N` or `--FIELD=N` that
+    is not one of the command's own options (FIELD a config field, `_` written `-`; which
+    fields the workload counts is checked once its sweep is loaded). Returns the rest and
+    the counts, in order."""
+    own = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
+    rest, counts, i = [], [], 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, value = token.partition("=")
+        if not token.startswith("--") or len(name) < 3 or any(o.startswith(name) for o in own):  # argparse's own
+            rest.append(token)                                                                  # (abbreviated too)
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                parser.error(f"argument {name}: expected one argument")
+            value, i = argv[i + 1], i + 1
+        i += 1
+        try:
+            n = int(value)
+        except ValueError:
+            parser.error(f"argument {name}: invalid int value: {value!r}")
+        field = name[2:].replace("-", "_")
+        if field in dict(counts):
+            parser.error(f"argument {name}: given twice")
+        counts.append((field, n))
+    return rest, counts
 
 
 def cmd_time(args) -> int:
@@ -437,11 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
                         cmd_recover, address=False,
                         uri_help="MLflow store to rebuild in (none: the one saved with the sweep)"), retry=False)
     _add_augment(sub)
-    rv = _named(sub, "reeval", "re-run every finished trial's final evaluation on more prompts or held-out batches",
+    rv = _named(sub, "reeval", "re-run every finished trial's final evaluation with more items (prompts, batches)",
                 cmd_reeval)
-    rv.add_argument("--spec-prompts", type=int, help="prompts per speculative evaluation (drafter stage)")
-    rv.add_argument("--eval-batches", type=int,
-                    help="held-out batches for val/bpb and tf/* (any stage; the trial's own batches first)")
+    rv.usage = "trials reeval NAME --FIELD N [--FIELD N ...] [options]"
+    rv.epilog = ("counts: each --FIELD N raises one of the workload's re-evaluation counts (`reeval_counts`, "
+                 "config fields with _ written -) to N >= 2. The default workload's: --spec-prompts N (prompts "
+                 "per speculative evaluation, drafter stage), --eval-batches N (held-out batches for val/bpb and "
+                 "tf/*, any stage; the trial's own batches first).")
     _add_time(sub)
     _store_flags(_named(sub, "status", "cells finished / running / failed / pending", cmd_status, address=False),
                  retry=False)
@@ -460,7 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv, parser, counts = list(sys.argv[1:] if argv is None else argv), build_parser(), []
+    if argv[:1] == ["reeval"]:  # the workload's counts, known once its sweep loads
+        reeval_parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["reeval"]
+        rest, counts = count_flags(reeval_parser, argv[1:])
+        argv = ["reeval", *rest]
+    args = parser.parse_args(argv)
+    args.counts = counts
     spec_problems = (specmod.SpecError, 2, lambda e: [f"error: {line}" for line in e.problems])
     return run_command("trials", lambda: args.fn(args), getattr(args, "tracking_uri", None), (spec_problems,))
 

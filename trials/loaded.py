@@ -28,6 +28,7 @@ import dataclasses
 import inspect
 import math
 import random
+import re
 from typing import Any
 
 from .registry import Registry, Row
@@ -35,6 +36,8 @@ from .registry import Registry, Row
 CORE = ("name", "config", "train", "metrics")
 PLUMBING = ("seed", "out_dir")  # a core workload's fields that change no result
 ROLES = ("objective", "budget", "evaluation", "plumbing", "target")
+RESERVED_COUNTS = ("name", "address", "tracking_uri", "storage", "help")  # `trials reeval`'s own options
+FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation's file, under the run's eval/
 
 
 class WorkloadError(ValueError):
@@ -126,10 +129,27 @@ class Loaded:
         else:
             self._core(obj)
         for attr, default in (("variant_field", ""), ("sequential_fields", {}), ("shared", None), ("timing", None),
-                              ("questions", {}), ("eval_files", ()), ("checkpoint_file", ""),
+                              ("questions", {}), ("reeval_counts", {}), ("checkpoint_file", ""),
                               ("final_checkpoint", "")):
             setattr(self, attr, getattr(obj, attr, default))
         self.registry = Registry(self.metrics, self.variant_field)
+        self._check_reeval()
+
+    def _check_reeval(self) -> None:
+        """A `reevaluate` needs the config fields it counts (`reeval_counts`), each a field."""
+        counts = self.reeval_counts
+        if not hasattr(self.obj, "reevaluate"):
+            return
+        if not isinstance(counts, dict) or not counts:
+            raise WorkloadError(f"workload {self.name!r} has `reevaluate` but no reeval_counts: give "
+                                "{config field: what it counts}, e.g. {\"eval_batches\": \"held-out batches\"}")
+        unknown = [f for f in counts if f not in self.fields]
+        if unknown:
+            raise WorkloadError(f"workload {self.name!r}: reeval_counts names {unknown[0]!r}, not a config field")
+        taken = [f for f in counts if f in RESERVED_COUNTS]
+        if taken:
+            raise WorkloadError(f"workload {self.name!r}: reeval_counts names {taken[0]!r}, which `trials reeval` "
+                                "takes as its own option: count another field")
 
     def _core(self, obj: Any) -> None:
         given = obj.config
@@ -212,13 +232,18 @@ class Loaded:
     def finished_problem(self, folder, cfg) -> str | None:
         return self.obj.finished_problem(folder, cfg) if hasattr(self.obj, "finished_problem") else None
 
-    def reeval_problem(self, cfg, n_prompts: int, n_batches: int) -> str | None:
+    def reeval_problem(self, cfg, counts: dict[str, int]) -> str | None:
         if not self.has("reeval"):
             return f"workload {self.name!r} has no re-evaluation (a `reevaluate` of a finished trial's checkpoint)"
-        return self.obj.reeval_problem(cfg, n_prompts, n_batches) if hasattr(self.obj, "reeval_problem") else None
+        return self.obj.reeval_problem(cfg, dict(counts)) if hasattr(self.obj, "reeval_problem") else None
 
-    def reevaluate(self, cfg, checkpoint, n_prompts: int, n_batches: int):
-        return self.obj.reevaluate(cfg, checkpoint, n_prompts, n_batches)
+    def reevaluate(self, cfg, checkpoint, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
+        metrics, files = self.obj.reevaluate(cfg, checkpoint, dict(counts))
+        bad = [n for n in (files or {}) if not isinstance(n, str) or not FILE_NAME.fullmatch(n)]
+        if bad:
+            raise WorkloadError(f"workload {self.name!r}: reevaluate returned the file name {bad[0]!r}: a plain "
+                                "name (letters, digits, . _ -), kept under the run's eval/")
+        return dict(metrics), dict(files or {})
 
     def train(self, cfg, report=None, resume_from=None, before_step=None):
         """One trial. A full workload's own train; a core one's `train(config, report)`, given

@@ -1,43 +1,41 @@
-"""`trials reeval NAME --spec-prompts N --eval-batches M`: the final evaluation of every
-finished trial again, from its final checkpoint, on more prompts (`--spec-prompts`: the
-speculative evaluation, drafter stage only) or on more held-out batches (`--eval-batches`:
-`val/bpb` and the teacher-forced `tf/*`, any stage), or both. Nothing trains: the LM, the
-drafter, the head and the shared target are the ones the trial ended with.
+"""`trials reeval NAME --FIELD N ...`: the final evaluation of every finished trial again, from
+its final checkpoint, with more items: each FIELD one of the workload's `reeval_counts` (a
+config field with `_` written `-`), N its new count. Nothing trains: the weights (and the
+shared artifacts) are the ones the trial ended with. What a count means is the workload's:
+DSpark's `--spec-prompts N` decodes N prompts (the speculative evaluation, drafter stage),
+its `--eval-batches N` scores N held-out batches (`val/bpb` and the teacher-forced `tf/*`,
+any stage), drawn as the trainer draws them, the trial's own batches first, with their
+jackknife (`jack/<R>@g<k>`), from which the analysis splits the evaluation's share of each
+response's noise from the seeds'.
 
-The M batches are the validation split's, drawn as the trainer draws them, the trial's own
-`eval_batches` first (`dspark.data.held_out_batches`); the evaluation records its
-jackknife over them (`jack/<R>@g<k>`), from which the analysis splits the evaluation's share
-of each response's noise from the seeds'. In a backbone sweep the checkpoint holds the LM
-that trained; in the drafter stage `val/bpb` is the shared target's (constant across arms).
+Each re-evaluation is a Ray task (the trial's own resources, on a local Ray or the cluster
+at `--address`) running the workload's `reevaluate`. Its metrics go to the trial's own
+MLflow run as a new evaluation, at the step after the run's last one, with the tag
+`reeval.<field>` = N for every count it raised, so the analysis (which reads each metric's
+latest value) uses the new evaluation while the old one stays in the metric history at its
+own step. The files it returns go beside it under the run's `eval/` (DSpark's:
+`per_prompt_<N>.json`, the per-prompt statistics, and `rounds_<N>.npz`, the recorded rounds).
+Each evaluation is kept in storage first (`trials.store.kept`), so that `trials recover`
+rebuilds it with the sweep.
 
-Each re-evaluation is a Ray task (the trial's own resources, on a local Ray or the
-cluster at `--address`). Its metrics go to the trial's own MLflow run as a new evaluation,
-at the step after the run's last one, with `split/prompts` = N and the tag
-`reeval.spec_prompts` = N, and `split/eval_batches` = M and the tag `reeval.eval_batches`
-= M, so the analysis (which reads each metric's latest value) uses the new evaluation while
-the old one stays in the metric history at its own step. The per-prompt statistics go
-beside it as the artifact `eval/per_prompt_<N>.json`, and its recorded rounds (confidences,
-accepted lengths, prompts) as `eval/rounds_<N>.npz`. Each evaluation is kept in storage
-first (`trials.store.kept`), so that `trials recover` rebuilds it with the sweep.
-
-Refused before any work (nothing printed, Ray not started), with one line: neither flag, a
-count that is not an integer >= 2, `--spec-prompts` on a backbone sweep, a sweep with a
-trial that finished without a checkpoint in storage, or one that does not load
-(`check_checkpoints`), or whose shared target is gone, or that another driver holds (the
-line names its command). Resumable: a run already tagged with
-the same count is not evaluated again for it, so an interrupted reeval continues where it
-stopped.
+Refused before any work (nothing printed, Ray not started), with one line: a count that is
+not an integer >= 2 (before the storage is read), no count or one the workload does not
+have, one the workload refuses for the sweep's trials (`reeval_problem`: DSpark's
+`--spec-prompts` on a backbone sweep), a sweep with a trial that finished without a
+checkpoint in storage, or one that does not load (`check_checkpoints`), or whose shared
+target is gone, or that another driver holds (the line names its command). Resumable: a run
+already tagged with the same count is not evaluated again for it, so an interrupted reeval
+continues where it stopped.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 import ray
 from trials.store.runs import log_metrics
-from trials.store.keys import BATCHES_TAG, REEVAL_TAG, TRIAL_KEY_TAG, sweep_parent, sweep_trials
+from trials.store.keys import TRIAL_KEY_TAG, reeval_tag, sweep_parent, sweep_trials
 from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
@@ -48,58 +46,79 @@ from .identity import check_same_sweep
 
 
 @ray.remote(max_retries=1)
-def reeval_task(wl, config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0
-                ) -> tuple[dict, dict | None, bytes | None]:
-    """(metrics, per-prompt statistics or None, recorded rounds as .npz bytes or None) of one
-    trial's final checkpoint on n_prompts prompts and n_batches held-out batches (0: that
-    part not asked for): the workload's `reevaluate`, on the task's CPUs."""
+def reeval_task(wl, config: dict, checkpoint_dir: str, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
+    """(metrics, {file name: bytes}) of one trial's final checkpoint evaluated with `counts`
+    ({count field: n}): the workload's `reevaluate`, on the task's CPUs."""
     import torch
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    return wl.reevaluate(config, checkpoint_dir, n_prompts, n_batches)
+    return wl.reevaluate(config, checkpoint_dir, counts)
 
 
-def check_counts(spec_prompts: int | None, eval_batches: int | None) -> None:
-    """One line naming a count that is not an integer >= 2, or the lack of both."""
-    if spec_prompts is None and eval_batches is None:
-        raise ValueError("reeval: give --spec-prompts N, --eval-batches N, or both")
-    for flag, n in (("--spec-prompts", spec_prompts), ("--eval-batches", eval_batches)):
-        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 2):
-            raise ValueError(f"{flag}: an integer >= 2, got {n!r}")
+def flag(field: str) -> str:
+    """A count field as the command line writes it (`spec_prompts` -> `--spec-prompts`)."""
+    return "--" + field.replace("_", "-")
 
 
-def reeval(name: str, storage: str | None, spec_prompts: int | None = None, tracking_uri: str | None = None,
-           address: str | None = None, say=print, eval_batches: int | None = None) -> dict:
-    """Re-evaluate every finished trial of a sweep; returns {"done": n, "skipped": n}."""
-    check_counts(spec_prompts, eval_batches)
+def check_values(counts: dict[str, object]) -> None:
+    """One line naming a count that is not an integer >= 2 (no workload needed)."""
+    for field, n in counts.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+            raise ValueError(f"{flag(field)}: an integer >= 2, got {n!r}")
+
+
+def check_fields(wl, counts: dict[str, int]) -> None:
+    """One line where no count is given, or one the workload's re-evaluation does not count."""
+    if not wl.has("reeval"):
+        raise ValueError(f"reeval: {wl.reeval_problem(None, counts)}")
+    known = [flag(f) + " N" for f in wl.reeval_counts]
+    if not counts:
+        raise ValueError("reeval: give " + (known[0] if len(known) == 1 else
+                                             ", ".join(known[:-1]) + f", {known[-1]}, or " +
+                                             ("both" if len(known) == 2 else "several")))
+    for field in counts:
+        if field not in wl.reeval_counts:
+            raise ValueError(f"reeval: {flag(field)}: workload {wl.name!r} counts no such items "
+                             f"(its counts: {', '.join(flag(f) for f in wl.reeval_counts)})")
+
+
+def reeval(name: str, storage: str | None, counts: dict[str, int], *, tracking_uri: str | None = None,
+           address: str | None = None, say=print) -> dict:
+    """Re-evaluate every finished trial of a sweep with `counts` ({count field: n}, the
+    fields among its workload's `reeval_counts`); returns {"done": n, "skipped": n}.
+
+    >>> reeval("demo", "ray_results", {"spec_prompts": 96})  # doctest: +SKIP
+    {'done': 16, 'skipped': 0}
+    """
+    check_values(counts)
     spec, meta = saved.load_saved(name, storage, "reeval")
+    check_fields(spec.wl, counts)
     uri = tracking_uri or meta["tracking_uri"]
-    problem = next(filter(None, (spec.wl.reeval_problem(t.config, spec_prompts, eval_batches)
-                                 for t in spec.trials)), None)
+    problem = next(filter(None, (spec.wl.reeval_problem(t.config, counts) for t in spec.trials)), None)
     if problem:
         raise ValueError(f"reeval: sweep {name!r}: {problem}")
     root = saved.storage_root(storage)
     check_same_sweep(spec, uri, root, "reeval")
     client = tracking_client(uri)
     runs, finished, checkpoints = finished_trials(client, spec, root, uri)
-    asks = {t.key: _asked(runs[t.key].data.tags, spec_prompts, eval_batches) for t in finished}
-    todo = [t for t in finished if any(asks[t.key])]
+    asks = {t.key: _asked(runs[t.key].data.tags, counts) for t in finished}
+    todo = [t for t in finished if asks[t.key]]
     bound = bind_existing_targets(spec, root)
     with Lease(root / name, name, f"trials reeval {name}"):
         check_checkpoints({t.key: checkpoints[t.key] for t in todo}, bound, spec.wl)  # before Ray starts
-        say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec_prompts, eval_batches)} "
+        say(f"{name}: re-evaluating {len(todo)} trial(s) with {_what(spec.wl, counts)} "
             f"({len(finished) - len(todo)} already done)")
         started = cluster.init_ray(address)
         try:
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
             pending = {reeval_task.options(**res).remote(spec.wl, bound[t.key].to_dict(), checkpoints[t.key],
-                                                         *asks[t.key]): t for t in todo}
+                                                         asks[t.key]): t for t in todo}
             done = 0
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 t = pending.pop(ready[0])
-                metrics, per_prompt, rounds = ray.get(ready[0])
-                _log_evaluation(client, runs[t.key], root / name, metrics, per_prompt, rounds, *asks[t.key])
+                metrics, files = ray.get(ready[0])
+                _log_evaluation(client, runs[t.key], root / name, metrics, files, asks[t.key])
                 done += 1
                 say(f"{name}: {done}/{len(todo)} {t.run_name}: " + ", ".join(
                     f"{k} {metrics[k]:.4f}" for k in spec.wl.registry.headline() if k in metrics))
@@ -119,16 +138,13 @@ def check_checkpoints(checkpoints: dict[str, str], configs: dict, wl, command: s
             raise ValueError(f"{command}: trial {key}: {problem}")
 
 
-def _asked(tags: dict, spec_prompts: int | None, eval_batches: int | None) -> tuple[int, int]:
-    """(prompts, batches) a run still needs: a count it is already tagged with is 0."""
-    prompts = spec_prompts if spec_prompts and tags.get(REEVAL_TAG) != str(spec_prompts) else 0
-    batches = eval_batches if eval_batches and tags.get(BATCHES_TAG) != str(eval_batches) else 0
-    return prompts, batches
+def _asked(tags: dict, counts: dict[str, int]) -> dict[str, int]:
+    """The counts a run still needs: one it is already tagged with is done."""
+    return {field: n for field, n in counts.items() if tags.get(reeval_tag(field)) != str(n)}
 
 
-def _what(spec_prompts: int | None, eval_batches: int | None) -> str:
-    parts = [f"{spec_prompts} prompts" if spec_prompts else "", f"{eval_batches} held-out batches" if eval_batches else ""]
-    return " and ".join(p for p in parts if p)
+def _what(wl, counts: dict[str, int]) -> str:
+    return " and ".join(f"{n} {wl.reeval_counts[field]}" for field, n in counts.items())
 
 
 def finished_trials(client, spec, root: Path, uri: str, command: str = "reeval",
@@ -149,32 +165,27 @@ def finished_trials(client, spec, root: Path, uri: str, command: str = "reeval",
     return runs, finished, found
 
 
-LAST_STEP_KEYS = ("tf/tau", "spec/tau", "timing/rounds")  # logged at a run's every evaluation, or by a pass
-
-
 def next_step(client, run) -> int:
-    """The step after a run's last evaluation, re-evaluation or timing pass: where a new
-    one goes, so the analysis (which reads each metric's latest value) reads it."""
-    return 1 + max((m.step for key in LAST_STEP_KEYS if key in run.data.metrics
+    """The step after a run's last point of any metric (an evaluation, a re-evaluation, a
+    timing pass): where a new one goes, so the analysis (which reads each metric's latest
+    value) reads it. Read afresh: another command may have logged since `run` was read."""
+    run = client.get_run(run.info.run_id)
+    latest = getattr(run.data, "_metric_objs", None)  # each metric's latest point, with its step
+    if latest is not None and len(latest) == len(run.data.metrics):
+        return 1 + max((m.step for m in latest), default=0)
+    return 1 + max((m.step for key in run.data.metrics  # a client without them: every history
                     for m in client.get_metric_history(run.info.run_id, key)), default=0)
 
 
-def _log_evaluation(client, run, exp_dir: Path, metrics: dict, per_prompt: dict | None, rounds: bytes | None,
-                    spec_prompts: int, eval_batches: int) -> None:
-    """The new evaluation as the run's next step, its per-prompt and rounds files, and last
-    the tags that mark the trial done (so an interrupted reeval redoes exactly the trials
-    without them). Kept in storage first (`trials.store.kept`): a record the store lacks is
-    replayed by `trials recover`, while one the store alone held was lost with it."""
+def _log_evaluation(client, run, exp_dir: Path, metrics: dict, files: dict[str, bytes],
+                    counts: dict[str, int]) -> None:
+    """The new evaluation as the run's next step, its files under `eval/`, and last the tags
+    that mark the trial done (so an interrupted reeval redoes exactly the trials without
+    them). Kept in storage first (`trials.store.kept`): a record the store lacks is replayed
+    by `trials recover`, while one the store alone held was lost with it."""
     step = next_step(client, run)
-    files: dict[str, bytes] = {}
-    tags: dict[str, str] = {}
-    if spec_prompts:
-        files[f"eval/per_prompt_{spec_prompts}.json"] = json.dumps(per_prompt).encode()
-        if rounds is not None:
-            files[f"eval/rounds_{spec_prompts}.npz"] = rounds
-        tags[REEVAL_TAG] = str(spec_prompts)
-    if eval_batches:
-        tags[BATCHES_TAG] = str(eval_batches)
+    files = {f"eval/{name}": data for name, data in files.items()}
+    tags = {reeval_tag(field): str(n) for field, n in counts.items()}
     keep_run_record(exp_dir, run.data.tags[TRIAL_KEY_TAG], "reeval", step, metrics, tags, files)
     log_metrics(client, run.info.run_id, metrics, step)
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,8 +37,16 @@ Optional, each with its default where absent:
                          checkpoints: `train(config, report, resume_from=folder)` continues
                          a stopped trial from one (default: none, a stopped trial starts again)
     shared               artifacts trained once per sweep (`SharedArtifacts`; default: none)
-    reeval_problem(...), reevaluate(config, checkpoint, prompts, batches), eval_files
-                         `trials reeval` (default: none, and the command says so)
+    reeval_counts, reevaluate(config, checkpoint, counts), reeval_problem(config, counts)
+                         `trials reeval NAME --FIELD N`: the final evaluation again, from a
+                         finished trial's checkpoint, on more items. `reeval_counts` =
+                         {config field: what it counts}, the fields a re-evaluation raises
+                         (DSpark: {"spec_prompts": "prompts", "eval_batches": "held-out
+                         batches"}); `reevaluate` gets {field: n} for the counts that trial
+                         still needs (one it was already evaluated with is left out),
+                         `reeval_problem` every count asked; `reevaluate` returns (metrics,
+                         {plain file name: bytes}), the files kept under the run's `eval/`
+                         (default: none, and the command says so)
     timing               the interleaved timing pass (`TimingHooks`; default: none, and
                          `trials time` says so)
     questions            {variant: the question a sweep of it answers} (default: none)
@@ -131,7 +139,7 @@ class Workload(Protocol):
     checkpoint_file: str
     final_checkpoint: str
     shared: SharedArtifacts | None
-    eval_files: tuple[str, str]
+    reeval_counts: dict[str, str]
     timing: TimingHooks | None
     questions: dict[str, str]
     config: Callable[[dict], Any]

@@ -114,7 +114,7 @@ class ToyWorkload:
     sequential_fields = {"max_eval_batches": "eval_batches"}
     checkpoint_file = "state.pt"
     final_checkpoint = "checkpoint"
-    eval_files = ("per_prompt.json", "rounds.npz")
+    reeval_counts = {"eval_batches": "held-out batches"}
     shared = None
     timing = None
     questions = {"mlp": "does LayerNorm or label smoothing move a tiny MLP's held-out accuracy?"}
@@ -204,16 +204,13 @@ class ToyWorkload:
             problem = f"{folder} is not a finished trial's checkpoint"
         return problem
 
-    def reeval_problem(self, cfg: ToyConfig, n_prompts, n_batches) -> str | None:
-        return "the toy decodes no prompts (--spec-prompts); --eval-batches re-measures it" if n_prompts else None
-
-    def reevaluate(self, config: dict, checkpoint_dir: str, n_prompts: int, n_batches: int = 0):
+    def reevaluate(self, config: dict, checkpoint_dir: str, counts: dict[str, int]):
         import torch
 
         cfg = self.config(config)
         model = _model(cfg)
         model.load_state_dict(torch.load(Path(checkpoint_dir) / self.checkpoint_file, weights_only=True)["model"])
-        return _evaluate(model, n_batches, cfg.seed), None, None
+        return _evaluate(model, counts["eval_batches"], cfg.seed), {}
 
 
 WORKLOAD = ToyWorkload()

@@ -170,7 +170,7 @@ def test_an_interrupted_augment_continues_where_it_stopped(tmp_path, corpus_dir)
 
 def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, tmp_path, corpus_dir):
     from trials.reeval import reeval
-    from trials.store.keys import REEVAL_TAG
+    from trials.store.keys import reeval_tag
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
@@ -180,12 +180,12 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     old = {r.data.tags["trial_key"]: (r.data.metrics["spec/tau"], r.data.metrics["split/prompts"]) for r in before}
     assert {p for _, p in old.values()} == {2.0}
     said = []
-    out = reeval("again", storage, 6, say=said.append)
+    out = reeval("again", storage, {"spec_prompts": 6}, say=said.append)
     assert out == {"done": 4, "skipped": 0}
     client = MlflowClient(uri)
     _, after = kids(uri, "again")
     for r in after:
-        assert r.data.tags[REEVAL_TAG] == "6" and r.data.metrics["split/prompts"] == 6.0
+        assert r.data.tags[reeval_tag("spec_prompts")] == "6" and r.data.metrics["split/prompts"] == 6.0
         history = client.get_metric_history(r.info.run_id, "spec/tau")
         assert len(history) == 2 and history[0].step < history[1].step  # the old evaluation kept apart
         assert history[0].value == old[r.data.tags["trial_key"]][0]
@@ -199,9 +199,9 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     # the new evaluation's jackknife groups: G = min(6 prompts, 16), and no split/ groups any more
     assert set(df["split/prompts"]) == {6.0} and "jack/spec/tau@g5" in df.columns and "jack/spec/tau@g6" not in df
     assert "split/spec/tau@g3" not in df.columns
-    assert reeval("again", storage, 6, say=said.append) == {"done": 0, "skipped": 4}  # resumable: nothing again
+    assert reeval("again", storage, {"spec_prompts": 6}, say=said.append) == {"done": 0, "skipped": 4}  # resumable: nothing again
     with pytest.raises(ValueError, match="--spec-prompts"):
-        reeval("again", storage, 1)
+        reeval("again", storage, {"spec_prompts": 1})
     # a block added after a reeval is evaluated like the rest: no look mixes 2 and 6 prompts
     from trials.augment import augment
 
@@ -213,14 +213,14 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     for d in (tmp_path / "st" / "again").glob("*/checkpoint_*"):
         shutil.rmtree(d)
     with pytest.raises(ValueError, match="have no checkpoint"):
-        reeval("again", storage, 8)
+        reeval("again", storage, {"spec_prompts": 8})
 
 
 def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_the_next_run(tmp_path):
     """What `_until_decided` checks after finishing an interrupted block: runs that differ in
     their re-evaluation counts, or that lack the sweep's last timing pass."""
     from trials.augment import _unevenly_measured
-    from trials.store.keys import BATCHES_TAG, PASS_TAG, SUMMARY_TAG
+    from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
     from trials.tracking import open_ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
@@ -236,10 +236,10 @@ def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_t
     client = MlflowClient(uri)
     assert not _unevenly_measured(spec, uri)
     for run_id in ids[:2]:  # the first block was re-evaluated, the second not yet
-        client.set_tag(run_id, BATCHES_TAG, "32")
+        client.set_tag(run_id, reeval_tag("eval_batches"), "32")
     assert _unevenly_measured(spec, uri)
     for run_id in ids[2:]:
-        client.set_tag(run_id, BATCHES_TAG, "32")
+        client.set_tag(run_id, reeval_tag("eval_batches"), "32")
     assert not _unevenly_measured(spec, uri)
     client.set_tag(ledger.parent_id, SUMMARY_TAG, json.dumps({"id": "p2"}))
     for run_id in ids[:3]:

@@ -13,7 +13,7 @@ from trials import layout, runner, saved, validate
 from trials.augment import augment
 from trials.cli import main
 from trials.reeval import reeval
-from trials.store.keys import BATCHES_TAG
+from trials.store.keys import reeval_tag
 from tests.trials.conftest import write_spec
 
 BACKBONE = {"parallel_stage": "backbone", "target_steps": 4, "eval_interval": 2, "eval_batches": 2,
@@ -27,18 +27,42 @@ def trials_of(uri, name):
 
 
 def test_counts_are_refused_in_one_line_before_anything_loads(capsys):
-    for kwargs, says in [({}, "reeval: give --spec-prompts N, --eval-batches N, or both"),
-                         ({"eval_batches": 1}, "--eval-batches: an integer >= 2, got 1"),
+    for counts, says in [({"eval_batches": 1}, "--eval-batches: an integer >= 2, got 1"),
                          ({"eval_batches": 2.5}, "--eval-batches: an integer >= 2, got 2.5"),
                          ({"eval_batches": 4, "spec_prompts": 0}, "--spec-prompts: an integer >= 2, got 0")]:
         with pytest.raises(ValueError, match="^" + re.escape(says) + "$"):
-            reeval("no-such-sweep", "/nonexistent", **kwargs)  # refused before the storage is read
-    assert main(["reeval", "x", "--storage", "/nonexistent"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "trials: error: reeval: give --spec-prompts N, --eval-batches N, or both"]
+            reeval("no-such-sweep", "/nonexistent", counts)  # refused before the storage is read
     with pytest.raises(SystemExit):
         main(["reeval", "x", "--eval-batches", "four"])
     assert "--eval-batches: invalid int value: 'four'" in capsys.readouterr().err
+    for argv, says in [(["--eval-batches"], "argument --eval-batches: expected one argument"),
+                       (["--eval-batches", "3", "--eval-batches=4"], "argument --eval-batches: given twice"),
+                       (["--verbose", "--storage", "s"], "argument --verbose: expected one argument")]:
+        with pytest.raises(SystemExit):
+            main(["reeval", "x", *argv])
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"trials reeval: error: {says}"
+
+
+def test_the_command_line_takes_counts_around_its_own_options_abbreviated_too():
+    import argparse
+
+    from trials.cli import build_parser, count_flags
+
+    rv = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["reeval"]
+    assert count_flags(rv, ["--spec-prompts", "96", "x", "--stor", "d", "--eval-batches=8", "--tracking-uri=u"]) == (
+        ["x", "--stor", "d", "--tracking-uri=u"], [("spec_prompts", 96), ("eval_batches", 8)])
+
+
+def test_the_counts_are_the_workloads_and_named_from_it(tmp_path, corpus_dir, capsys):
+    """No count, or one the workload does not count, is refused in one line naming the
+    workload's own counts, whichever side of the sweep's name the flags stand."""
+    _, storage, _ = _finished_without_ray(tmp_path, corpus_dir)
+    capsys.readouterr()
+    for argv, says in [(["fin"], "reeval: give --spec-prompts N, --eval-batches N, or both"),
+                       (["--spec-promts", "8", "fin"], "reeval: --spec-promts: workload 'dspark' counts no such items "
+                                                       "(its counts: --spec-prompts, --eval-batches)")]:
+        assert main(["reeval", *argv, "--storage", storage]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"trials: error: {says}"]
 
 
 def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
@@ -79,7 +103,7 @@ def test_an_unreadable_checkpoint_is_named_before_ray_starts_and_nothing_is_said
     spec, storage, exp_dir = _finished_without_ray(tmp_path, corpus_dir)
     said = []
     with pytest.raises(ValueError) as e:
-        reeval("fin", storage, eval_batches=4, say=said.append)
+        reeval("fin", storage, {"eval_batches": 4}, say=said.append)
     first = next(t for t in spec.trials if t.key in str(e.value))
     assert str(e.value).startswith(f"reeval: trial {first.key}: {exp_dir}/trial_") and \
         "/checkpoint_000000/state.pt is not a dspark checkpoint (" in str(e.value)
@@ -129,14 +153,14 @@ def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path,
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     before = {r.data.tags["trial_key"]: r.data.metrics["val/bpb"] for r in trials_of(uri, "bb")}
     with pytest.raises(ValueError, match="backbone-stage trials, which decode nothing"):
-        reeval("bb", storage, 4, eval_batches=4)
+        reeval("bb", storage, {"spec_prompts": 4, "eval_batches": 4})
     said = []
-    assert reeval("bb", storage, eval_batches=4, say=said.append) == {"done": 4, "skipped": 0}
+    assert reeval("bb", storage, {"eval_batches": 4}, say=said.append) == {"done": 4, "skipped": 0}
     assert said[0] == "bb: re-evaluating 4 trial(s) with 4 held-out batches (0 already done)"
     client = MlflowClient(uri)
     for r in trials_of(uri, "bb"):
         m, run_id = r.data.metrics, r.info.run_id
-        assert r.data.tags[BATCHES_TAG] == "4" and m["split/eval_batches"] == 4.0
+        assert r.data.tags[reeval_tag("eval_batches")] == "4" and m["split/eval_batches"] == 4.0
         history = client.get_metric_history(run_id, "val/bpb")
         assert history[-1].value == m["val/bpb"] and history[-2].value == before[r.data.tags["trial_key"]]
         assert history[-2].step < history[-1].step and m["val/bpb"] != history[-2].value

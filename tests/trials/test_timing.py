@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from trials import runner, validate
 from trials.reeval import reeval
-from trials.store.keys import PASS_TAG, REEVAL_TAG, SUMMARY_TAG
+from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
 from dspark.timed import values
 from trials.timing import TimingSettings, round_order, schedule, time_sweep
 from tests.trials.conftest import D1_D9, write_spec
@@ -158,7 +158,7 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
     from analysis.sequential import Plan
     from trials.cli import main
 
-    assert reeval("timed", storage, 4, say=lambda s: None) == {"done": 4, "skipped": 0}
+    assert reeval("timed", storage, {"spec_prompts": 4}, say=lambda s: None) == {"done": 4, "skipped": 0}
     record_look(load_runs("timed", uri), uri, Plan(3, 0.05).to_json(), "look 1 (the test's)", 1)
     before = _held(uri, tmp_path / "before")
     assert before["parent"]["tags"]["look.1"] == "look 1 (the test's)" and before["parent"]["pass.json"]
@@ -169,7 +169,7 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
     assert after == before
     for key, held in after.items():
         if key != "parent":  # the re-evaluation and the second pass are each run's latest
-            assert held["tags"][REEVAL_TAG] == "4" and set(held["eval"]) == {"eval/per_prompt_4.json",
+            assert held["tags"][reeval_tag("spec_prompts")] == "4" and set(held["eval"]) == {"eval/per_prompt_4.json",
                                                                          "eval/rounds_4.npz"}
             assert len(held["points"]["spec/speedup"]) == 2 and held["points"]["split/prompts"][-1][1] == 4.0
     assert set(load_runs("timed", rebuilt).runs["split/prompts"]) == {4.0}
@@ -189,7 +189,7 @@ def _held(uri, dest) -> dict:
     for r in runs:
         run_id = r.info.run_id
         out[r.data.tags["trial_key"]] = {
-            "tags": {k: r.data.tags.get(k) for k in (REEVAL_TAG, PASS_TAG)},
+            "tags": {k: r.data.tags.get(k) for k in (reeval_tag("spec_prompts"), PASS_TAG)},
             "points": {m: sorted((h.step, h.value) for h in client.get_metric_history(run_id, m))
                        for m in r.data.metrics},
             "eval": {a.path: content(run_id, a.path) for a in client.list_artifacts(run_id, "eval")}}

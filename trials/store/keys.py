@@ -42,8 +42,7 @@ RECOVERED_FROM_TAG = "recovered_from"  # the parent: the storage `trials recover
 SHARED_PREFIX = "target."  # the parent: target.<hash> = the shared artifact's file
 NODE_KEY = "node_id"  # in a trial's results: the Ray node that reported it
 ERROR_TAG = "error"  # a failed run: the end of its error
-REEVAL_TAG = "reeval.spec_prompts"  # a trial run: the prompts `trials reeval` evaluated it on last
-BATCHES_TAG = "reeval.eval_batches"  # ... and the held-out batches
+REEVAL_PREFIX = "reeval."  # a trial run: reeval.<count field> = the count `trials reeval` last evaluated it with
 PASS_TAG = "timing.pass"  # a timed trial's run: the id of the timing pass behind its values
 SUMMARY_TAG = "timing"  # the parent: the last timing pass, as JSON
 MARGINS_TAG = "attribution.margins"  # the parent: the margins the verdicts used
@@ -103,3 +102,8 @@ def tag_key(text: str) -> str:
 def is_metric(key: str) -> bool:
     return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
 
+
+def reeval_tag(field: str) -> str:
+    """The tag a run carries once `trials reeval` evaluated it with a count (`reeval.<field>`,
+    the field one of the workload's `reeval_counts`: DSpark's `reeval.spec_prompts`)."""
+    return REEVAL_PREFIX + field

@@ -1,0 +1,79 @@
+"""What `trials.loaded.Loaded` checks when a workload loads: each missing or malformed part in
+one line naming the attribute and the fix, before any command works with it."""
+
+import pytest
+
+from trials.loaded import Loaded, WorkloadError
+
+
+class Core:
+    name, config = "core", {"lr": 0.01, "steps": 4}
+    metrics = {"val/loss": {"better": "lower", "margin": 0.01}}
+
+    def train(self, config, report):
+        report({"val/loss": 1.0})
+
+
+def test_the_core_four_load_with_no_reevaluation():
+    wl = Loaded(Core(), "core")
+    assert {"lr", "steps"} <= set(wl.fields) and wl.reeval_counts == {} and not wl.has("reeval")
+    assert wl.reeval_problem(None, {"steps": 8}) == ("workload 'core' has no re-evaluation (a `reevaluate` of a "
+                                                      "finished trial's checkpoint)")
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({"reevaluate": lambda self, c, k, n: ({}, {})},
+     "workload 'core' has `reevaluate` but no reeval_counts: give {config field: what it counts}"),
+    ({"reevaluate": lambda self, c, k, n: ({}, {}), "reeval_counts": {"batches": "held-out batches"}},
+     "workload 'core': reeval_counts names 'batches', not a config field"),
+    ({"metrics": {"val/loss": "smaller"}}, "metrics.val/loss: \"higher\", \"lower\" or {better, margin, unit}"),
+])
+def test_a_malformed_part_is_named_in_one_line(extra, says):
+    obj = type("Bad", (Core,), extra)()
+    with pytest.raises(WorkloadError) as e:
+        Loaded(obj, "core")
+    assert str(e.value).startswith(says) and "\n" not in str(e.value)
+
+
+def test_a_missing_core_attribute_is_named():
+    obj = type("NoTrain", (), {"name": "x", "config": {}, "metrics": {}})()
+    with pytest.raises(WorkloadError, match="^workload 'x' lacks train: a workload needs name, config, train and metrics"):
+        Loaded(obj, "x")
+
+
+def test_a_reevaluation_gets_the_counts_asked_and_returns_its_files():
+    seen = []
+
+    class Reeval(Core):
+        reeval_counts = {"steps": "evaluation steps"}
+
+        def reevaluate(self, config, checkpoint, counts):
+            seen.append(counts)
+            return {"val/loss": 0.5}, {"per_item.json": b"[]"}
+
+    wl = Loaded(Reeval(), "core")
+    assert wl.has("reeval") and wl.reeval_problem(None, {"steps": 8}) is None
+    assert wl.reevaluate({"lr": 0.1, "steps": 4}, "ckpt", {"steps": 8}) == ({"val/loss": 0.5},
+                                                                             {"per_item.json": b"[]"})
+    assert seen == [{"steps": 8}]
+
+
+def test_a_count_named_like_the_commands_option_or_a_nested_file_name_is_refused():
+    class Clash(Core):
+        config = {"lr": 0.01, "storage": 2}
+        reeval_counts = {"storage": "items"}
+
+        def reevaluate(self, config, checkpoint, counts):
+            return {}, {}
+
+    with pytest.raises(WorkloadError, match="reeval_counts names 'storage', which `trials reeval` takes as its own"):
+        Loaded(Clash(), "core")
+
+    class Nested(Core):
+        reeval_counts = {"steps": "evaluation steps"}
+
+        def reevaluate(self, config, checkpoint, counts):
+            return {"val/loss": 0.5}, {"sub/x.json": b"{}"}
+
+    with pytest.raises(WorkloadError, match="reevaluate returned the file name 'sub/x.json': a plain name"):
+        Loaded(Nested(), "core").reevaluate({}, "ckpt", {"steps": 4})
