@@ -187,8 +187,6 @@ def test_a_write_whose_answer_was_lost_lands_once(tmp_path):
     what landed and writes nothing twice. (MLflow's own resend of the same POST is harmless,
     the server drops a point it holds with the same timestamp; the tracker's retry of the
     report, made after MLflow gave up, was not: new timestamps, every point twice.)"""
-    import socket
-    import urllib.request
     from types import SimpleNamespace
 
     from mlflow.tracking import MlflowClient
@@ -196,25 +194,12 @@ def test_a_write_whose_answer_was_lost_lands_once(tmp_path):
     from trials.tracking import SweepTracker
     from trials.validate import parse
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{tmp_path / 'm.db'}", "--artifacts-destination", str(tmp_path / "a"),
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),
-                              start_new_session=True)
+    from .test_postgres import Server
+
+    server = Server(f"sqlite:///{tmp_path / 'm.db'}", tmp_path / "a", tmp_path)  # `mlflow server`, here on SQLite
+    server.start()
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            assert time.time() < deadline and server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-            time.sleep(1)
-        proxy = LossyProxy(port, down=4)  # more than MLflow's own 3 retries
+        proxy = LossyProxy(server.port, down=4)  # more than MLflow's own 3 retries
         spec = parse({"name": "lossy", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
         tracker = SweepTracker(proxy.url, spec, {}, retry_s=60)
         t = spec.trials[0]
@@ -223,14 +208,13 @@ def test_a_write_whose_answer_was_lost_lands_once(tmp_path):
         for step in (3, 6):
             tracker.on_trial_result(0, [], trial, {"step": step, "tf/tau": 2.0 + step, "train/loss": 1.0 / step})
         assert proxy.dropped == 1  # the first report's answer was lost
-        client = MlflowClient(f"http://127.0.0.1:{port}")
+        client = MlflowClient(server.url)
         run_id = next(iter(tracker.ledger.child_runs().values())).info.run_id
         for metric in ("tf/tau", "train/loss"):
             history = client.get_metric_history(run_id, metric)
             assert sorted(m.step for m in history) == [3, 6], (metric, [(m.step, m.value) for m in history])
     finally:
-        os.killpg(server.pid, 9)
-        server.wait(timeout=30)
+        server.stop()
 
 
 # ---------------------------------------------------------------- checkpoints
