@@ -36,6 +36,7 @@ from .registry import Registry, Row
 CORE = ("name", "config", "train", "metrics")
 PLUMBING = ("seed", "out_dir")  # a core workload's fields that change no result
 ROLES = ("objective", "budget", "evaluation", "plumbing", "target")
+TIMING_SIZES = ("prompts", "steps")  # what a timing repetition holds: `trials time --prompts N | --steps N`
 RESERVED_COUNTS = ("name", "address", "tracking_uri", "storage", "help")  # `trials reeval`'s own options
 FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation's file, under the run's eval/
 
@@ -134,6 +135,24 @@ class Loaded:
             setattr(self, attr, getattr(obj, attr, default))
         self.registry = Registry(self.metrics, self.variant_field)
         self._check_reeval()
+        self._check_timing()
+
+    def _check_timing(self) -> None:
+        """A timing pass names, for each variant it times, its response and what a repetition
+        holds: one of the pass's two sizes (`trials time --prompts N` or `--steps N`)."""
+        hooks = self.timing
+        if hooks is None:
+            return
+        missing = [a for a in ("response", "size", "needs_checkpoints", "arms", "values", "jack_values")
+                   if not hasattr(hooks, a)]
+        if missing:
+            raise WorkloadError(f"workload {self.name!r}: its timing lacks {', '.join(missing)} "
+                                "(see TimingHooks in trials/workload.py)")
+        sizes = hooks.size if isinstance(hooks.size, dict) else {}
+        bad = [(v, k) for v, k in sizes.items() if k not in TIMING_SIZES]
+        if not sizes or bad or set(sizes) != set(hooks.response):
+            raise WorkloadError(f"workload {self.name!r}: timing.size maps each timed variant to "
+                                f"{' or '.join(map(repr, TIMING_SIZES))}, got {hooks.size!r}")
 
     def _check_reeval(self) -> None:
         """A `reevaluate` needs the config fields it counts (`reeval_counts`), each a field."""

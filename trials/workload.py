@@ -118,7 +118,7 @@ class SharedArtifacts(Protocol):
 class TimingHooks(Protocol):
     """The interleaved timing pass's workload part (`trials time`)."""
     response: dict[str, str]  # variant -> the timed response
-    size: dict[str, str]  # variant -> what one repetition holds ("prompts", "steps")
+    size: dict[str, str]  # variant -> what one repetition holds: "prompts" or "steps" (`--prompts N`, `--steps N`)
 
     def needs_checkpoints(self, variant: str) -> bool: ...
 

@@ -77,3 +77,25 @@ def test_a_count_named_like_the_commands_option_or_a_nested_file_name_is_refused
 
     with pytest.raises(WorkloadError, match="reevaluate returned the file name 'sub/x.json': a plain name"):
         Loaded(Nested(), "core").reevaluate({}, "ckpt", {"steps": 4})
+
+
+def test_a_timing_pass_must_say_what_a_repetition_holds_in_the_passs_words():
+    class Hooks:
+        response = {"": "val/loss"}
+        size = {"": "batches"}  # the pass sizes a repetition in prompts or steps only
+
+        def needs_checkpoints(self, variant):
+            return False
+
+        arms = values = jack_values = needs_checkpoints
+
+    class Timed(Core):
+        timing = Hooks()
+
+    with pytest.raises(WorkloadError, match=r"timing.size maps each timed variant to 'prompts' or 'steps', got"):
+        Loaded(Timed(), "core")
+    Hooks.size = {"": "steps"}
+    assert Loaded(Timed(), "core").timing.size == {"": "steps"}
+    del Hooks.values
+    with pytest.raises(WorkloadError, match="its timing lacks values"):
+        Loaded(Timed(), "core")
