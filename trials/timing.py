@@ -19,8 +19,10 @@ Records, written only once every round is done: each trial's run gets its value 
 step after its last one (as `trials reeval` logs), with `timing/rounds` and
 `timing/prompts` or `timing/steps`, and the tag `timing.pass` = the pass id (a timestamp);
 the sweep's parent run gets the tag `timing` (JSON: id, settings, node, started, seconds,
-response) and the artifact `timing/pass.json` (every raw time of every round and run, and
-the orders). Another pass replaces the values: a new step, a new id. Each pass is kept in
+response, and `busy`: how many (run, round)s depart from their run's median round by more
+than BUSY_ROUND, each named in the record, the worst in the warning the pass then ends on) and
+the artifact `timing/pass.json` (every raw time of every round and run, and the orders).
+Another pass replaces the values: a new step, a new id. Each pass is kept in
 storage first (`trials.store.kept`), so that `trials recover` rebuilds it with the sweep.
 
 Refused before Ray starts, with one line: an unknown sweep, a sweep with no finished trial
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -45,6 +48,12 @@ from trials.store.client import tracking_client
 from .lease import Lease
 from .identity import check_same_sweep
 
+# A run's value in one round that departs from its median round by more than this share: a load
+# during that round, or a repetition too short to time steadily (of head-and-block's three passes,
+# 4 prompts a repetition, the two quiet ones departed by at most 0.28, the one beside the test
+# suite by up to 10.3, in 11 run-rounds; seed-questions' last pass, 1 step a repetition: 20 of
+# 1,700 run-rounds, the worst 2.2x its run's median)
+BUSY_ROUND = 0.5
 ARTIFACT_DIR = "timing"
 PASS_FILE = "pass.json"  # the parent's artifact timing/pass.json: every raw time and the orders
 
@@ -170,7 +179,34 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
                 ray.shutdown()
         record["runs"] = {t.key: t.run_name for t in finished}
         log_pass(client, {t.key: runs[t.key] for t in finished}, record, root / name)
+    if record["busy"]:
+        say(busy_warning(name, record))
     return record
+
+
+def busy_warning(name: str, record: dict) -> str:
+    """The line a pass with busy rounds ends on (`busy_rounds`), naming the worst."""
+    first = record["busy"][0]
+    return (f"{name}: warning: {len(record['busy'])} run-round(s) of this pass depart from their run's median round "
+            f"by more than {BUSY_ROUND:.0%} (worst: {record['runs'][first['run']]} in round {first['round'] + 1}, "
+            f"{first['value']:.3g} against {first['median']:.3g}): a load during the pass, or repetitions too short "
+            f"to time steadily (more --prompts or --steps); the values skew every look that reads them; time it "
+            f"again on a quiet machine: trials time {name}")
+
+
+def busy_rounds(hooks, stage: str, rounds: list[dict]) -> list[dict]:
+    """The (run, round)s whose value, computed from that round alone by the workload's
+    `values`, departs from the run's median round by more than BUSY_ROUND of it: a load
+    that lasted part of a round (another process, a niced test suite) and slowed one arm's
+    repetition more than the other's, which the sums over rounds would carry into the value."""
+    per_round = [hooks.values(stage, [r]) for r in rounds]
+    out = []
+    for key in per_round[0] if len(rounds) >= 3 else ():
+        values = [p[key] for p in per_round]
+        median = statistics.median(values)
+        out += [{"run": key, "round": i, "value": v, "median": median} for i, v in enumerate(values)
+                if median > 0 and abs(v / median - 1) > BUSY_ROUND]
+    return sorted(out, key=lambda b: -abs(b["value"] / b["median"] - 1))
 
 
 def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings: TimingSettings,
@@ -202,7 +238,8 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
             "seed": settings.seed, "node": head["node"], "threads": head["threads"], "started": started,
             "seconds": round(time.perf_counter() - t0, 3), "response": hooks.response[stage], "stage": stage, "repetition": size,
             "orders": [r["order"] for r in rounds], "times": [r["times"] for r in rounds],
-            "values": hooks.values(stage, rounds), "jack": hooks.jack_values(stage, rounds)}
+            "values": hooks.values(stage, rounds), "jack": hooks.jack_values(stage, rounds),
+            "busy": busy_rounds(hooks, stage, rounds)}
 
 
 def _pass_id() -> str:
@@ -220,8 +257,8 @@ def log_pass(client, runs: dict, record: dict, exp_dir: Path | None = None) -> N
     steps = {key: next_step(client, run) for key, run in runs.items()}
     per_run = {key: {record["response"]: record["values"][key], "timing/rounds": record["rounds"],
                      f"timing/{size}": record[size], **record.get("jack", {}).get(key, {})} for key in runs}
-    summary = json.dumps({k: record[k] for k in ("id", "rounds", "warmup", size, "seed", "node", "started", "seconds",
-                                                 "response")})
+    summary = json.dumps({**{k: record[k] for k in ("id", "rounds", "warmup", size, "seed", "node", "started",
+                                                    "seconds", "response")}, "busy": len(record.get("busy", ()))})
     raw = json.dumps(record, indent=1).encode()
     if exp_dir is not None:
         for key in runs:

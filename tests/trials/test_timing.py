@@ -319,3 +319,28 @@ def test_the_speedup_jackknife_leaves_out_each_group_of_timing_prompts():
     assert set(jack) == {"jack/spec/speedup@g0", "jack/spec/speedup@g1", "jack/spec/speedup@g2"}  # G = 3 prompts
     assert jack["jack/spec/speedup@g1"] == pytest.approx((1.0 + 3.0 + 1.1 + 3.1) / (0.5 + 2.0 + 0.6 + 2.1))
     assert jack_values("backbone", [{"times": {"a": {"step_s": [0.1]}}}]) == {}
+
+
+def test_a_round_run_on_a_busy_machine_is_named_and_a_quiet_pass_is_not():
+    """Per run, each round's value from that round alone; one that departs from the run's
+    median round by more than half of it is named (look 2 of head-and-block: one run's round
+    read 11.1 against 0.98, and its speedup 3.27 went into the look unremarked)."""
+    from dspark.workload import Timing
+    from trials.timing import BUSY_ROUND, busy_rounds, busy_warning
+
+    def round_(ar_a, ar_b):
+        return {"times": {"a": {"ar_s": [ar_a, ar_a], "spec_s": [1.0, 1.0]},
+                          "b": {"ar_s": [ar_b, ar_b], "spec_s": [1.2, 1.2]}}}
+
+    quiet = [round_(0.9 + 0.02 * i, 1.0 - 0.03 * i) for i in range(5)]  # within 10% of their medians
+    assert busy_rounds(Timing(), "drafter", quiet) == []
+    busy = quiet[:3] + [round_(0.95, 11.0)] + quiet[4:]
+    found = busy_rounds(Timing(), "drafter", busy)
+    assert [(b["run"], b["round"]) for b in found] == [("b", 3)]
+    assert found[0]["value"] == pytest.approx(11.0 / 1.2) and abs(found[0]["value"] / found[0]["median"] - 1) > BUSY_ROUND
+    line = busy_warning("hb", {"busy": found, "runs": {"a": "arm-a r0", "b": "arm-b r0"}})
+    assert line.startswith("hb: warning: 1 run-round(s) of this pass depart from their run's median round by more "
+                           "than 50% (worst: arm-b r0 in round 4, 9.17 against 0.808)")
+    assert "a load during the pass, or repetitions too short to time steadily" in line
+    assert line.endswith("time it again on a quiet machine: trials time hb") and "\n" not in line
+    assert busy_rounds(Timing(), "drafter", busy[:2]) == []  # two rounds have no median to stand against
