@@ -11,6 +11,7 @@ others, and nothing says which keys a frame carries; a field is typed and always
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
@@ -34,6 +35,7 @@ class SweepRecord:
     design: str = ""  # full | 2^(k-p)
     responses: dict = field(default_factory=dict)  # the primary responses and their margins
     sequential: str = ""  # JSON of analysis.sequential.Plan: the declared plan and the looks so far
+    timing: str = ""  # JSON: the last timing pass (the parent's `timing` tag), with its `busy` count
     primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
     contrasts: dict = field(default_factory=dict)  # the spec's named contrasts: {name: {from: {f: level}, to: {...}}}
     workload: str = DEFAULT_WORKLOAD  # the trainer swept (`trials.workload`): its metric registry
@@ -85,3 +87,16 @@ class SweepFrame:
         """`metadata`'s inverse: the table and what an export kept beside it."""
         return cls(runs, factors=list(given.get("factors") or []), record=SweepRecord.of(given),
                    incomplete=list(given.get("incomplete") or []), local_rows=list(given.get("local_rows") or []))
+
+
+def busy_timing(record: SweepRecord) -> tuple[str, int] | None:
+    """(the timed response, how many of its run-rounds the last timing pass found busy), where
+    it found any (`trials.timing.busy_rounds`); None for none, no pass, or a pass before the check."""
+    try:
+        last = json.loads(record.timing) if record.timing else {}
+    except ValueError:
+        return None
+    busy = last.get("busy") if isinstance(last, dict) else None
+    if isinstance(busy, int) and not isinstance(busy, bool) and busy > 0 and isinstance(last.get("response"), str):
+        return last["response"], busy
+    return None

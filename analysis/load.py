@@ -28,7 +28,7 @@ import pandas as pd
 from trials.store.client import check_store, tracking_client
 from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTOR_PREFIX, FACTORS_PARAM,
                                PRIMARY_TERMS_TAG, CONTRASTS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
-                               SEQUENTIAL_TAG, WORKLOAD_TAG, StoreReadError, metric_name, sweep_parent,
+                               SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG, StoreReadError, metric_name, sweep_parent,
                                sweep_trials)
 
 from .frame import META_COLUMNS, SweepFrame, SweepRecord
@@ -90,6 +90,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
                          experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
                          design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
                          sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
+                         timing=parent.data.tags.get(SUMMARY_TAG, ""),
                          primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
                          contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
                          workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
@@ -280,7 +281,8 @@ def _without_pandas_attrs(table):
     return table.replace_schema_metadata(meta)
 
 
-TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "workload")
+TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "workload",
+               "timing")
 
 
 def _short(value) -> str:

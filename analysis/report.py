@@ -19,7 +19,7 @@ from .anova import AnalysisError
 from .attribution import analyse, stage_of
 from .design import factorial_rows
 from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
-from .frame import SweepFrame
+from .frame import SweepFrame, busy_timing
 from .load import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .sequential import look_for, look_shares, plan_prices
@@ -33,6 +33,15 @@ def _refuse_empty(sweep: SweepFrame) -> None:
     if len(sweep.runs) == 0:
         gone = report_incomplete(sweep)  # why: each failed run's own error, where it has one
         raise AnalysisError("no finished runs to analyse" + (f"; {gone}" if gone else ""))
+
+
+def _busy_caveat(decision, record) -> None:
+    """The timed response's caveat where its last timing pass found busy rounds (`busy_timing`)."""
+    if (busy := busy_timing(record)) is not None and busy[0] in decision.checks:
+        decision.caveats.setdefault(busy[0], []).append(
+            f"{busy[1]} run-round(s) of the timing pass behind it depart from their run's median round by more than "
+            f"half (a load during the pass, or repetitions too short to time steadily), so its values may skew these "
+            f"verdicts; time it again on a quiet machine: trials time {record.experiment}")
 
 
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
@@ -70,6 +79,7 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
             decision.caveats.setdefault(r, []).append(
                 f"its residuals drift over the run order within blocks (slope {slope:+.3g} per run, p = {p:.2g}): "
                 "the model misses a trend, so its intervals may be too narrow")
+    _busy_caveat(decision, record)
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
     header = header_text(sweep, stage, factors, look.label())
     closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped)

@@ -31,6 +31,7 @@ def _every_field_set() -> SweepFrame:
                          parent_run_id="p" * 32, design="full",
                          responses={"val/acc": {"better": "higher", "margin": 0.01}},
                          sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B", "diag"],
+                         timing='{"id": "p", "response": "spec/speedup", "busy": 2}',
                          contrasts={"diag": {"from": {"A": "lo", "B": "lo"}, "to": {"A": "hi", "B": "hi"}}},
                          workload="tests.toy.workload:WORKLOAD",
                          registry=recorded(load("tests.toy.workload:WORKLOAD").registry, ["val/acc", "val/loss"]))

@@ -414,3 +414,35 @@ def test_a_drift_the_model_misses_is_said_beside_the_verdicts():
     rep = build_report(sweep, None)
     assert any("drift over the run order" in c for c in rep.decision.caveats["spec/tau"])
     assert "note: its residuals drift over the run order" in rep.brief
+
+
+def test_a_timing_pass_with_busy_rounds_is_a_caveat_beside_its_response(tmp_path):
+    """The parent's `timing` tag counts the run-rounds the pass found busy
+    (`trials.timing.busy_rounds`): the timed response's verdicts carry it, with the command
+    to time again; a pass with none, or one recorded before the check, adds nothing."""
+    import json
+    from dataclasses import replace
+
+    from analysis.frame import SweepFrame, SweepRecord
+    from analysis.report import build_report
+
+    df = design({"A": 0.2, "B": 0.0}, sigma=0.01, replicates=3, seed=4)
+    df["spec/tau"] = df.pop("y")
+    df["spec/speedup"] = 1.2 + 0.1 * (df["A"] == "hi") + np.random.default_rng(1).normal(0, 0.01, len(df))
+    df["cell"] = [f"A={a}|B={b}|C={c}" for a, b, c in zip(df.A, df.B, df.C)]
+    df["run_name"] = df["cell"] + " r" + df["replicate"].astype(str)
+    df["run_order"] = range(len(df))
+    df["parallel_stage"] = "drafter"
+    record = SweepRecord(experiment="busy", responses={"spec/tau": {"better": "higher", "margin": 0.1},
+                                                       "spec/speedup": {"better": "higher", "margin": 0.05}})
+    said = "3 run-round(s) of the timing pass behind it depart from their run's median round by more than half"
+    for timing, shown in [(json.dumps({"id": "p", "response": "spec/speedup", "busy": 3}), True),
+                          (json.dumps({"id": "p", "response": "spec/speedup", "busy": 0}), False),
+                          (json.dumps({"id": "p", "response": "spec/speedup"}), False), ("", False)]:
+        rep = build_report(SweepFrame(df.copy(), factors=list("ABC"), record=replace(record, timing=timing)), None)
+        caveats = rep.decision.caveats.get("spec/speedup", [])
+        assert any(said in c for c in caveats) == shown, caveats
+        assert (said in rep.brief) == shown and not any(said in c for c in rep.decision.caveats.get("spec/tau", []))
+    assert "time it again on a quiet machine: trials time busy" in " ".join(
+        build_report(SweepFrame(df.copy(), factors=list("ABC"), record=replace(
+            record, timing=json.dumps({"response": "spec/speedup", "busy": 3}))), None).decision.caveats["spec/speedup"])
