@@ -1,7 +1,6 @@
 """The attribution notebooks run end to end (nbclient) on a store made here."""
 
 import os
-import re
 from pathlib import Path
 
 import nbformat

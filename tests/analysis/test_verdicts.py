@@ -367,6 +367,14 @@ def test_a_named_contrast_is_the_difference_of_two_settings_in_a_half_fraction()
                       contrasts={"diagonal": sides}).family == 6
 
 
+def _as_drafter_runs(df) -> None:
+    """A design's rows as a drafter-stage sweep's runs: cell, run name, run order, stage."""
+    df["cell"] = [f"A={a}|B={b}|C={c}" for a, b, c in zip(df.A, df.B, df.C)]
+    df["run_name"] = df["cell"] + " r" + df["replicate"].astype(str)
+    df["run_order"] = range(len(df))
+    df["parallel_stage"] = "drafter"
+
+
 def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
     """A term whose effect differs between blocks, and a ratio below its break-even in every
     arm (speculative decoding slower than autoregressive): the first screen, the HTML
@@ -380,10 +388,7 @@ def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
     df["y"] += [shift[r] * (0.5 if a == "hi" else -0.5) for r, a in zip(df["replicate"], df["A"])]
     df["spec/tau"] = df.pop("y")
     df["spec/speedup"] = 0.8 + 0.01 * (df["B"] == "hi") + np.random.default_rng(1).normal(0, 0.01, len(df))
-    df["cell"] = [f"A={a}|B={b}|C={c}" for a, b, c in zip(df.A, df.B, df.C)]
-    df["run_name"] = df["cell"] + " r" + df["replicate"].astype(str)
-    df["run_order"] = range(len(df))
-    df["parallel_stage"] = "drafter"
+    _as_drafter_runs(df)
     sweep = SweepFrame(df, factors=list("ABC"), record=SweepRecord(experiment="caveats", responses={
         "spec/tau": {"better": "higher", "margin": 0.1}, "spec/speedup": {"better": "higher", "margin": 0.05}}))
     rep = build_report(sweep, tmp_path)
@@ -429,10 +434,7 @@ def test_a_timing_pass_with_busy_rounds_is_a_caveat_beside_its_response(tmp_path
     df = design({"A": 0.2, "B": 0.0}, sigma=0.01, replicates=3, seed=4)
     df["spec/tau"] = df.pop("y")
     df["spec/speedup"] = 1.2 + 0.1 * (df["A"] == "hi") + np.random.default_rng(1).normal(0, 0.01, len(df))
-    df["cell"] = [f"A={a}|B={b}|C={c}" for a, b, c in zip(df.A, df.B, df.C)]
-    df["run_name"] = df["cell"] + " r" + df["replicate"].astype(str)
-    df["run_order"] = range(len(df))
-    df["parallel_stage"] = "drafter"
+    _as_drafter_runs(df)
     record = SweepRecord(experiment="busy", responses={"spec/tau": {"better": "higher", "margin": 0.1},
                                                        "spec/speedup": {"better": "higher", "margin": 0.05}})
     said = "3 run-round(s) of the timing pass behind it depart from their run's median round by more than half"

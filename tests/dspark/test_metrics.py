@@ -1,6 +1,5 @@
 """The metric registry: one row per metric, and the Responses table (docs/responses.md) agrees with it."""
 
-import re
 from pathlib import Path
 
 import pytest

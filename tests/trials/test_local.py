@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from analysis.load import load_runs, read_parquet
 from analysis.report import build_report
