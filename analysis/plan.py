@@ -101,9 +101,11 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     look.unrecorded = unrecorded
     prices = plan_prices(look, models, chosen, declared, rules)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
-    d = decide_all(df, chosen, factors, declared, look.alpha, control=controls[0] if controls else None,
+    d = decide_all(df, chosen, factors, declared, look.family_alpha, control=controls[0] if controls else None,
                    primary_terms=record.primary_terms or None, rules=rules, contrasts=record.contrasts,
-                   models=models, plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "test")
+                   models=models, plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "own",
+                   levels=look.levels, binding=look.binding())
+    look.record(d.verdicts)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
     decode = median_minutes(df, "split/decode_s_per_prompt")
@@ -169,8 +171,8 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool)
     decide every primary term and, per undecided primary term, the multiple of evaluation
     items that would (None where more items alone would not)."""
     lines, blocks_all, item_multiples = [], 0, {}
-    per_test = d.alpha_star / d.alpha
-    alpha_items = (lambda k: prices.alpha_items(k) * per_test) if prices is not None else None
+    per_test = d.alpha_star
+    alpha_items = (lambda k: prices.alpha_items(k, per_test)) if prices is not None else None
     most = prices.items_left if prices is not None else None
     for r, check in d.checks.items():
         if not (check.primary or every):

@@ -60,7 +60,7 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> N
         if stale.startswith(VERDICT_PREFIX):
             client.delete_tag(parent, stale)
     used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
-    tags = [RunTag(ALPHA_TAG, json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star, "family": d.family,
+    tags = [RunTag(ALPHA_TAG, json.dumps({"alpha": d.alpha, "alpha_star": d.alpha_star, "levels": d.levels, "family": d.family,
                                           "terms": d.primary_terms})),
             RunTag(NOTE_TAG, parent_note(rep, sweep))]  # the run page's description
     if used:  # no empty tag

@@ -21,7 +21,7 @@ from trials.store.ui import TRAINING_VIEW, UI_URL, md_text, run_url
 from . import plots
 from .sequential import LookResult
 from .text import BRIEF_WIDTH, wrap_text
-from .types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
+from .types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
 from .design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .frame import SweepFrame
@@ -60,7 +60,7 @@ def summarise(decision: Decision, results: dict[str, ResponseResult],
     any_margin = any(c.margin is not None for c in decision.checks.values())
     for r, check in decision.checks.items():
         res = results.get(r)
-        head = check.text(decision.alpha_star)
+        head = check.text(decision.alpha_of(r))
         if res is not None and not res.balanced:
             head = head[:-1] + "; unbalanced)"
         prefix = "primary: " if check.margin is not None else "secondary: " if any_margin else ""
@@ -266,16 +266,29 @@ def answer_lines(d: Decision) -> list[str]:
     term_w = max([len(v.term) for vs in shown.values() for v in vs] + [4])
     verdict_w = max([len(v.verdict) for vs in shown.values() for v in vs] + [7])
     lines.append("verdicts (estimate [interval the decision used]):")
+    few = f"too few blocks to judge any term: its own error needs {MIN_DF + 1} blocks"
+    untested = {r for r in cols if shown[r] and all(v.untested for v in shown[r])}
     for r in cols:
         c = d.checks[r]
         lines.append(f"  {r} ({c.better + ' is better; ' if c.better else ''}"
                      f"{'margin +-' + format(c.margin, 'g') if c.margin is not None else 'no margin declared'})")
+        every = r in untested
         for v in shown[r]:
             lines.append(f"    {v.term.ljust(term_w)}  {v.verdict.ljust(verdict_w)}  {_est(v)}")
-            if v.caveat():
-                lines += wrap_text(f"^ {v.term}: {v.caveat()}", "        ", "      ")
+            if v.differs() and not every:  # a look that tests nothing: the tests' detail is in --verbose
+                lines += wrap_text(f"^ {v.term}: {v.differs()}", "        ", "      ")
+        wide = [v for v in shown[r] if v.few and v.margin]
+        if wide and not every:  # one line for the terms whose intervals say little
+            spans = [(v.interval()[1] - v.interval()[0]) / v.margin for v in wide]
+            lines += wrap_text(f"^ {', '.join(v.term for v in wide)}: intervals {min(spans):.0f}-{max(spans):.0f} "
+                               f"margins wide on {min(v.df for v in wide):.2g}-{max(v.df for v in wide):.2g} df of "
+                               "their own errors; what would decide each: --verbose", "        ", "      ")
+        if every and len(untested) < len(cols):  # one line, not one a term: too few blocks for their own errors
+            lines.append(f"      ^ {few}")
         for note in d.caveats.get(r, []):
             lines += wrap_text(f"note: {note}", "      ", "    ")
+    if cols and len(untested) == len(cols):  # once for every response
+        lines.append(f"  ^ {few}, for every response")
     rest = [v for v in d.verdicts if v.response in cols and all(v is not w for w in shown[v.response])]
     if rest:
         states = [v.verdict for v in rest]
@@ -442,6 +455,11 @@ def _col_note(check) -> str:
     return f"{check.better} is better; {margin}"
 
 
+CELLS_NOTE = ("Cells: the verdict, the estimate (high minus low) and the interval the decision used: (1 - 2 x its "
+              "one-sided level) (its bounds are the one-sided tests) for 'beyond the margin' and 'negligible', (1 - its "
+              "two-sided level) otherwise; each response's levels are in its section.")
+
+
 def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui: str = UI_URL) -> Path:
     """One self-contained file: every plot is embedded (written atomically). The question
     and the verdict table come first."""
@@ -455,15 +473,13 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
              _look_html(rep),
              _verdict_table_html(d),
-             f"<p><small>{esc(d.method())}. Cells: the verdict, the estimate (high minus low) and the interval "
-             f"the decision used: {_pct_text(1 - 2 * d.alpha_star)} (its bounds are the one-sided tests at alpha*) for "
-             f"'beyond the margin' and 'negligible', {_pct_text(1 - d.alpha_star)} otherwise.</small></p>",
+             f"<p><small>{esc(d.method())}. {CELLS_NOTE}</small></p>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]
                      if not (rep.look and line == rep.look.label())),
              "<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
              "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
              "residual plots (normal probability; against fitted; against run order) and its Pareto chart "
-             f"with the line at the decision's alpha* = {d.alpha_star:.3g}.</p>"
+             "with the line at the level its response's verdicts were tested at.</p>"
              + _table_html(model_fit_table(rep.results))]
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)
@@ -515,7 +531,7 @@ def verdict_rows(decision: Decision, response: str) -> pd.DataFrame:
     t = decision.table()
     t = t[t["response"] == response].set_index("term")
     return t[["verdict", "estimate", "se", "df", "ci_low", "ci_high", "eq_low", "eq_high", "p", "p_adj", "p_equiv",
-              "to_boundary", "block_F", "block_p", "in_family", "errors"]]
+              "to_boundary", "block_F", "block_p", "in_family", "errors", "decided_at"]]
 
 
 def simple_table(decision: Decision, response: str) -> pd.DataFrame:
@@ -578,13 +594,14 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
     d = rep.decision
     check = d.checks[r]
     parts = [f"<h2>{esc(r)} <small>({esc(_col_note(check))})</small></h2>",
-             f"<p>{esc(check.text(d.alpha_star))}.</p>",
-             f"<h3>Effects, {_pct_text(1 - d.alpha_star)} intervals (the test of 'no effect' at alpha* = "
-             f"{d.alpha_star:.3g})</h3>" + _table_html(effects_table(d, r))
+             f"<p>{esc(check.text(d.alpha_of(r)))}.</p>",
+             f"<h3>Effects, {_pct_text(1 - d.alpha_of(r))} intervals (the test of 'no effect' at level "
+             f"{d.alpha_of(r):.3g})</h3>" + _table_html(effects_table(d, r))
              + f"<p class='legend'><small>{esc(EFFECTS_LEGEND)}</small></p>"]
     if check.margin is not None:
-        parts.append(f"<h3>Within &plusmn;{check.margin:g}? {_pct_text(1 - 2 * d.alpha_star)} intervals (their "
-                     "bounds are the two one-sided tests at alpha*: inside the margin is 'negligible')</h3>"
+        parts.append(f"<h3>Within &plusmn;{check.margin:g}? {_pct_text(1 - 2 * d.alpha_eq_of(r))} intervals (their "
+                     f"bounds are the two one-sided tests at {d.alpha_eq_of(r):.3g}: inside the margin is "
+                     "'negligible')</h3>"
                      + _table_html(margin_table(d, r)))
     more = [*_simple_and_noise_html(rep, r),
             "<h3>What each test rests on</h3>" + _table_html(_errors_table(d, r))]
@@ -597,7 +614,7 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
         c = rep.control[r]
         more.append(f"<h3>Every factorial arm against the control (pooled, replicate as block)</h3>"
                     f"<p>{c['diff']:+.4g} ({100 * c['rel']:+.1f}% of the control mean {c['control_mean']:.4g}), "
-                    f"{100 * (1 - d.alpha_star):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] "
+                    f"{100 * (1 - d.alpha_of(r)):.3g}% CI [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}] "
                     f"({c['errors']} errors), "
                     f"p={c['p']:.2g}; {c['n_factorial']} factorial runs, {c['n_control']} control runs.</p>")
     if r in rep.dunnett:
@@ -620,7 +637,7 @@ def _response_figures(data: pd.DataFrame, r: str, res: ResponseResult, rep: Repo
         rows = verdict_rows(d, r)
         e = pd.DataFrame({"effect": rows["estimate"], "se": rows["se"], "df_resid": rows["df"]})
         e = e.loc[[t for t in res.effects.index if t in e.index]]
-        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_star, response=r))
+        figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_of(r), response=r))
         figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png", response=r))
     resid = residuals(data, res)
     if len(resid) > 2:
@@ -683,11 +700,12 @@ def write_markdown(sweep: SweepFrame, rep: Report, factors: list[str], path: Pat
              _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Model fit", "",
              _md_table(model_fit_table(rep.results)), "", "## Summary", "", *_fenced(body)]
     for r, res in rep.results.items():
-        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_star) + ".", ""]
+        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_of(r)) + ".", ""]
         if r in rep.noise:
             parts += [f"Noise: {rep.noise[r].text()}.", ""]
-        parts += [f"Contrasts (intervals at {100 * (1 - d.alpha_star):.3g}%, equivalence at "
-                  f"{100 * (1 - 2 * d.alpha_star):.3g}%):", "", _md_table(verdict_rows(d, r)), ""]
+        parts += [f"Contrasts (intervals at {100 * (1 - d.alpha_of(r)):.3g}%, equivalence at "
+                  f"{100 * (1 - 2 * d.alpha_eq_of(r)):.3g}%; a term decided at an earlier look keeps that look's):",
+                  "", _md_table(verdict_rows(d, r)), ""]
         simple = simple_table(d, r)
         if len(simple):
             parts += ["Simple effects (each primary main effect at every combination of the other factors' levels, "

@@ -68,10 +68,12 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if=what_if or bool(margins))
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
-    decision = decide_all(df, chosen, factors, declared, look.alpha, adjust, controls[0] if controls else None,
-                          record.primary_terms or None, rules=rules, contrasts=record.contrasts, models=models,
-                          plan=plan_prices(look, models, chosen, declared, rules),
-                          block_errors=look.plan.block_errors if look.plan is not None else "test")
+    decision = decide_all(df, chosen, factors, declared, look.family_alpha, adjust,
+                          controls[0] if controls else None, record.primary_terms or None, rules=rules,
+                          contrasts=record.contrasts, models=models, plan=plan_prices(look, models, chosen, declared, rules),
+                          block_errors=look.plan.block_errors if look.plan is not None else "own",
+                          levels=look.levels, binding=look.binding())
+    look.record(decision.verdicts)
     noise = decision.noise
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
     for r, (slope, p) in drift.items():  # a model that misses a drift over the run order: beside its verdicts

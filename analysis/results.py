@@ -9,12 +9,14 @@ that the committed verdict tables are what the renderer makes of the committed r
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from trials.store.kept import write_atomic
 
 from .anova import AnalysisError
-from .load import read_parquet
+from .load import read_parquet, to_parquet
+from .sequential import plan_of
 
 RUNS = "runs.parquet"
 SUMMARY = "summary.txt"
@@ -35,7 +37,42 @@ def rebuild(folder: str | Path) -> Path:
     if not (folder / RUNS).is_file():
         raise AnalysisError(f"results: {folder} holds no {RUNS}")
     sweep = read_parquet(folder / RUNS)
+    replayed = replay(sweep)
+    if replayed.record.sequential != sweep.record.sequential:
+        sweep = replayed
+        to_parquet(sweep, folder / RUNS)  # the binding decisions kept with the runs
     rep = build_report(sweep, folder, unrecorded="read from a parquet export")
     text = rep.summary + "\n\n" + plan_text(sweep, None)
     write_atomic(folder / SUMMARY, text + "\n")
     return folder / SUMMARY
+
+
+def replay(sweep):
+    """The sweep with its recorded looks' binding decisions made again under today's rules,
+    for a study recorded before looks kept them (or under older statistics): each earlier
+    look is analysed on the runs of its blocks and what it decides is recorded on it, so that
+    the last look shows which decisions were made at which look. The runs hold each run's
+    final values: a look whose blocks a later look re-evaluated (more prompts, or a timing
+    pass again) saw other values, so it is not replayed and decides nothing, which can only
+    lower the error spent (its alpha is left unused). Unchanged where every look before the
+    last records its decisions already, or there is no plan."""
+    from .report import build_report
+
+    plan = plan_of(sweep.record.sequential)
+    if not plan.planned or len(plan.looks) < 2 or any(x.decided for x in plan.looks):
+        return sweep
+    order = sorted(sweep.runs["replicate"].unique())
+    for j, look in enumerate(plan.looks[:-1]):
+        if any(later.blocks == look.blocks for later in plan.looks[j + 1:]) or not look.data:
+            continue
+        before = dataclasses.replace(plan, looks=plan.looks[:j])
+        runs = sweep.runs[sweep.runs["replicate"].isin(order[:look.blocks])]
+        sub = dataclasses.replace(sweep, runs=runs,
+                                  record=dataclasses.replace(sweep.record, sequential=before.to_json()))
+        try:
+            rep = build_report(sub, None)
+        except AnalysisError:
+            continue
+        if rep.look is not None and rep.look.look is not None:
+            look.decided = dict(rep.look.look.decided)
+    return dataclasses.replace(sweep, record=dataclasses.replace(sweep.record, sequential=plan.to_json()))

@@ -8,24 +8,28 @@ look, as a new block is.
 
 A sweep's sequential plan is declared in its spec before the first look (`sequential:
 {max_replicates, alpha, max_prompts, max_eval_batches}`, recorded on the parent run at
-`trials run`). Alpha is spent by Lan-DeMets alpha spending with the Pocock-type function
+`trials run`). Alpha is spent on an information scale, t = I_k / I_max, I the inverse
+variance of a response's contrasts. With the evaluation's share of a response's noise split
+off (`analysis.variance`), a run's variance is sigma_seed^2 + v / n for an evaluation of n
+items (prompts or batches, v the per-item evaluation variance), so a response's fraction is
 
-    spent(t) = alpha * ln(1 + (e - 1) t),
+    t = (b / b_max) * (sigma_seed^2 + v / n_max) / (sigma_seed^2 + v / n)
 
-(Lan & DeMets 1983; Kim & DeMets 1987) on an information scale: t = I_k / I_max, I the
-inverse variance of the primary contrasts. With the evaluation's share of a response's
-noise split off (`analysis.variance`), a run's variance is sigma_seed^2 + v / n for an
-evaluation of n items (prompts or batches, v the per-item evaluation variance), so
+(b blocks, n items now; b_max, n_max the plan's). More prompts thus count as information, not
+as a free look; a response without an evaluation share (a timed one, or one whose runs
+carry no jackknife records) counts blocks alone. Each look records every primary response's
+own fraction (its mean is the look's `t`, which the label shows).
 
-    t = (b / b_max) * (sigma_seed^2 + v / n_max) / (sigma_seed^2 + v / n),
-
-averaged over the primary responses (b blocks, n items now; b_max, n_max the plan's). More
-prompts thus count as information, not as a free look; a response without an evaluation
-share (a timed one, or one whose runs carry no jackknife records) counts blocks alone. Look
-k tests at alpha_k = spent(t_k) - spent(t_{k-1}), split over the family as always
-(Bonferroni), for "no effect" and for equivalence alike. By the union bound over looks the
-chance of any false "matters" (or any false "negligible") across all looks is at most
-spent(1) = alpha. t never decreases and is capped at 1.
+Each hypothesis of the family (a primary response x a primary term) has its share of alpha,
+alpha* = alpha / m (Bonferroni across the family), spent over its own looks by the
+Lan-DeMets Pocock-type function with exact group-sequential boundaries
+(`analysis.boundaries`): look k tests at the nominal level whose boundary makes the chance
+of a first crossing at look k, given the joint distribution of the looks' statistics, equal
+to spent(t_k) - spent(t_{k-1}). Looks are binding: a hypothesis decided at a look (any
+verdict but undecided) is recorded there (`Look.decided`) and stays decided, later looks
+show that verdict with its look, level and interval and test only the open ones; a response
+whose information did not grow since its last look (a timed response after a re-evaluation
+with more prompts) is not tested again: its verdicts are those of that look, at its level.
 
 A sweep with no plan gets one fixed-sample analysis at alpha. A later look at other data is
 post hoc and says so; so is every look under a plan added after a look (`trials augment
@@ -44,21 +48,18 @@ import numpy as np
 import pandas as pd
 
 from .anova import AnalysisError
+from .boundaries import MIN_STEP, nominal_levels, spent
 from .frame import SweepFrame
 
-RULE = "Lan-DeMets alpha spending, Pocock-type, on the information scale; Bonferroni across looks"
+MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.types.MIN_DF)
+
+RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information scale; exact group-sequential "
+        "boundaries; binding looks")
 # the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
 EVALUATION_COLUMNS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_rounds": "timing/rounds",
                       "timing_prompts": "timing/prompts"}
 LEGACY = ("a plan recorded by trials augment after the sweep had been analysed, before plans were declared in "
           "specs")
-
-
-def spent(t: float, alpha: float) -> float:
-    """The alpha spent by information fraction t (0 <= t <= 1)."""
-    if not 0 <= t <= 1:
-        raise ValueError(f"information fraction must lie in [0, 1], got {t!r}")
-    return alpha * math.log(1 + (math.e - 1) * t)
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Look:
     alpha: float = 0.05
     post_hoc: bool = False
     timed: str = ""  # a digest of the timed responses' values: a timing pass again is new data
+    fractions: dict = field(default_factory=dict)  # each primary response's own information fraction
+    decided: dict = field(default_factory=dict)  # "response|term" -> the verdict decided at this look (binding)
 
     def describe(self) -> str:
         ev = ", ".join(f"{v:g} {k.replace('_', ' ')}" for k, v in self.evaluation.items())
@@ -91,11 +94,13 @@ class Plan:
     post_hoc: str = ""
     looks: list[Look] = field(default_factory=list)
     rule: str = RULE
-    block_errors: str = "test"  # how block x term enters a term's error (analysis.types.BLOCK_ERRORS)
+    block_errors: str = "own"  # how block x term enters a term's error (analysis.types.BLOCK_ERRORS)
 
     def __post_init__(self):
-        if self.block_errors not in ("test", "own"):
-            raise ValueError(f"block_errors: 'test' or 'own', got {self.block_errors!r}")
+        if self.block_errors == "test":  # the preliminary-test rule of older plans: read under today's default
+            self.block_errors = "own"
+        if self.block_errors not in ("own", "pooled"):
+            raise ValueError(f"block_errors: 'own' or 'pooled', got {self.block_errors!r}")
         if self.max_replicates is not None and not (isinstance(self.max_replicates, int)
                                                     and self.max_replicates >= 2):
             raise ValueError(f"max_replicates: an integer >= 2, got {self.max_replicates!r}")
@@ -120,7 +125,7 @@ class Plan:
         return None
 
     def look(self, data: str, blocks: int, evaluation: dict, t: float = 1.0, timed: str = "",
-             what_if: bool = False) -> tuple[Look, bool]:
+             what_if: bool = False, fractions: dict | None = None) -> tuple[Look, bool]:
         """The look at this data: the recorded one, or a new one appended (with information
         fraction `t`, used under a plan). Returns (look, new). A look at the data of the last
         one with other timed values (a timing pass again) adds no information on the plan's
@@ -133,7 +138,8 @@ class Plan:
             return found, False
         if not self.planned:
             # the fixed-sample analysis, once; any later look at other data is post hoc
-            look = Look(data, blocks, evaluation, 1.0, self.alpha, post_hoc=bool(self.looks), timed=timed)
+            look = Look(data, blocks, evaluation, 1.0, self.alpha, post_hoc=bool(self.looks), timed=timed,
+                        fractions={r: 1.0 for r in fractions or {}})
         else:
             if blocks > self.max_replicates:
                 raise ValueError(f"{blocks} replicate blocks exceed the plan's maximum of {self.max_replicates}")
@@ -142,7 +148,8 @@ class Plan:
             alpha = spent(t_k, self.alpha) - spent(before, self.alpha)
             if alpha <= 0 and not what_if:
                 raise ValueError(self._no_alpha(data, t_k))
-            look = Look(data, blocks, evaluation, t_k, alpha, post_hoc=not self.declared, timed=timed)
+            ts = {r: min(1.0, max(float(f), self._last(r))) for r, f in (fractions or {}).items()}
+            look = Look(data, blocks, evaluation, t_k, alpha, post_hoc=not self.declared, timed=timed, fractions=ts)
         self.looks.append(look)
         return look, True
 
@@ -158,6 +165,50 @@ class Plan:
                    f"{t:.0%})")
         return (f"no alpha left for a new look: {why}; add blocks within the plan (trials augment) or see it as a "
                 "what-if, unrecorded (--alpha A)")
+
+    def _last(self, response: str, before: int | None = None) -> float:
+        """A response's information fraction at the last look before `before` (0: none)."""
+        looks = self.looks[:before] if before is not None else self.looks
+        return max([x.fractions.get(response, x.t) for x in looks], default=0.0)
+
+    def tested(self, index: int, response: str) -> list[int]:
+        """The 1-based looks up to `index` at which `response` was tested: those at which its
+        information grew (by at least MIN_STEP) since the last one tested, and whose blocks
+        leave a term's own error MIN_DF df or more (a look with fewer tests nothing, so the
+        first look that tests spends all the alpha its fraction allows)."""
+        out, last = [], 0.0
+        for i, x in enumerate(self.looks[:index]):
+            t = x.fractions.get(response, x.t)
+            if self.block_errors != "pooled" and x.blocks - 1 < MIN_DF:
+                continue
+            if t >= last + MIN_STEP and t > 0:
+                out.append(i + 1)
+                last = t
+        return out
+
+    def levels(self, index: int, response: str, per_test: float) -> tuple[float, float, int]:
+        """(two-sided nominal level, one-sided nominal level, the look it comes from) at which
+        look `index` tests a hypothesis of `response` whose share of alpha is `per_test`: the
+        exact boundaries of its own looks so far (`analysis.boundaries`). Under no plan, the
+        fixed-sample levels. A response with no new information at this look keeps the levels
+        of the look it was last tested at. Look 0: no look so far tests it (too few blocks for a
+        term's own error): nothing is decided (the levels are only for the intervals shown)."""
+        if not self.planned:
+            return per_test, per_test, index
+        looks = self.tested(index, response)
+        if not looks:
+            return per_test, per_test, 0
+        ts = [self.looks[i - 1].fractions.get(response, self.looks[i - 1].t) for i in looks]
+        return (nominal_levels(ts, per_test, 2)[-1], nominal_levels(ts, per_test, 1)[-1], looks[-1])
+
+    def binding(self, index: int) -> dict[str, dict]:
+        """The hypotheses decided at looks before `index` (1-based): "response|term" -> what
+        was decided, with the look ("look")."""
+        out = {}
+        for i, x in enumerate(self.looks[:index - 1]):
+            for key, rec in x.decided.items():
+                out.setdefault(key, {**rec, "look": i + 1})
+        return out
 
     def spent_alpha(self) -> float:
         return sum(look.alpha for look in self.looks) if self.planned else float("nan")
@@ -198,9 +249,12 @@ class Plan:
             else:
                 plan.looks.append(Look(str(look.get("data", "")), int(look["blocks"]), dict(look.get("evaluation", {})),
                                        float(look.get("t", 1.0)), float(look["alpha"]), bool(look.get("post_hoc")),
-                                       str(look.get("timed", ""))))
+                                       str(look.get("timed", "")),
+                                       {str(k): float(v) for k, v in dict(look.get("fractions") or {}).items()},
+                                       {str(k): dict(v) for k, v in dict(look.get("decided") or {}).items()}))
             last = plan.looks[-1]
-            if not (last.blocks >= 1 and 0 <= last.t <= 1 and 0 <= last.alpha <= 1):
+            if not (last.blocks >= 1 and 0 <= last.t <= 1 and 0 <= last.alpha <= 1
+                    and all(0 <= f <= 1 for f in last.fractions.values())):
                 raise ValueError(f"look {i + 1}: blocks >= 1, t and alpha in [0, 1], got {last.blocks}, {last.t}, "
                                  f"{last.alpha}")
         return plan
@@ -255,8 +309,18 @@ def information_fraction(plan: Plan, blocks: int, evaluation: dict, shares: dict
     the evaluation's share of its residual variance now, 0 where unknown)."""
     if not plan.planned:
         return 1.0
-    fractions = []
-    for kind, share in shares.values() or [("", 0.0)]:
+    f = information_fractions(plan, blocks, evaluation, shares or {"": ("", 0.0)})
+    return float(min(1.0, np.mean(list(f.values()))))
+
+
+def information_fractions(plan: Plan, blocks: int, evaluation: dict,
+                          shares: dict[str, tuple[str, float]]) -> dict[str, float]:
+    """Each response's own t = I_k / I_max (module docstring; 1 under no plan)."""
+    out = {}
+    for r, (kind, share) in shares.items():
+        if not plan.planned:
+            out[r] = 1.0
+            continue
         f = blocks / plan.max_replicates
         n = evaluation.get(kind) if kind else None
         n_max = {"prompts": plan.max_prompts, "eval_batches": plan.max_eval_batches}.get(kind)
@@ -264,8 +328,10 @@ def information_fraction(plan: Plan, blocks: int, evaluation: dict, shares: dict
             share = min(share, 1.0)  # a share over 1 (the model misfits) counts as all evaluation
             seed, v = 1.0 - share, share * n  # in units of the residual variance now
             f *= (seed + v / max(n_max, n)) / (seed + v / n)
-        fractions.append(f)
-    return float(min(1.0, np.mean(fractions)))
+        # to the hundredth: the share it rests on is an estimate far coarser than that, and looks at
+        # the same fractions share their boundaries (computed once, analysis.boundaries)
+        out[r] = float(min(1.0, round(f, 2)))
+    return out
 
 
 @dataclass
@@ -279,6 +345,37 @@ class LookResult:
     what_if: bool = False
     unrecorded: str = ""  # why a new look is not recorded (a parquet export), "" where it is or is not new
     sealed: bool = False  # an old look's record gained the timed values' digest: to be written again
+    given: bool = False  # the alpha was given (a what-if at a fixed level, outside the plan)
+
+    @property
+    def family_alpha(self) -> float:
+        """The alpha the family shares over the whole plan (the given one for a what-if)."""
+        if self.given or self.plan is None:
+            return self.alpha
+        return self.plan.alpha
+
+    def levels(self, response: str, per_test: float) -> tuple[float, float, int]:
+        """(two-sided, one-sided nominal level, the look they come from) for a hypothesis of
+        `response` with share `per_test` of the family's alpha (`Plan.levels`)."""
+        if self.given or self.plan is None or self.look is None:
+            return per_test, per_test, self.index
+        return self.plan.levels(self.index, response, per_test)
+
+    def binding(self) -> dict[str, dict]:
+        """What earlier looks decided (none for a what-if at a given alpha)."""
+        if self.given or self.plan is None or not self.plan.planned:
+            return {}
+        return self.plan.binding(self.index)
+
+    def record(self, verdicts) -> None:
+        """The family's verdicts decided at this look, recorded on it (binding for every later
+        look); only on a new look of a plan, never a what-if."""
+        if not self.new or self.what_if or self.look is None or self.plan is None or not self.plan.planned:
+            return
+        earlier = self.binding()
+        self.look.decided = {key: snap for v in verdicts
+                             if v.in_family and (key := f"{v.response}|{v.term}") not in earlier
+                             and (snap := v.snapshot()) is not None}
 
     def label(self) -> str:
         """One line for the report's first screen and the terminal summary."""
@@ -298,7 +395,7 @@ class LookResult:
                     f"saw {first}, this one {seen}; at alpha {look.alpha:.3g}, false verdicts across looks are not "
                     "kept at alpha")
         head = (f"look {self.index} of a plan of at most {p.max_replicates} blocks at {seen}: information "
-                f"{look.t:.0%}, tests at alpha {look.alpha:.3g} ({p.spent_alpha():.3g} of {p.alpha:g} spent)")
+                f"{look.t:.0%}, {p.spent_alpha():.3g} of alpha {p.alpha:g} spent; exact boundaries, binding decisions")
         if look.post_hoc:
             head = f"POST HOC: {head}; the plan is {p.post_hoc or 'not declared before the first look'}"
         return head + (f" (not recorded: {self.unrecorded})" if self.new and self.unrecorded else "")
@@ -312,8 +409,8 @@ class PlanPrices:
     items (`alpha_items`, k at most `items_left`)."""
     alpha: float  # the plan's familywise alpha
     blocks_left: int
-    alpha_at: Callable[[int], float]
-    alpha_items: Callable[[float], float]
+    alpha_at: Callable[[int, float], float]  # (blocks, a hypothesis' share of alpha) -> the next look's level
+    alpha_items: Callable[[float, float], float]  # (k times today's items, share) -> likewise
     items_left: float | None  # the most multiple of today's items the plan allows (None: no cap declared)
 
 
@@ -336,21 +433,26 @@ def plan_prices(look: LookResult, models, responses: list[str], declared: dict, 
     if plan is None or now is None or not plan.planned or look.what_if:
         return None
     shares = look_shares(models, responses, declared, rules)
-    t_now = max(x.t for x in plan.looks)
-    spent_now = spent(t_now, plan.alpha)
+    index = look.index
+    ts = [plan.looks[i - 1].t for i in range(1, index + 1)]
+    chain = [t for i, t in enumerate(ts) if t >= max(ts[:i], default=0.0) + MIN_STEP]
 
-    def alpha_at(blocks: int) -> float:
-        t = information_fraction(plan, blocks, now.evaluation, shares)
-        return max(0.0, spent(t, plan.alpha) - spent_now)
+    def level(t: float, per_test: float) -> float:
+        """The two-sided level a next look at fraction t would test at (0: nothing new)."""
+        if t < chain[-1] + MIN_STEP if chain else t <= 0:
+            return 0.0
+        return nominal_levels(chain + [min(t, 1.0)], per_test, 2)[-1]
+
+    def alpha_at(blocks: int, per_test: float) -> float:
+        return level(information_fraction(plan, blocks, now.evaluation, shares), per_test)
 
     caps = [cap / n for kind, cap in (("prompts", plan.max_prompts), ("eval_batches", plan.max_eval_batches))
             if cap and (n := now.evaluation.get(kind))]
     items_left = min(caps) if caps else None
 
-    def alpha_items(k: float) -> float:
+    def alpha_items(k: float, per_test: float) -> float:
         more = {key: v * k if key in ("prompts", "eval_batches") else v for key, v in now.evaluation.items()}
-        t = information_fraction(plan, now.blocks, more, shares)
-        return max(0.0, spent(t, plan.alpha) - spent_now)
+        return level(information_fraction(plan, now.blocks, more, shares), per_test)
 
     return PlanPrices(plan.alpha, max(0, plan.max_replicates - now.blocks), alpha_at, alpha_items, items_left)
 
@@ -372,11 +474,13 @@ def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: flo
     sealed = any(x.data == key and not x.timed for x in plan.looks) and bool(timed)
     try:
         look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
-                              timed, what_if=what_if or alpha is not None)
+                              timed, what_if=what_if or alpha is not None,
+                              fractions=information_fractions(plan, blocks, evaluation, shares))
     except ValueError as e:
         raise AnalysisError(f"sequential plan: {e}") from None
     index = plan.looks.index(look) + 1
     if what_if or alpha is not None:
-        return LookResult(look.alpha if alpha is None else alpha, look, index, new, plan, what_if=True)
+        return LookResult(look.alpha if alpha is None else alpha, look, index, new, plan, what_if=True,
+                          given=alpha is not None)
     # a look recorded before looks kept the timed values' digest gains it: written again, not new
     return LookResult(look.alpha, look, index, new, plan, sealed=not new and sealed and look.timed == timed)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .anova import ModelFit
 from .power import MAX_REPLICATES
-from .sequential import LookResult
+from .sequential import MIN_DF, LookResult  # MIN_DF: a term's error on fewer df says too little
 
 
 DECISION_POWER = 0.8  # the planner's target: the probability that the next step decides a term
@@ -36,11 +36,13 @@ SMALLER = "detected, smaller than the margin"  # the qualifier of a negligible e
 
 BLOCK_ALPHA = 0.05  # the block-by-term test names a term whose effect differs between blocks at this level
 # How a term's block-by-term variation enters its error (`analysis.variance`; a sweep's plan
-# declares one, `sequential: {block_errors: ...}`): "test" judges a term against its own
-# block-by-term mean square where its test rejects at BLOCK_ALPHA, against the pooled residual
-# where not; "own" judges every term against its own (exact whatever the interaction, at
-# (B - 1) df a term: wide with few blocks). bench/error_rates.py measures both.
-BLOCK_ERRORS = ("test", "own")
+# may declare one, `sequential: {block_errors: ...}`): "own" (the default) judges every term
+# against its own block-by-term mean square, exact whatever the interaction, at (B - 1) df a
+# one-column term; "pooled" judges every term against the pooled residual, a declared choice
+# whose verdicts carry a caveat (a seed that favours one arm makes them too narrow). No
+# preliminary test chooses between them. bench/error_rates.py measures both.
+BLOCK_ERRORS = ("own", "pooled")
+WIDE = 10  # an interval wider than this many margins is shown with why and what would decide it
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Contrast:
     group: str = ""  # the spec's name for it: D1 (also for D1[a->b]), D1:D9, pure_ce
     errors: str = ""  # the errors behind se and df where they are the contrast's own (a control's)
     L: np.ndarray | None = field(default=None, repr=False, compare=False)  # its row of the model (p,)
+    noise: "TermNoise | None" = field(default=None, repr=False, compare=False)  # its own variance (a control's)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,30 @@ class Verdict:
     noise: TermNoise | None = None  # what se is made of (None: a control's own errors)
     next_step: str = ""  # for an undecided term: what would decide it
     blocks: int | None = None  # replicate blocks to add that would decide it (80%), None if unknown
+    alpha_eq: float | None = None  # the one-sided nominal level of 'negligible' and 'beyond' (None: alpha_star)
+    decided_at: int | None = None  # the look that decided it (binding), where a plan's look did
+    few: str = ""  # why its interval says little (too few blocks for its own error, or many margins wide)
+    untested: bool = False  # too few blocks for its own error: this look tests nothing of it
+
+    @property
+    def alpha_equiv(self) -> float:
+        return self.alpha_star if self.alpha_eq is None else self.alpha_eq
+
+    SNAPSHOT = ("verdict", "estimate", "se", "df", "alpha_star", "alpha_eq", "ci_low", "ci_high", "eq_low", "eq_high",
+                "p", "p_equiv", "to_boundary")
+
+    def snapshot(self) -> dict | None:
+        """What a look records of a decided verdict (None: undecided, nothing to bind)."""
+        if self.verdict == UNDECIDED:
+            return None
+        return {k: getattr(self, k) for k in self.SNAPSHOT}
+
+    def bind(self, rec: dict) -> None:
+        """Take an earlier look's decision (`snapshot`, with its "look"): binding."""
+        for k in self.SNAPSHOT:
+            if k in rec:
+                setattr(self, k, rec[k])
+        self.decided_at, self.next_step, self.blocks, self.few = int(rec["look"]), "", None, ""
 
     @property
     def matters(self) -> bool:
@@ -170,17 +197,21 @@ class Verdict:
         whose bounds are the one-sided tests at alpha*, for "beyond the margin" and
         "negligible"; the (1 - alpha*) one otherwise."""
         if self.verdict in (BEYOND, NEGLIGIBLE):
-            return self.eq_low, self.eq_high, 1 - 2 * self.alpha_star
+            return self.eq_low, self.eq_high, 1 - 2 * self.alpha_equiv
         return self.ci_low, self.ci_high, 1 - self.alpha_star
 
     def caveat(self) -> str:
         """What this verdict rests on that a reader must see beside it, in words ("" if nothing)."""
+        return "; ".join(x for x in (self.differs(), self.few) if x)
+
+    def differs(self) -> str:
+        """Where its effect differs by block or by item (their tests shown, never used to choose)."""
         out = []
-        if self.block is not None and self.block.used:
+        if self.block is not None and self.block.used and self.block.p < BLOCK_ALPHA:
             out.append(f"by block (p {self.block.p:.2g})")
-        if self.noise is not None and self.noise.item_term > 0:
+        if self.noise is not None and self.noise.item_term > 0 and self.noise.item_term_p < BLOCK_ALPHA:
             out.append(f"by item (p {self.noise.item_term_p:.2g})")
-        return f"its effect differs {' and '.join(out)}: its se includes that, {self.df:.0f} df" if out else ""
+        return f"its effect differs {' and '.join(out)}: its own error holds that, {self.df:.0f} df" if out else ""
 
     def text(self) -> str:
         """One sentence that starts with `<term>: <verdict>` and agrees with its interval."""
@@ -194,7 +225,7 @@ class Verdict:
         elif self.verdict == UNSURE:
             way = self.direction()
             reach = (f"; excludes zero, but its one-sided bounds [{self.eq_low:+.4g}, {self.eq_high:+.4g}] "
-                     f"({pct(1 - 2 * self.alpha_star)}) reach inside {m}" if self.margin is not None
+                     f"({pct(1 - 2 * self.alpha_equiv)}) reach inside {m}" if self.margin is not None
                      else "; no margin declared")
             out = f"{self.term}: {UNSURE} ({est}{reach}{', ' + way if way else ''})"
         elif self.verdict == NEGLIGIBLE:
@@ -207,11 +238,17 @@ class Verdict:
                 out += "; no margin declared, so negligible cannot be shown)"
             else:
                 out += (f"; not shown within {m}: [{self.eq_low:+.4g}, {self.eq_high:+.4g}] at "
-                        f"{pct(1 - 2 * self.alpha_star)})")
-            if math.isfinite(self.detectable):
+                        f"{pct(1 - 2 * self.alpha_equiv)})")
+            if self.few:
+                out += f"; {self.few}"
+            elif math.isfinite(self.detectable):
                 out += f"; this sweep detects {self.detectable:.3g} or more with {DECISION_POWER:.0%} power"
             if self.next_step:
                 out += f"; {self.next_step}"
+        if self.decided_at is not None:
+            out += f"; decided at look {self.decided_at}"
+        if self.verdict != UNDECIDED and self.few:
+            out += f"; {self.few}"
         out += f"; {self.to_boundary:.1f} se from the nearest boundary"
         if self.errors != "pooled":
             out += f"; {self.errors} errors on {self.df:.3g} df"
@@ -279,6 +316,15 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     noise: dict[str, Split] = field(default_factory=dict)  # response -> its noise split (analysis.variance)
     caveats: dict[str, list[str]] = field(default_factory=dict)  # response -> what its verdicts must be read with
+    levels: dict[str, tuple[float, float, int]] = field(default_factory=dict)  # response -> (two-, one-sided, look)
+
+    def alpha_of(self, response: str) -> float:
+        """The two-sided nominal level this look tests `response`'s hypotheses at."""
+        return self.levels.get(response, (self.alpha_star,))[0]
+
+    def alpha_eq_of(self, response: str) -> float:
+        """The one-sided nominal level of its 'negligible' and 'beyond the margin' tests."""
+        return self.levels.get(response, (self.alpha_star, self.alpha_star))[1]
 
     def of(self, response: str) -> list[Verdict]:
         return [v for v in self.verdicts if v.response == response]
@@ -292,7 +338,7 @@ class Decision:
     def table(self) -> pd.DataFrame:
         cols = ["response", "term", "label", "verdict", "estimate", "se", "df", "ci_low", "ci_high", "eq_low",
                 "eq_high", "margin", "better", "p", "p_adj", "p_equiv", "detectable", "to_boundary", "alpha_star",
-                "in_family", "errors", "block_F", "block_p", "next_step"]
+                "alpha_eq", "decided_at", "in_family", "errors", "block_F", "block_p", "next_step", "few"]
         rows = []
         for v in self.verdicts:
             row = {c: getattr(v, c) for c in cols if hasattr(v, c)}
@@ -318,11 +364,20 @@ class Decision:
         terms = ", ".join(self.primary_terms)
         adj = (f"Bonferroni over the family's {self.family} hypotheses (primary responses x primary terms: {terms})"
                if self.adjust == "bonferroni" else "no adjustment")
-        return (f"one alpha for every verdict: alpha {self.alpha:.3g}, {adj}, so each test runs at alpha* = "
-                f"{self.alpha_star:.3g}, other terms and responses too, outside the family; intervals: "
-                f"{pct(1 - self.alpha_star)} for 'no effect', {pct(1 - 2 * self.alpha_star)} (one-sided bounds at "
-                "alpha*) for 'beyond the margin' and 'negligible' (TOST); factors of more than two levels as "
-                "pairwise contrasts")
+        sequential = any(a2 != self.alpha_star or a1 != self.alpha_star for a2, a1, _ in self.levels.values())
+        head = (f"one alpha for every verdict: alpha {self.alpha:.3g}, {adj}, so each hypothesis has alpha* = "
+                f"{self.alpha_star:.3g}")
+        if not sequential:
+            return (head + ", other terms and responses too, outside the family; intervals: "
+                    f"{pct(1 - self.alpha_star)} for 'no effect', {pct(1 - 2 * self.alpha_star)} (one-sided bounds "
+                    "at alpha*) for 'beyond the margin' and 'negligible' (TOST); factors of more than two levels as "
+                    "pairwise contrasts")
+        at = "; ".join(f"{r}: {a2:.3g} two-sided, {a1:.3g} one-sided (look {k})" for r, (a2, a1, k) in
+                       self.levels.items())
+        return (head + " spent over the plan's looks with exact boundaries; this look's nominal levels, other "
+                f"terms of a response too: {at}; intervals: (1 - level) for 'no effect', (1 - 2 x one-sided level) "
+                "for 'beyond the margin' and 'negligible' (TOST); a hypothesis decided at an earlier look keeps that "
+                "look's verdict and interval (binding); factors of more than two levels as pairwise contrasts")
 
 
 def pct(level: float) -> str:

@@ -15,28 +15,26 @@ For a contrast with model row L (the cells' weights, the block averaged out), ea
 - items x runs, e_rk: L'(X'X)^-1 L sigma_e^2 / G; shrinks with blocks and with items. The
   runs' residual holds these two: sigma^2 = sigma_u^2 + sigma_e^2 / G;
 - block x term, (bt): a term's effect that differs from block to block (a seed that favours
-  one arm). It sits in the pooled residual, spread over every term. Where a term's
-  block-by-term F test rejects at BLOCK_ALPHA (0.05, the level at which the report names the
-  term as differing between blocks; or for every term, where the plan declares
-  `block_errors: own`), the term is judged against its own block-by-term mean
+  one arm). Every term the verdicts rest on is judged against its own block-by-term mean
   square (q = (B - 1) x its columns df): in a balanced design its expectation is the term's
   variance under random block x term effects (the method-of-moments solution of that mixed
-  model, which REML gives too where the component is positive), and for a one-column term it
-  is the paired t-test over the blocks' own effects. The other terms are judged against the
-  residual with that part taken out. The default rule is a preliminary test (pooling where it
-  does not reject), so a real interaction the test misses at few blocks is pooled and the
-  term's interval is too narrow; `block_errors: own` is exact, at (B - 1) df a term.
-  `bench/error_rates.py` measures both. Unbalanced designs keep HC2 (the test is printed);
+  model), and for a one-column term it is the paired t-test over the blocks' own effects. No
+  preliminary test chooses this: a test that pools where it does not reject makes a real
+  interaction it misses at few blocks narrow the interval (bench/error_rates.py). The other
+  terms are judged against the residual with those parts taken out. A plan may declare
+  `block_errors: pooled` (every term against the pooled residual); its verdicts say so.
+  Unbalanced designs keep HC2;
 - items x term, (ac): an item that favours one arm does so in every block, so more blocks do
-  not shrink it and the runs' residual does not hold it; shrinks with items alone. It enters
-  a term's error where its F test (var_jack over its expectation without it, on G - 1 and
-  df_resid (G - 1) df) rejects at BLOCK_ALPHA, as the block x term part does.
+  not shrink it and the runs' residual does not hold it; shrinks with items alone. It is
+  always in a term's error where the runs carry item records, estimated by moments (below,
+  0 where the estimate is negative); its F test (var_jack over its expectation without it, on
+  G - 1 and df_resid (G - 1) df) is shown, never used to choose.
 
 Estimates, from the same OLS fitted to every column of pseudo-values (A = (X'X)^-1 X' P):
 sigma_e^2 from the runs x groups interaction of its residuals (df_resid (G - 1) df); the
 contrast's per-group values C_k = L'A_k, whose variance over groups is the delete-a-group
 jackknife's var_jack = Var_k(C_k) / G, with expectation V_it + L'(X'X)^-1 L sigma_e^2 / G.
-So V_it = var_jack - L'(X'X)^-1 L sigma_e^2 / G where its test rejects (0 where not). A
+So V_it = max(0, var_jack - L'(X'X)^-1 L sigma_e^2 / G). A
 contrast's variance is seeds + items x runs + items x term, with Satterthwaite's df over the
 estimates it is made of (at least the smaller of the run-level and the jackknife's); each
 share lies in [0, 1] by construction. k times the items divide both evaluation parts by k; b blocks
@@ -165,7 +163,7 @@ class Model:
             jack = float(np.var(L @ self.group_params, ddof=1)) / G  # the groups' contrasts (G,)
             item_term_df = G - 1.0
             item_p = float(stats.f.sf(jack / e_part, item_term_df, self.df_item)) if e_part > 0 else 1.0
-            if item_p < BLOCK_ALPHA:  # Satterthwaite over run + jack - e_part, each with its own df
+            if jack > e_part:  # Satterthwaite over run + jack - e_part, each with its own df
                 item_term = jack - e_part
                 total = run + item_term
                 df = total ** 2 / (run ** 2 / run_df + jack ** 2 / item_term_df + e_part ** 2 / self.df_item)
@@ -219,22 +217,65 @@ def build(data: pd.DataFrame, response: str, fit: Fit, terms: list[tuple[str, ..
     return m
 
 
-def add_tests(m: Model, terms: list[tuple[str, ...]], block_errors: str = "test") -> None:
-    """The block-by-term tests of `terms` the model lacks, each used as the term's error where
-    the rule `block_errors` says (BLOCK_ERRORS), and the residual of the rest: the pooled
-    residual without the block-by-term parts judged on their own."""
+def add_tests(m: Model, terms: list[tuple[str, ...]], block_errors: str = "own") -> None:
+    """The block-by-term tests of `terms` the model lacks, each the term's own error unless
+    the plan declares `block_errors: pooled` (BLOCK_ERRORS), and the residual of the rest: the
+    pooled residual without the block-by-term parts judged on their own."""
+    if block_errors == "test":  # older plans' preliminary-test rule, read under today's default
+        block_errors = "own"
     if block_errors not in BLOCK_ERRORS:
         raise ValueError(f"block_errors: one of {', '.join(BLOCK_ERRORS)}, got {block_errors!r}")
     fit = m.fit
     if fit.block_cols is not None:
         for t in terms:
             if t in fit.slices and t not in m.tests and (bt := block_interaction(fit, t)) is not None:
-                m.tests[t] = replace(bt, used=block_errors == "own" or bt.p < BLOCK_ALPHA)
+                m.tests[t] = replace(bt, used=block_errors == "own")
     ss, df = float(fit.result.ssr), float(fit.result.df_resid)
     for test in m.tests.values():
         if test.used and fit.errors != "HC2":
             ss, df = ss - test.ms * test.q, df - test.q
     m.ms_rest, m.df_rest = (ss / df, df) if df >= 1 and ss > 0 else (m.sigma2, float(fit.result.df_resid))
+
+
+def control_noise(runs: pd.DataFrame, response: str, control: str, rules: Registry | None = None) -> TermNoise | None:
+    """The control contrast's own error: paired over the blocks. Per block b and item group k
+    (one group where the runs carry no item records), d_bk is the factorial arms' mean minus
+    the control's; with d_bk = theta + beta_b + a_k + e_bk crossed, the estimate's variance is
+    (MS_blocks + MS_items - MS_error) / (B G): its block x term part (the seeds' and a seed's
+    favour of one arm, B - 1 df), its items x term part (G - 1 df, 0 where its estimate is
+    negative) and the items x runs noise, with Satterthwaite's df. None where the blocks are
+    fewer than 2 or not balanced (every arm the same runs in every block): HC2 stays."""
+    if "replicate" not in runs.columns or runs["replicate"].nunique() < 2 or control not in set(runs["cell"]):
+        return None
+    arm = runs["arm"].astype(str) if "arm" in runs.columns else pd.Series("factorial", index=runs.index)
+    d = runs[(runs["cell"] == control) | (arm == "factorial")]
+    counts = pd.crosstab(d["cell"].astype(str), d["replicate"].astype(str)).to_numpy()
+    if counts.min() < 1 or counts.min() != counts.max():
+        return None
+    items = item_records(d, response, rules)
+    values = items.pseudo if items is not None else pd.to_numeric(d[response]).to_numpy(float)[:, None]  # (n, G)
+    blocks, ctl = d["replicate"].astype(str).to_numpy(), (d["cell"] == control).to_numpy()
+    D = np.array([values[(blocks == b) & ~ctl].mean(axis=0) - values[(blocks == b) & ctl].mean(axis=0)
+                  for b in sorted(set(blocks))])  # (B, G)
+    B, G = D.shape
+    if G == 1:
+        v = float(np.var(D[:, 0], ddof=1)) / B
+        return TermNoise(v, B - 1.0, 0.0, 0.0, 0.0, 0.0, B, "block x term (paired over blocks)", B - 1.0)
+    row, col, grand = D.mean(axis=1, keepdims=True), D.mean(axis=0, keepdims=True), float(D.mean())
+    ms_b = G * float(((row - grand) ** 2).sum()) / (B - 1)
+    ms_g = B * float(((col - grand) ** 2).sum()) / (G - 1)
+    df_e = (B - 1.0) * (G - 1.0)
+    ms_e = float(((D - row - col + grand) ** 2).sum()) / df_e
+    n = B * G
+    item_run, seeds, item_term = ms_e / n, max(ms_b - ms_e, 0.0) / n, max(ms_g - ms_e, 0.0) / n
+    if item_term > 0:
+        total = (ms_b + ms_g - ms_e) / n
+        df = total ** 2 / ((ms_b / n) ** 2 / (B - 1) + (ms_g / n) ** 2 / (G - 1) + (ms_e / n) ** 2 / df_e)
+    else:
+        df = B - 1.0
+    p = float(stats.f.sf(ms_g / ms_e, G - 1, df_e)) if ms_e > 0 else 1.0
+    return TermNoise(seeds, B - 1.0, item_run, df_e, item_term, G - 1.0, B, "block x term (paired over blocks)",
+                     float(df), p)
 
 
 def split_of(m: Model, terms: list[str] | None = None, noises: dict[str, TermNoise] | None = None) -> Split | None:

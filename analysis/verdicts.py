@@ -60,10 +60,12 @@ from .model import (Fit, control_contrast, fit_response, named_contrast, simple_
                     term_contrasts)
 from .power import p_decided
 from .sequential import PlanPrices
-from .types import (BEYOND, DECISION_POWER, NEGLIGIBLE, UNDECIDED, UNSURE, Contrast, Decision,
+from .types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, WIDE, Contrast, Decision,
                     ResponseCheck, SimpleEffect, Split, Verdict)
 
 ADJUSTMENTS = ("bonferroni", "none")
+POOLED_CAVEAT = ("its terms are judged against the pooled residual (the plan declares block_errors: pooled): a seed "
+                 "that favours one arm is not in their errors, so their intervals may be too narrow")
 MAX_BLOCKS = 1000
 COUNT_METRICS = {BEYOND: "verdicts/matters_beyond", UNSURE: "verdicts/matters_unsure", NEGLIGIBLE: "verdicts/negligible",
                  UNDECIDED: "verdicts/undecided"}  # the parent run's counts of the family's verdicts
@@ -104,12 +106,13 @@ def parse_margins(items: list[str] | None) -> dict[str, float]:
 
 # ---------------------------------------------------------------- deciding
 
-def classify(estimate, se, df, alpha_star: float, margin: float | None) -> np.ndarray:
-    """The verdicts of estimates (arrays broadcast) at alpha*: the rule of the module
+def classify(estimate, se, df, alpha_star: float, margin: float | None, alpha_eq: float | None = None) -> np.ndarray:
+    """The verdicts of estimates (arrays broadcast) at alpha* (two-sided, "no effect") and
+    alpha_eq (one-sided, "negligible" and "beyond"; alpha* where None): the rule of the module
     docstring, vectorised, so that a simulation runs the same code as a report."""
     estimate, se, df = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (estimate, se, df)))
     t1 = special.stdtrit(df, 1 - alpha_star / 2) * se
-    t2 = special.stdtrit(df, 1 - alpha_star) * se
+    t2 = special.stdtrit(df, 1 - (alpha_star if alpha_eq is None else alpha_eq)) * se
     matters = (estimate - t1 > 0) | (estimate + t1 < 0)
     if margin is None:
         negligible = beyond = np.zeros(estimate.shape, bool)
@@ -119,11 +122,12 @@ def classify(estimate, se, df, alpha_star: float, margin: float | None) -> np.nd
     return np.where(negligible, NEGLIGIBLE, np.where(beyond, BEYOND, np.where(matters, UNSURE, UNDECIDED)))
 
 
-def distance_to_boundary(estimate: float, se: float, df: float, alpha_star: float, margin: float | None) -> float:
+def distance_to_boundary(estimate: float, se: float, df: float, alpha_star: float, margin: float | None,
+                         alpha_eq: float | None = None) -> float:
     """How far, in standard errors, the estimate lies from the nearest point where its
     verdict would change."""
     t1 = float(special.stdtrit(df, 1 - alpha_star / 2))
-    t2 = float(special.stdtrit(df, 1 - alpha_star))
+    t2 = float(special.stdtrit(df, 1 - (alpha_star if alpha_eq is None else alpha_eq)))
     edges = [t1 * se, -t1 * se]
     if margin is not None:
         edges += [margin + t2 * se, -margin - t2 * se]
@@ -133,23 +137,26 @@ def distance_to_boundary(estimate: float, se: float, df: float, alpha_star: floa
 
 
 def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, better: str,
-           family: int, in_family: bool = True, errors: str = "pooled") -> Verdict:
-    """The verdict of one contrast at alpha* (see the module docstring)."""
+           family: int, in_family: bool = True, errors: str = "pooled", alpha_eq: float | None = None) -> Verdict:
+    """The verdict of one contrast at alpha* (two-sided) and alpha_eq (one-sided; alpha*
+    where None; see the module docstring)."""
     if not (np.isfinite(c.se) and c.se > 0 and c.df >= 1):
         raise AnalysisError(f"{response} {c.term}: no standard error (too few runs)")
+    a_eq = alpha_star if alpha_eq is None else alpha_eq
     t1 = stats.t.ppf(1 - alpha_star / 2, c.df)
-    t2 = stats.t.ppf(1 - alpha_star, c.df)
+    t2 = stats.t.ppf(1 - a_eq, c.df)
     p = float(2 * stats.t.sf(abs(c.estimate / c.se), c.df))
     p_equiv = None
     if margin is not None:
         p_equiv = float(max(stats.t.sf((c.estimate + margin) / c.se, c.df),
                             stats.t.cdf((c.estimate - margin) / c.se, c.df)))
-    verdict = str(classify(c.estimate, c.se, c.df, alpha_star, margin))
+    verdict = str(classify(c.estimate, c.se, c.df, alpha_star, margin, a_eq))
     return Verdict(response, c.term, c.label, verdict, c.estimate, c.se, c.df, alpha_star,
                    c.estimate - t1 * c.se, c.estimate + t1 * c.se, c.estimate - t2 * c.se, c.estimate + t2 * c.se,
                    margin, better, p, min(1.0, p * family), p_equiv,
                    power.t_detectable(c.se, c.df, alpha_star, DECISION_POWER),
-                   distance_to_boundary(c.estimate, c.se, c.df, alpha_star, margin), in_family, errors)
+                   distance_to_boundary(c.estimate, c.se, c.df, alpha_star, margin, a_eq), in_family, errors,
+                   alpha_eq=alpha_eq)
 
 
 def blocks_to_decide(v: Verdict, replicates: int, n_cells: int, target: float = DECISION_POWER,
@@ -214,59 +221,101 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
                alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
                primary_terms: list[str] | None = None, block_tests: bool = True,
                rules: Registry | None = None, contrasts: dict | None = None, models: Models | None = None,
-               plan: PlanPrices | None = None, block_errors: str = "test") -> Decision:
-    """Verdicts for every contrast of every response. The family is the primary responses
-    (those with a margin, or every one where none has) x the primary terms (`primary_terms`,
-    or every main effect, named contrast and the control). `contrasts`: the spec's named
-    contrasts ({name: {from: {factor: level}, to: {...}}}, `named_contrast`). Every
-    contrast's error comes from its response's variance model (`analysis.variance`: the
-    seeds, block x term where its test rejects at BLOCK_ALPHA, items x runs and items x
-    term); `block_tests` False leaves the block-by-term tests out (pooled run-level errors).
-    `rules`: the swept workload's registry (its better directions). `models`: fitted already
-    (`response_models`). `plan`: the alphas and blocks the sweep's plan still allows, which
-    the next steps are priced within (`PlanPrices`). `block_errors`: the plan's rule for block
-    x term (`analysis.types.BLOCK_ERRORS`)."""
-    rules = rules or UNKNOWN
-    _check_settings(adjust, alpha)
+               plan: PlanPrices | None = None, block_errors: str = "own",
+               levels: Callable[[str, float], tuple[float, float, int]] | None = None,
+               binding: dict[str, dict] | None = None) -> Decision:
+    """Verdicts for every contrast of every response. The family: the primary responses (with
+    a margin, or all where none has) x the primary terms (`primary_terms`, or every main
+    effect, named contrast and the control); `alpha` is the family's over the whole plan, each
+    hypothesis' share alpha* = alpha / m. `levels(response, alpha*)`: this look's nominal
+    two- and one-sided levels and their look (`LookResult.levels`; alpha* where None).
+    `binding`: what earlier looks decided ("response|term" -> the verdict), which stands.
+    `contrasts`: the spec's named ones (`named_contrast`). Errors from each response's
+    variance model (`analysis.variance`: own block x term, or pooled where `block_errors`
+    says so, plus items x term); `block_tests` False: pooled run-level errors. `rules`: the
+    workload's registry; `models`: fitted already (`response_models`); `plan`: what the
+    sweep's plan still allows, which next steps are priced within (`PlanPrices`)."""
+    rules, _ = rules or UNKNOWN, _check_settings(adjust, alpha)
     ms = models or response_models(df, responses, factors, rules)
     data, block, rows, fits = ms.data, ms.block, ms.rows, ms.fits
-    found = {r: _every_contrast(fits[r], rows[r], with_value(df, r), r, factors, control, contrasts)
-             for r in responses}
-    terms = list(primary_terms or default_terms(factors, control, contrasts))
+    found = {r: _every_contrast(fits[r], rows[r], with_value(df, r), r, factors, control, contrasts, rules,
+                                own=block_errors != "pooled" and block_tests) for r in responses}
+    terms, primary, family = _family(found, responses, margins, primary_terms or default_terms(factors, control,
+                                                                                               contrasts))
+    per_test = alpha / family if adjust == "bonferroni" else alpha
+    n_cells = int(data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups)
+    reps = int(data[block].nunique()) if block else 1
+    checks, verdicts, at = {}, [], {}
+    for r in responses:
+        a2, a1, look = at[r] = levels(r, per_test) if levels is not None else (per_test, per_test, 0)
+        if block_tests:
+            variance.add_tests(ms.models[r], _tested_terms(fits[r], found[r], r in primary, terms), block_errors)
+        m = margins.get(r) or {}
+        better, margin = m.get("better") or rules.better(r), m.get("margin")
+        checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, a2)
+        for c in found[r]:
+            v = _verdict(c, r, ms.models[r], a2, margin, better, family, r in primary and c.group in terms, a1)
+            _at_look(v, binding or {}, look if levels is not None else None)
+            if v.verdict == UNDECIDED and block and v.in_family:
+                _price_blocks(v, reps, n_cells, plan, per_test)
+            _few(v, reps)
+            verdicts.append(v)
+    decision = Decision(alpha, adjust, per_test, family, checks, verdicts, terms, levels=at)
+    decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, margins, at, family, rules)
+    for r in responses:
+        _noise_and_caveats(decision, r, rows[r], ms.models[r], rules, block_errors == "pooled" and bool(block)
+                           and r in primary)
+    return decision
+
+
+def _family(found: dict[str, list[Contrast]], responses: list[str], margins: dict,
+            terms: list[str]) -> tuple[list[str], list[str], int]:
+    """(the primary terms, the primary responses, the family's size m)."""
     primary = [r for r in responses if r in margins] or list(responses)
     family = sum(c.group in terms for r in primary for c in found[r])
     if family == 0:
         raise AnalysisError(f"none of the primary terms ({', '.join(terms)}) can be estimated from these runs")
-    alpha_star = alpha / family if adjust == "bonferroni" else alpha
-    n_cells = int(data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups)
-    reps = int(data[block].nunique()) if block else 1
-    checks, verdicts = {}, []
-    for r in responses:
-        if block_tests:
-            variance.add_tests(ms.models[r], _tested_terms(fits[r], found[r], r in primary, terms), block_errors)
-        m = margins.get(r)
-        better = (m or {}).get("better") or rules.better(r)
-        margin = m["margin"] if m else None
-        checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, alpha_star)
-        for c in found[r]:
-            v = _verdict(c, r, ms.models[r], alpha_star, margin, better, family, r in primary and c.group in terms)
-            if v.verdict == UNDECIDED and block and v.in_family:
-                _price_blocks(v, reps, n_cells, plan, alpha_star / alpha)
-            verdicts.append(v)
-    decision = Decision(alpha, adjust, alpha_star, family, checks, verdicts, terms)
-    decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, margins, alpha_star, family, rules)
-    for r in responses:
-        _noise_and_caveats(decision, r, rows[r], ms.models[r], rules)
-    return decision
+    return list(terms), primary, family
+
+
+def _at_look(v: Verdict, binding: dict[str, dict], look: int | None) -> None:
+    """The verdict as this look gives it: an earlier look's decision where one was made
+    (binding), undecided where its own error has too few df or no look so far tests it (look
+    0), else decided here (look None: no plan's look)."""
+    if v.in_family and (rec := binding.get(f"{v.response}|{v.term}")) is not None:
+        v.bind(rec)
+    elif v.df < MIN_DF or look == 0:  # too few blocks: nothing is tested
+        v.verdict, v.untested = UNDECIDED, True
+    elif v.in_family and look and v.verdict != UNDECIDED:
+        v.decided_at = look
+
+
+def _few(v: Verdict, reps: int) -> None:
+    """Why a verdict's interval says little, in words beside it: its error's df below MIN_DF
+    (too few blocks for a term's own error), or an interval wider than WIDE margins."""
+    lo, hi, _ = v.interval()
+    wide = v.margin is not None and hi - lo > WIDE * v.margin
+    size = f"; its interval {hi - lo:.3g} wide" + (f" ({(hi - lo) / v.margin:.0f} margins)" if v.margin else "")
+    if v.untested and v.df < MIN_DF:
+        v.few = f"its own error has {v.df:.2g} df from {reps} block(s): too few blocks to judge it{size}"
+    elif v.untested:
+        v.few = (f"too few blocks to judge it: the plan's looks test from {MIN_DF + 1} blocks on (a two-level term's "
+                 f"own error on {MIN_DF} df), this one has {reps}{size}")
+    elif wide:
+        v.few = f"its interval is {(hi - lo) / v.margin:.0f} margins wide ({v.df:.3g} df, {v.errors} errors)"
+    if v.few and v.verdict == UNDECIDED and not v.next_step:
+        v.next_step = "the blocks that would decide it are not priced (no replicate blocks or no plan for it)"
 
 
 def _noise_and_caveats(decision: Decision, r: str, rows: pd.DataFrame, model: variance.Model,
-                       rules: Registry) -> None:
+                       rules: Registry, pooled: bool = False) -> None:
     """A response's noise split (with its family terms' items x term parts) and the caveats
     its verdicts must be read with (a ratio below its break-even in every arm)."""
     means = rows.groupby("cell", observed=True)[r].mean() if "cell" in rows.columns else rows[r]
     if (below := rules.below_break_even(r, list(pd.to_numeric(means)))) is not None:
         decision.caveats.setdefault(r, []).append(below)
+    if pooled:  # the plan declared block_errors: pooled
+        decision.caveats.setdefault(r, []).append(POOLED_CAVEAT)
     own = {v.term: v.noise for v in decision.of(r) if v.in_family and v.noise is not None}
     if (sp := variance.split_of(model, None, own)) is not None:
         decision.noise[r] = sp
@@ -286,14 +335,14 @@ def _tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[st
 
 
 def _verdict(c: Contrast, response: str, model: variance.Model, alpha_star: float, margin: float | None,
-             better: str, family: int, in_family: bool) -> Verdict:
+             better: str, family: int, in_family: bool, alpha_eq: float | None = None) -> Verdict:
     """One contrast decided on the error its variance model gives it (a control's own
-    errors where it has no model row)."""
-    noise = model.noise(c.L) if c.L is not None else None
+    paired errors where it has no model row)."""
+    noise = model.noise(c.L) if c.L is not None else c.noise
     if noise is not None:
         c = replace(c, se=noise.se, df=noise.df)
     v = decide(c, response, alpha_star, margin, better, family, in_family,
-               c.errors or (noise.source if noise else model.fit.errors))
+               c.errors or (noise.source if noise else model.fit.errors), alpha_eq)
     v.noise = noise
     if in_family and c.L is not None:
         v.block = model.tests.get(tuple(c.group.split(":")))
@@ -304,7 +353,7 @@ def _price_blocks(v: Verdict, reps: int, n_cells: int, plan: PlanPrices | None, 
     """An undecided family term's next step in blocks, within the plan where there is one
     (`per_test`: alpha* / alpha, the family's split of a look's alpha)."""
     most = plan.blocks_left if plan is not None else MAX_BLOCKS
-    alpha_at = (lambda b: plan.alpha_at(b) * per_test) if plan is not None else None
+    alpha_at = (lambda b: plan.alpha_at(b, per_test)) if plan is not None else None
     k = v.blocks = blocks_to_decide(v, reps, n_cells, alpha_at=alpha_at, most=most) if most > 0 else None
     if k:
         v.next_step = (f"{k} more block(s) ({k * n_cells} trials) would decide it ({DECISION_POWER:.0%}, if the "
@@ -317,14 +366,17 @@ def _price_blocks(v: Verdict, reps: int, n_cells: int, plan: PlanPrices | None, 
 
 
 def _every_contrast(fit: Fit, rows: pd.DataFrame, runs: pd.DataFrame, response: str, factors: list[str],
-                    control: str | None, contrasts: dict | None) -> list[Contrast]:
+                    control: str | None, contrasts: dict | None, rules: Registry | None = None,
+                    own: bool = True) -> list[Contrast]:
     """One response's contrasts: every estimable term's, the named ones, the control's."""
     found = term_contrasts(fit, rows, factors)
     for name, sides in (contrasts or {}).items():
         if (c := named_contrast(fit, factors, name, sides)) is not None:
             found.append(c)
     if control is not None:
-        found.append(control_contrast(runs, response, control, "replicate"))
+        c = control_contrast(runs, response, control, "replicate")
+        noise = variance.control_noise(runs, response, control, rules) if own else None
+        found.append(replace(c, noise=noise, errors="") if noise is not None else c)
     return found
 
 
@@ -336,8 +388,8 @@ def _check_settings(adjust: str, alpha: float) -> None:
 
 
 def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[str, variance.Model],
-            factors: list[str], primary: list[str], terms: list[str], margins: dict[str, dict], alpha_star: float,
-            family: int, rules: Registry) -> list[SimpleEffect]:
+            factors: list[str], primary: list[str], terms: list[str], margins: dict[str, dict],
+            at: dict[str, tuple[float, float, int]], family: int, rules: Registry) -> list[SimpleEffect]:
     """Each primary main effect at every combination of the other factors' levels, decided
     at alpha* outside the family: what "it holds at every level" must rest on."""
     out = []
@@ -347,8 +399,8 @@ def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[st
         m = margins.get(r) or {}
         for f in [t for t in terms if t in factors]:
             for where, c in simple_effects(fits[r], rows[r], factors, f):
-                v = _verdict(c, r, models[r], alpha_star, m.get("margin"), m.get("better") or rules.better(r),
-                             family, False)
+                v = _verdict(c, r, models[r], at[r][0], m.get("margin"), m.get("better") or rules.better(r),
+                             family, False, at[r][1])
                 out.append(SimpleEffect(r, c.term, where, v))
     return out
 

@@ -44,7 +44,7 @@ def free_port() -> int:
 @pytest.fixture
 def mlflow_ui(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    spec = synthetic_sweep(uri, name="browse", replicates=2, failed=0)
+    spec = synthetic_sweep(uri, name="browse", replicates=4, failed=0)  # a term's own error needs 4 blocks
     port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
     proc = subprocess.Popen([str(mlflow), "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",

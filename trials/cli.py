@@ -68,7 +68,33 @@ def cmd_validate(args) -> int:
                                                   for r, d in spec.responses.items()))
     else:
         print("  no primary responses declared: the analysis can say matters or undecided, never negligible")
+    print("  " + own_error_line(spec))
     return 0
+
+
+MIN_DF = 3  # analysis.types.MIN_DF: a term's own error on fewer df says too little
+
+
+def own_error_line(spec) -> str:
+    """What the spec's blocks leave each term's own block-by-term error, before anything
+    runs: a two-level term (and the control's paired contrast) has B - 1 df at B blocks, a
+    factor of L levels (L - 1)(B - 1); below MIN_DF the verdicts say too few blocks."""
+    b = spec.replicates
+    most = spec.sequential.get("max_replicates") if spec.sequential else None
+    least = MIN_DF + 1
+    rule = spec.sequential.get("block_errors", "own") if spec.sequential else "own"
+    if rule == "pooled":
+        return ("each term is judged against the pooled residual (block_errors: pooled): its verdicts carry a "
+                "caveat, since a seed that favours one arm is not in that error")
+    line = (f"each term is judged against its own block x term error: {b - 1} df at {b} replicate block(s) for a "
+            "two-level term or the control" + (" (a factor of L levels: (L - 1) x that)"
+                                               if any(len(v) > 2 for v in spec.factors.values()) else ""))
+    if b < least:
+        line += (f"; fewer than {MIN_DF} df says too little, so verdicts need at least {least} blocks"
+                 + (f" (the plan allows {most})" if most else " (declare sequential: {max_replicates: N} to grow it)"))
+    elif most:
+        line += f"; {most - 1} df at the plan's {most}"
+    return line
 
 
 def _show(spec, uri: str, storage: str | None) -> None:

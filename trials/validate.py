@@ -329,7 +329,7 @@ def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict
         return {}
     if not isinstance(given, dict) or set(given) - SEQUENTIAL_KEYS or "max_replicates" not in given:
         problems.append("sequential: {max_replicates: N, alpha: A, max_prompts: P, max_eval_batches: B, "
-                        "block_errors: test|own} (max_replicates required)")
+                        "block_errors: own|pooled} (max_replicates required)")
         return {}
     out: dict[str, Any] = {}
     for key in ("max_replicates", "max_prompts", "max_eval_batches"):
@@ -341,11 +341,12 @@ def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict
             continue
         out[key] = v
     if "block_errors" in given:
-        if given["block_errors"] in ("test", "own"):
+        if given["block_errors"] in ("own", "pooled"):
             out["block_errors"] = given["block_errors"]
         else:
-            problems.append(f"sequential.block_errors: 'test' (a term's own block-by-term error where its test "
-                            f"rejects) or 'own' (always), got {str(given['block_errors'])[:40]!r}")
+            problems.append(f"sequential.block_errors: 'own' (each term against its own block-by-term error, the "
+                            f"default) or 'pooled' (every term against the pooled residual, with a caveat), got "
+                            f"{str(given['block_errors'])[:40]!r}")
     reps = out.get("max_replicates")
     if reps is not None and (reps < 2 or reps < spec.replicates):
         problems.append(f"sequential.max_replicates: at least 2 and at least the sweep's {spec.replicates} "

@@ -12,7 +12,7 @@ FACTORS = {
 TRUE = {"D1": 1.0, "D9": 0.3, "D1:D9": -0.2}  # effects (high minus low); D2 is null
 
 
-def synthetic_sweep(uri, name="synthetic", replicates=3, noise=0.05, seed=0, failed=1, controls=None):
+def synthetic_sweep(uri, name="synthetic", replicates=4, noise=0.05, seed=0, failed=1, controls=None):
     """Log a sweep with known effects into a real MLflow store through the trials' Ledger,
     the same code path the trials use."""
     raw = {"name": name, "base": {"preset": "tiny"}, "factors": FACTORS, "replicates": replicates}

@@ -40,7 +40,7 @@ def test_failed_runs_are_listed_not_dropped(store):
     synthetic_sweep(store, failed=2)
     sweep = load_runs("synthetic", store)
     inc = sweep.incomplete_runs()
-    assert len(sweep.runs) == 22 and len(inc) == 2 and set(inc["status"]) == {"FAILED"}
+    assert len(sweep.runs) == 30 and len(inc) == 2 and set(inc["status"]) == {"FAILED"}
     rep = build_report(sweep, None, ["spec/tau"])
     assert "2 run(s) not analysed: 2 FAILED" in rep.summary
     assert "unbalanced design" in rep.summary and rep.results["spec/tau"].typ == 3
@@ -85,12 +85,16 @@ def test_dunnett_against_the_control_arm(store):
     assert "spec/tau" in rep.dunnett
     # every factorial arm pooled against the control: 3.0 - 1.5 in the synthetic model
     c = rep.control["spec/tau"]
-    assert c["ci_low"] < 1.5 + 0.02 < c["ci_high"] and c["n_factorial"] == 24 and c["n_control"] == 3
+    assert c["ci_low"] < 1.5 + 0.02 < c["ci_high"] and c["n_factorial"] == 32 and c["n_control"] == 4
     assert c["rel"] == pytest.approx(c["diff"] / c["control_mean"])
     # the pooled contrast is a term of the verdicts, with the same estimate
     v = next(v for v in rep.decision.of("spec/tau") if v.term == "vs control=dflash")
     assert v.estimate == pytest.approx(c["diff"]) and v.verdict == "matters, size unsure"  # no margin declared
-    assert v.in_family and v.errors == "pooled"  # a primary term by default; one run per block, as every cell
+    # a primary term by default; one run per block, as every cell: judged paired over the blocks
+    assert v.in_family and v.errors == "block x term (paired over blocks)" and v.df == pytest.approx(3)
+    per_block = [g[g["cell"] != "control=dflash"]["spec/tau"].mean() - g[g["cell"] == "control=dflash"]["spec/tau"].mean()
+                 for _, g in df.groupby("replicate")]
+    assert v.se == pytest.approx(np.std(per_block, ddof=1) / np.sqrt(4), rel=1e-9)
     # a control arm of another size: HC2 with Bell-McCaffrey df
     from analysis.model import control_contrast
 
@@ -136,7 +140,7 @@ def test_report_drift_check_sees_a_trend_over_the_run_order(store):
         order = int(r.data.tags["run_order"])
         client.log_metric(r.info.run_id, "tf/tau", r.data.metrics["spec/tau"] + 0.05 * order, step=20)
     sweep = load_runs("synthetic", store)
-    assert sorted(sweep.runs["run_order"]) == list(range(24))
+    assert sorted(sweep.runs["run_order"]) == list(range(32))
     rep = build_report(sweep, None, ["spec/tau", "tf/tau"])
     slope, p = rep.drift["tf/tau"]
     assert slope > 0 and p < 0.01  # blocks and cell means absorb part of the trend, not all
@@ -179,7 +183,7 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     verbose = capsys.readouterr().out
     assert re.search(r"spec/tau \(higher is better.*\n    D1: matters, size unsure \(shifted -> aligned: \+0\.9\d+ "
                      r"\[\+0\.9\d*, \+1\.0\d*\] at 99\.167%; no margin declared, better\)", verbose), verbose
-    assert "fixed-sample analysis (no sequential plan declared) of 3 block(s) at alpha 0.05" in verbose
+    assert "fixed-sample analysis (no sequential plan declared) of 4 block(s) at alpha 0.05" in verbose
     assert "experiment synthetic: its spec gives no description (parallel stage: drafter)" in r.stdout
     html = (tmp_path / "rep" / "synthetic" / "report.html").read_text()
     assert "<h3>ANOVA (Type 2; F tests, p unadjusted; the verdicts above decide)</h3>" in html
@@ -214,7 +218,7 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
                                         "verdicts/undecided"}
     # the look is recorded: a second report on the same data is the same look
     plan = json.loads(parent.data.tags["sequential"])
-    assert not plan["declared"] and len(plan["looks"]) == 1 and plan["looks"][0]["blocks"] == 3
+    assert not plan["declared"] and len(plan["looks"]) == 1 and plan["looks"][0]["blocks"] == 4
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "attribution")}
     assert arts == {"attribution/report.html", "attribution/report.md", "attribution/verdicts.csv"}
     table = pd.read_csv(client.download_artifacts(parent.info.run_id, "attribution/verdicts.csv", str(tmp_path)))

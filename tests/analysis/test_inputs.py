@@ -36,8 +36,8 @@ def _sweep(fraction: bool, replicates: int = 2) -> SweepFrame:
 
 
 def test_a_fractional_design_is_analysed_with_its_aliases_named():
-    # 3 blocks: at 2, this draw's A x block F(1, 2) rejects, and A judged on its 1 df stays undecided
-    rep = build_report(_sweep(fraction=True, replicates=3), None)
+    # 4 blocks: a term's own error needs 3 df or more
+    rep = build_report(_sweep(fraction=True, replicates=4), None)
     table = rep.decision.table()
     assert set(table["term"]) == {"A", "B", "C"}  # the interactions are aliased with the main effects
     a = table[table["term"] == "A"].iloc[0]
@@ -132,7 +132,8 @@ def test_the_plan_uses_the_alpha_of_the_reports_look():
     text, look = plan_with_look(sweep, None)
     rep = build_report(sweep, None)
     assert look.new and look.index == 1 and look.alpha < 0.05
-    assert f"alpha {look.alpha:.3g}" in text and f"alpha {look.alpha:.3g}" in rep.summary
+    spent = f"{look.plan.spent_alpha():.3g} of alpha 0.05 spent"
+    assert spent in text and spent in rep.summary
     assert rep.look.alpha == look.alpha and rep.look.look.data == look.look.data  # the same data: the same look
     what_if = plan_text(sweep, None, alpha=0.05)  # an explicit --alpha: a what-if at that alpha, not a look
     assert "at alpha 0.05 are not a look" in what_if and "what-if" in what_if
@@ -301,6 +302,6 @@ def test_a_full_disk_under_report_and_export_ends_in_one_line_and_leaves_nothing
     # with room again, the same commands write both whole
     (small / "filler").unlink()
     assert _cli("export", "full", str(small / "runs.parquet"), "--tracking-uri", store, cwd=tmp_path)[0] == 0
-    assert len(read_parquet(small / "runs.parquet").runs) == 24
+    assert len(read_parquet(small / "runs.parquet").runs) == 32
     assert _cli("report", "full", "--tracking-uri", store, "--out", str(small), "--no-log", cwd=tmp_path)[0] == 0
     assert (small / "full" / "report.html").read_text().endswith("</html>")

@@ -22,7 +22,7 @@ from analysis.verdicts import (blocks_to_decide, decide, decide_all, distance_to
                                sigma_interval)
 
 
-def design(effects, sigma=0.05, replicates=3, seed=0, block_shift=0.02, sd_by=None):
+def design(effects, sigma=0.05, replicates=4, seed=0, block_shift=0.02, sd_by=None):
     """A 2^3 factorial (A, B, C: levels lo/hi) with the given effects (high minus low) and
     a small block effect; `sd_by` = (factor, sd at lo, sd at hi) makes variances differ."""
     rng = np.random.default_rng(seed)
@@ -93,7 +93,7 @@ def test_no_sentence_contradicts_its_interval():
     seen = set()
     for seed in range(40):
         effects = {t: float(rng.normal(0, 0.15)) for t in ("A", "B", "C", "A:B")}
-        df = design(effects, sigma=float(rng.uniform(0.02, 0.2)), replicates=int(rng.integers(2, 4)), seed=seed)
+        df = design(effects, sigma=float(rng.uniform(0.02, 0.2)), replicates=int(rng.integers(2, 6)), seed=seed)
         _, v = verdicts(df, margin=float(rng.uniform(0.02, 0.3)))
         for t in v.values():
             text, m = t.text(), t.margin
@@ -107,6 +107,8 @@ def test_no_sentence_contradicts_its_interval():
                 assert not (-m < t.eq_low and t.eq_high < m)
             elif t.verdict == NEGLIGIBLE:
                 assert -m < lo and hi < m
+            elif t.df < 3:  # too few blocks to test: undecided whatever the interval, and its words say why
+                assert "too few blocks to judge it" in text
             else:
                 assert t.ci_low <= 0 <= t.ci_high and not (-m < t.eq_low and t.eq_high < m)
     assert seen == {BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED}
@@ -350,8 +352,13 @@ def test_a_named_contrast_is_the_difference_of_two_settings_in_a_half_fraction()
         df[f] = pd.Categorical(df[f], categories=["lo", "hi"], ordered=True)
     sides = {"from": {"D": "lo", "E": "lo"}, "to": {"D": "hi", "E": "hi"}}
     d = decide_all(df, ["y"], list("ABCDE"), {"y": {"better": "higher", "margin": 0.1}},
-                   contrasts={"diagonal": sides}, primary_terms=["diagonal", "D", "E"])
+                   contrasts={"diagonal": sides}, primary_terms=["diagonal", "D", "E"], block_errors="pooled")
     v = {x.term: x for x in d.of("y")}
+    # by default each term it spans brings its own block x term error: D's and E's parts add up
+    own = {x.term: x for x in decide_all(df, ["y"], list("ABCDE"), {"y": {"better": "higher", "margin": 0.1}},
+                                         contrasts={"diagonal": sides}, primary_terms=["diagonal", "D", "E"]).of("y")}
+    assert own["diagonal"].se ** 2 == pytest.approx(own["D"].se ** 2 + own["E"].se ** 2, rel=1e-9)
+    assert own["D"].errors == "block x term" and own["D"].df == pytest.approx(3)
     assert d.family == 3 and v["diagonal"].in_family and v["diagonal"].label == "D=lo, E=lo -> D=hi, E=hi"
     hi = df[(df.D == "hi") & (df.E == "hi")]["y"].mean()
     lo = df[(df.D == "lo") & (df.E == "lo")]["y"].mean()

@@ -100,7 +100,8 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
 
     rep = build_report(load_runs("look", uri), None, responses=["tf/tau"])
     assert f"look {len(looks)} of a plan of at most 2 blocks" in rep.summary and not rep.look.new
-    assert rep.decision.alpha == pytest.approx(recorded[-1]["alpha"])
+    # the family's alpha over the whole plan; its looks spent the shares above
+    assert rep.decision.alpha == 0.05 and rep.look.plan.spent_alpha() == pytest.approx(sum(shares))
     with pytest.raises(ValueError, match="plan allows 2 blocks"):
         augment("look", storage, until_decided=True, max_replicates=5)
 

@@ -217,7 +217,7 @@ def test_primary_responses_are_parsed_with_the_registry_direction():
     ({"sequential": {"max_replicates": 6, "max_prompts": 1}}, "sequential.max_prompts: 1 is fewer than the "
                                                               "trials' spec_prompts"),
     ({"sequential": {"max_replicates": True}}, "sequential.max_replicates: an integer >= 1, got True"),
-    ({"sequential": {"max_replicates": 6, "block_errors": "sometimes"}}, "sequential.block_errors: 'test'"),
+    ({"sequential": {"max_replicates": 6, "block_errors": "sometimes"}}, "sequential.block_errors: 'own'"),
     ({"primary_terms": ["D1", "D7"]}, "primary_terms: 'D7' is neither a factor"),
     ({"primary_terms": ["D1", "D1"]}, "primary_terms: a term is named twice"),
     ({"primary_terms": ["D1:D1"]}, "primary_terms: 'D1:D1' is neither"),
