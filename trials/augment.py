@@ -247,8 +247,8 @@ def _unevenly_measured(spec, uri: str) -> bool:
     if not runs:
         return False
     uneven = any(len({r.data.tags.get(reeval_tag(f)) for r in runs}) > 1 for f in spec.wl.reeval_counts)
-    last = json.loads(parent.data.tags[SUMMARY_TAG])["id"] if parent and SUMMARY_TAG in parent.data.tags else None
-    return uneven or (last is not None and any(r.data.tags.get(PASS_TAG) != last for r in runs))
+    timed = parent is not None and SUMMARY_TAG in parent.data.tags
+    return uneven or (timed and any(PASS_TAG not in r.data.tags for r in runs))
 
 
 def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
@@ -272,9 +272,9 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
 
 
 def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict) -> None:
-    """A sweep whose timed responses came from a timing pass is timed again, whole, with the
-    same settings: one pass times every arm interleaved, so the new block's runs are never
-    compared with values from another pass."""
+    """A sweep whose timed responses came from a timing pass gets its new block timed with the
+    same settings: each run is timed once, every arm of the block interleaved in one pass, so
+    the load the block met is common to its arms (the block's effect absorbs the rest)."""
     parent = sweep_parent(client, experiment_id)
     last = json.loads(parent.data.tags[SUMMARY_TAG]) if parent is not None and SUMMARY_TAG in parent.data.tags else None
     if not last:

@@ -298,11 +298,13 @@ def cmd_time(args) -> int:
     settings = TimingSettings(rounds=args.rounds, warmup=args.warmup, prompts=args.prompts, steps=args.steps,
                               seed=args.seed)
     try:
-        out = time_sweep(args.name, args.storage, args.tracking_uri, args.address, settings)
+        out = time_sweep(args.name, args.storage, args.tracking_uri, args.address, settings, again=args.again)
     except KeyboardInterrupt:
         print(f"trials: timing pass of {args.name} interrupted; nothing was recorded. Run it again with:\n"
               f"  trials time {args.name} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 130
+    if out is None:  # every run timed already: said
+        return 0
     print(f"{args.name}: {out['response']} of {len(out['values'])} run(s) from {out['rounds']} interleaved rounds "
           f"on {out['node']} in {out['seconds']:.0f} s (pass {out['id']})")
     return 0
@@ -465,8 +467,8 @@ def _add_augment(sub) -> None:
 
 
 def _add_time(sub) -> None:
-    t = _named(sub, "time", "time every finished trial's timed response (spec/speedup or train/step_ms) "
-               "in interleaved rounds on one node", cmd_time)
+    t = _named(sub, "time", "time each finished trial's timed response (spec/speedup or train/step_ms) once, "
+               "a block's arms in interleaved rounds on one node", cmd_time)
     t.add_argument("--rounds", type=int, default=S.rounds,
                    help="rounds (>= 2); every run once per round, in a fresh random order")
     t.add_argument("--warmup", type=int, default=S.warmup,
@@ -476,6 +478,8 @@ def _add_time(sub) -> None:
     t.add_argument("--steps", type=int, default=S.steps, help="backbone stage: training steps a repetition times")
     t.add_argument("--seed", type=int, default=S.seed,
                    help="seeds each round's order (with the round) and the backbone's batches")
+    t.add_argument("--again", action="store_true",
+                   help="time every finished run again (a pass a load spoiled), not only blocks not timed yet")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,12 @@ What a repetition is, and how the timed response follows from the raw times, is 
 workload's (`Workload.timing`; DSpark: `dspark.timed`): DSpark's drafter stage decodes P
 prompts both ways (`spec/speedup`), its backbone stage times S training steps (`train/step_ms`).
 
+Each run is timed once: a pass times the blocks that hold a run no pass has timed, every arm
+of such a block in the same pass (so the load a block met is common to its arms and the
+block's effect in the model absorbs it), and keeps every earlier pass's values; a look whose
+timed values did not change spends nothing on them (`analysis.sequential`). `--again` times
+every finished run again (a pass spoiled by load).
+
 Records, written only once every round is done: each trial's run gets its value as a new
 step after its last one (as `trials reeval` logs), with `timing/rounds` and
 `timing/prompts` or `timing/steps`, and the tag `timing.pass` = the pass id (a timestamp);
@@ -138,10 +144,17 @@ def sweep_stage(spec) -> str:
     return stages[0]
 
 
+def untimed_blocks(finished: list, runs: dict) -> list:
+    """The finished trials of every block that holds a run no timing pass has timed: each
+    run is timed once, every arm of a block in one pass."""
+    blocks = {t.replicate for t in finished if PASS_TAG not in runs[t.key].data.tags}
+    return [t for t in finished if t.replicate in blocks]
+
+
 def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, address: str | None = None,
-               settings: TimingSettings = TimingSettings(), say=print) -> dict:
-    """Time every finished trial of a sweep (see the module's docstring); returns the pass
-    record (what `timing/pass.json` holds)."""
+               settings: TimingSettings = TimingSettings(), say=print, again: bool = False) -> dict | None:
+    """Time the finished trials of every block with a run not timed yet (all where `again`;
+    the module's docstring); returns the pass record, or None where every run is timed."""
     from .reeval import bind_existing_targets, check_checkpoints, finished_trials
     from .saved import load_saved, storage_root
 
@@ -160,6 +173,12 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
                                                   checkpoints=hooks.needs_checkpoints(stage))
     if not finished:
         raise ValueError(f"time: sweep {name!r} has no finished trial to time (in {uri})")
+    if not again:
+        finished = untimed_blocks(finished, runs)
+        if not finished:
+            say(f"{name}: every finished run is timed already, each once; nothing to time (trials time {name} "
+                "--again times them all again)")
+            return None
     bound = bind_existing_targets(spec, root, "time")
     size = getattr(settings, hooks.size[stage])
     with Lease(root / name, name, f"trials time {name}"):

@@ -33,7 +33,9 @@ def test_demo_is_the_seed_factorial_on_cpu():
                for t in seed.trials)
     assert any(t.arm.startswith("control") and t.config.aux_weight == 0 for t in seed.trials)
     s = validate.load(ROOT / "sweeps" / "demo.yaml")
-    assert set(s.factors) == {"D1", "D2", "D9"} and s.replicates == 2 and s.design == "full"
+    # 4 blocks: a term's own block x term error needs 3 df; a half fraction keeps make demo short
+    assert set(s.factors) == {"D1", "D2", "D9"} and s.replicates == 4 and s.design == "2^(3-1)"
+    assert seed.replicates == 4 and len({t.cell for t in s.trials}) == 4
     assert all(t.config.preset in ("tiny", "small") and t.config.parallel_stage == "drafter" for t in s.trials)
     assert s.resources.get("gpu", 0) == 0
 

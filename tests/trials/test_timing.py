@@ -136,8 +136,27 @@ def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_lo
         ar = sum(sum(t[key]["ar_s"]) for t in raw["times"])
         assert rec["values"][key] == pytest.approx(ar / sum(sum(t[key]["spec_s"]) for t in raw["times"]))
     _bench(uri, capsys)
+    # each run is timed once: a second pass with nothing new times nothing and writes nothing
+    assert time_sweep("timed", storage, settings=TimingSettings(rounds=2, warmup=0, prompts=1, seed=1),
+                      say=said.append) is None
+    assert "every finished run is timed already" in said[-1] and "--again" in said[-1]
+    client, parent, runs = _kids(uri, "timed")
+    assert json.loads(parent.data.tags[SUMMARY_TAG])["id"] == rec["id"]
+    assert all(len(client.get_metric_history(r.info.run_id, "spec/speedup")) == 1 for r in runs)
+    # a block with a run no pass timed (here: one run's tag removed) is timed whole, every arm
+    from trials.timing import untimed_blocks
+
+    lone = runs[0]
+    client.delete_tag(lone.info.run_id, PASS_TAG)
+    by_key = {r.data.tags["trial_key"]: client.get_run(r.info.run_id) for r in runs}
+    block = int(lone.data.tags["replicate"])
+    assert sorted(t.key for t in untimed_blocks(list(spec.trials), by_key)) == sorted(
+        t.key for t in spec.trials if t.replicate == block)
+    by_key = {k: r for k, r in by_key.items() if k != lone.data.tags["trial_key"]}
+    assert untimed_blocks([t for t in spec.trials if t.key in by_key], by_key) == []
+    client.set_tag(lone.info.run_id, PASS_TAG, rec["id"])
     again = time_sweep("timed", storage, settings=TimingSettings(rounds=2, warmup=0, prompts=1, seed=1),
-                       say=said.append)  # replaces: a new step, a new id
+                       say=said.append, again=True)  # --again replaces: a new step, a new id
     client, parent, runs = _kids(uri, "timed")
     assert again["id"] != rec["id"] and json.loads(parent.data.tags[SUMMARY_TAG])["id"] == again["id"]
     for r in runs:
@@ -268,8 +287,8 @@ def _refusals(tmp_path, uri, storage, client, runs):
              "--steps": ["timed", "--storage", storage, "--steps", "0"],
              "have no checkpoint": ["timed", "--storage", str(no_ckpt), "--tracking-uri",
                                     _store_for(tmp_path, no_ckpt)],
-             "shared target": ["timed", "--storage", str(no_target), "--tracking-uri",
-                               _store_for(tmp_path, no_target)],
+             "shared target": ["timed", "--storage", str(no_target), "--tracking-uri",  # every run timed: --again
+                               _store_for(tmp_path, no_target), "--again"],
              "no finished trial": ["timed", "--storage", storage, "--tracking-uri", f"sqlite:///{failed}"]}
     code = ("import contextlib, io, json, sys\nfrom trials.cli import main\nout = {}\n"
             "for what, argv in json.loads(sys.argv[1]).items():\n"
