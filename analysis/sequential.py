@@ -433,18 +433,19 @@ def plan_prices(look: LookResult, models, responses: list[str], declared: dict, 
     if plan is None or now is None or not plan.planned or look.what_if:
         return None
     shares = look_shares(models, responses, declared, rules)
-    index = look.index
-    ts = [plan.looks[i - 1].t for i in range(1, index + 1)]
-    chain = [t for i, t in enumerate(ts) if t >= max(ts[:i], default=0.0) + MIN_STEP]
+    testing = [x for x in plan.looks[:look.index] if plan.block_errors == "pooled" or x.blocks - 1 >= MIN_DF]
+    chain = [x.t for i, x in enumerate(testing) if x.t >= max([y.t for y in testing[:i]], default=0.0) + MIN_STEP]
 
-    def level(t: float, per_test: float) -> float:
-        """The two-sided level a next look at fraction t would test at (0: nothing new)."""
-        if t < chain[-1] + MIN_STEP if chain else t <= 0:
+    def level(t: float, per_test: float, blocks: int) -> float:
+        """The two-sided level a next look at fraction t and `blocks` blocks would test at (0:
+        nothing new, or too few blocks for a term's own error)."""
+        few = plan.block_errors != "pooled" and blocks - 1 < MIN_DF
+        if few or t <= 0 or (chain and t < chain[-1] + MIN_STEP):
             return 0.0
         return nominal_levels(chain + [min(t, 1.0)], per_test, 2)[-1]
 
     def alpha_at(blocks: int, per_test: float) -> float:
-        return level(information_fraction(plan, blocks, now.evaluation, shares), per_test)
+        return level(information_fraction(plan, blocks, now.evaluation, shares), per_test, blocks)
 
     caps = [cap / n for kind, cap in (("prompts", plan.max_prompts), ("eval_batches", plan.max_eval_batches))
             if cap and (n := now.evaluation.get(kind))]
@@ -452,7 +453,7 @@ def plan_prices(look: LookResult, models, responses: list[str], declared: dict, 
 
     def alpha_items(k: float, per_test: float) -> float:
         more = {key: v * k if key in ("prompts", "eval_batches") else v for key, v in now.evaluation.items()}
-        return level(information_fraction(plan, now.blocks, more, shares), per_test)
+        return level(information_fraction(plan, now.blocks, more, shares), per_test, now.blocks)
 
     return PlanPrices(plan.alpha, max(0, plan.max_replicates - now.blocks), alpha_at, alpha_items, items_left)
 
