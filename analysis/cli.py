@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "look's under a sweep's sequential rule)")
     pl.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
     pl.add_argument("--parquet", help="read the runs from this parquet export instead of MLflow (none: read MLflow)")
+    pl.add_argument("--confirm", metavar="TERM",
+                    help="write the cheapest study that decides TERM alone (a factor, a level pair or a named contrast)")
+    pl.add_argument("--at", action="append", metavar="FACTOR=LEVEL",
+                    help="with --confirm: a factor held fixed at this level (repeatable; none: each one's last level)")
+    pl.add_argument("--spec", help="with --confirm: the screening study's spec (none: sweeps/EXPERIMENT.yaml)")
+    pl.add_argument("--out-spec", help="with --confirm: where to write the new spec (none: beside the screening one)")
     nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)",
                        formatter_class=fmt)
     nb.add_argument("name", choices=["attribution", "acceptance_curves"], help="which notebook")
@@ -163,6 +169,8 @@ def _report_or_plan(args) -> int:
         probe_store(args.tracking_uri)
     sweep = read_parquet(args.parquet) if args.parquet else load_runs(args.experiment, args.tracking_uri)
     unrecorded = "read from a parquet export" if args.parquet else ""
+    if args.command == "plan" and args.confirm:
+        return _confirm(sweep, args, margins)
     if args.command == "plan":
         from .plan import plan_with_look
 
@@ -195,6 +203,23 @@ def _report_or_plan(args) -> int:
         log_to_parent(rep, sweep, args.tracking_uri)
         print(f"logged on the parent run {sweep.record.parent_run_id}: the answer (its description), "
               "the verdicts, the report")
+    return 0
+
+
+def _confirm(sweep, args, margins) -> int:
+    """`analysis plan NAME --confirm TERM`: the confirmatory spec written, what it costs said."""
+    from .confirm import confirm
+    from .report import build_report
+
+    at = {}
+    for item in args.at or []:
+        factor, sep, level = item.partition("=")
+        if not sep or not factor or not level:
+            raise AnalysisError(f"--at: expected FACTOR=LEVEL, got {item!r}")
+        at[factor] = level
+    rep = build_report(sweep, None, margins=margins or None)
+    print(confirm(sweep, rep.decision, args.confirm, (args.response or [None])[0], at, args.spec, args.out_spec,
+                  args.power, 0.05 if args.alpha is None else args.alpha))
     return 0
 
 

@@ -115,7 +115,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
              f"  {look.label()}", f"  {_within(look, prices)}; {cost}",
              "  each term's se is seeds + items x runs + items x term (analysis.variance): blocks shrink the first "
              "two, items the last two"]
-    more, blocks_all, item_multiples = _undecided_lines(d, rules, prices, every)
+    more, blocks_all, item_multiples = _undecided_lines(d, rules, prices, every, record.experiment)
     lines += more
     if blocks_all:
         price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
@@ -166,7 +166,8 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
     return out
 
 
-def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool) -> tuple[list[str], int, dict]:
+def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
+                     name: str = "NAME") -> tuple[list[str], int, dict]:
     """Per response, its undecided terms with what would decide each; the blocks that would
     decide every primary term and, per undecided primary term, the multiple of evaluation
     items that would (None where more items alone would not)."""
@@ -195,6 +196,8 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool)
                          else f"; {why_not_items(v, most)}")
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
                 step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None)}"
+                if not v.term.startswith("vs "):  # the cheaper route: that question alone, two arms
+                    step += f"; or that question alone: analysis plan {name} --confirm {v.term}"
             lines.append(f"    {v.term}: {step}")
             if check.primary and v.in_family:
                 blocks_all = None if v.blocks is None or blocks_all is None else max(blocks_all, v.blocks)

@@ -1,0 +1,181 @@
+"""`analysis plan NAME --confirm TERM`: the cheapest study that decides one question a
+screening study left open, written as a runnable spec.
+
+A screening factorial finds which questions are open; a focused study answers one. The
+confirmatory spec holds only the two arms the question needs (a factor's two levels, a pair
+of a several-level factor's levels, or a named contrast's two settings), every other factor
+fixed at a level the user names (`--at FACTOR=LEVEL`; by default each factor's last level,
+the corrected one in the shipped specs), one response with its margin, a family of that one
+question, and a declared sequential plan with binding looks.
+
+Its blocks come from the screening study's own-error model (`analysis.variance`). There the
+term's estimate at B blocks has a run-level variance v_run (its own block x term part: each
+block's contrast varies by sigma^2 sum(w^2) from the runs plus sigma_bt^2 from a seed that
+favours one arm) and an items x term part v_it that blocks never shrink. In the two-arm study
+each block is one run of each arm, so its contrast varies by
+
+    v_pair = 2 sigma^2 + sigma_bt^2,   sigma_bt^2 = max(B v_run - sigma^2 sum(w^2), 0),
+
+and b blocks give se^2 = v_pair / b + v_it on b - 1 df (the paired t). The fixed-sample blocks
+b* are the fewest (at least 4: a paired error on 3 df) at which the term is decided with the
+chosen power if its effect is the screening estimate, at the study's whole alpha (a family
+of one); the plan allows ceil(1.25 b*) blocks (Pocock-type spending over a few looks costs
+about a fifth more at its maximum) and looks first at half of them, at least 4.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from .anova import AnalysisError
+from .frame import SweepFrame
+from .power import p_decided
+from .sequential import MIN_DF
+from .types import UNDECIDED, Verdict
+
+MOST_BLOCKS = 5000
+GROWTH = 1.25  # the plan's maximum over the fixed-sample blocks
+
+
+def screening_spec(sweep: SweepFrame, given: str | None) -> tuple[dict, Path]:
+    """The screening study's spec as written: `given`, else sweeps/NAME.yaml; one line where
+    neither holds a readable one."""
+    path = Path(given) if given else Path("sweeps") / f"{sweep.record.experiment}.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise AnalysisError(f"--confirm: cannot read the screening spec {path} ({type(e).__name__}); give it with "
+                            "--spec PATH") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("factors"), dict):
+        raise AnalysisError(f"--confirm: {path} is not a sweep spec with factors")
+    return raw, path
+
+
+def _arms(raw: dict, term: str, v: Verdict) -> tuple[str, dict[str, dict], list[str]]:
+    """(the new factor's name, its two levels' overrides, the screening factors it spans)."""
+    factors, contrasts = raw["factors"], raw.get("contrasts") or {}
+    if term in contrasts:
+        sides = contrasts[term]
+        arms = {}
+        for side in ("from", "to"):
+            name = "-".join(str(lv) for lv in sides[side].values())
+            arms[name] = {k: val for f, lv in sides[side].items() for k, val in (factors[f][lv] or {}).items()}
+        return term, arms, list(sides["from"])
+    factor = term.split("[", 1)[0]
+    if factor not in factors:
+        raise AnalysisError(f"--confirm {term}: not a factor or named contrast of the screening spec (factors: "
+                            f"{', '.join(factors)}; contrasts: {', '.join(contrasts) or 'none'})")
+    pair = re.fullmatch(r".*\[(.+)->(.+)\]", term) or re.fullmatch(r"(.+) -> (.+)", v.label)
+    if pair is None:
+        raise AnalysisError(f"--confirm {term}: no level pair in its label {v.label!r}")
+    low, high = pair[1], pair[2]
+    return factor, {low: dict(factors[factor][low] or {}), high: dict(factors[factor][high] or {})}, [factor]
+
+
+def _fixed(raw: dict, spanned: list[str], at: dict[str, str]) -> tuple[dict, dict[str, str]]:
+    """The other factors' overrides at their chosen levels (`at`, else each one's last level)."""
+    factors, base, chosen = raw["factors"], dict(raw.get("base") or {}), {}
+    for f, levels in factors.items():
+        if f in spanned:
+            continue
+        level = at.get(f, list(levels)[-1])
+        if level not in levels:
+            raise AnalysisError(f"--at {f}={level}: {f}'s levels are {', '.join(levels)}")
+        chosen[f] = level
+        base.update(levels[level] or {})
+    unknown = sorted(set(at) - set(chosen))
+    if unknown:
+        raise AnalysisError(f"--at {unknown[0]}: not a factor held fixed here (those are {', '.join(chosen) or 'none'})")
+    return base, chosen
+
+
+def paired_noise(v: Verdict, sigma: float, sum_w2: float) -> tuple[float, float]:
+    """(v_pair, v_it): one block's contrast variance in the two-arm study and the items x term
+    part (module docstring)."""
+    n = v.noise
+    run = n.seeds + n.item_run
+    bt = max(n.blocks * run - sigma ** 2 * sum_w2, 0.0)
+    return 2 * sigma ** 2 + bt, n.item_term
+
+
+def blocks_for(v: Verdict, v_pair: float, v_it: float, alpha: float, power: float) -> int | None:
+    """The fewest blocks (at least MIN_DF + 1) that decide the term with `power` if its effect is
+    the screening estimate, at `alpha` in one look; None past MOST_BLOCKS."""
+    for b in range(MIN_DF + 1, MOST_BLOCKS + 1):
+        se = math.sqrt(v_pair / b + v_it)
+        if p_decided(v.estimate, se, b - 1, alpha, v.margin) >= power:
+            return b
+    return None
+
+
+def _verdict_for(decision, term: str, response: str | None) -> Verdict:
+    """The term's verdict on `response`, else on the first primary response that left it
+    undecided (else the first that has it); one line where none can be confirmed."""
+    primary = decision.primary()
+    candidates = [r for r in ([response] if response else primary) if any(v.term == term for v in decision.of(r))]
+    if not candidates:
+        terms = sorted({v.term for r in primary for v in decision.of(r) if v.in_family})
+        raise AnalysisError(f"--confirm {term}: no such term of {response or 'the primary responses'} (the family's: "
+                            f"{', '.join(terms)})")
+    open_ = [r for r in candidates if any(v.verdict == UNDECIDED for v in decision.of(r) if v.term == term)]
+    v = next(x for x in decision.of((open_ or candidates)[0]) if x.term == term)
+    if v.noise is None or v.margin is None or term.startswith("vs "):
+        raise AnalysisError(f"--confirm {term}: needs a factor or contrast term of a response with a margin and a "
+                            "variance model (a control arm's confirmation is not written yet)")
+    return v
+
+
+def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None, at: dict[str, str] | None = None,
+            spec: str | None = None, out: str | None = None, power: float = 0.8, alpha: float = 0.05) -> str:
+    """Write the confirmatory spec for `term` and return what to print (module docstring)."""
+    raw, source = screening_spec(sweep, spec)
+    v = _verdict_for(decision, term, response)
+    r = v.response
+    name, arms, spanned = _arms(raw, term, v)
+    base, chosen = _fixed(raw, spanned, at or {})
+    runs = sweep.runs
+    factorial = runs[runs["arm"].astype(str) == "factorial"] if "arm" in runs.columns else runs
+    per_side = max(factorial["cell"].nunique() / 2 ** len(spanned), 1)  # the screening cells each side averages
+    sum_w2 = 2.0 / per_side
+    v_pair, v_it = paired_noise(v, decision.checks[r].sigma, sum_w2)
+    fixed_blocks = blocks_for(v, v_pair, v_it, alpha, power)
+    if fixed_blocks is None:
+        raise AnalysisError(f"--confirm {term}: no study of up to {MOST_BLOCKS} blocks decides it at the measured "
+                            f"noise (paired sd {math.sqrt(v_pair):.3g}, items x term sd {math.sqrt(v_it):.3g})")
+    most = math.ceil(GROWTH * fixed_blocks)
+    first = max(MIN_DF + 1, math.ceil(most / 2))
+    exp = sweep.record.experiment
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", term).strip("-").lower()
+    fixed = ", ".join(f"{f}={lv}" for f, lv in chosen.items()) or "no other factor"
+    new = {"name": f"{exp}-confirm-{slug}",
+           "description": (f"confirms {term} on {r} from the screening study {exp} (its estimate {v.estimate:+.4g} "
+                           f"[{v.ci_low:+.4g}, {v.ci_high:+.4g}], {v.verdict}); two arms, {fixed} fixed"),
+           **{k: raw[k] for k in ("workload",) if k in raw},
+           "base": base, "factors": {name: arms}, "responses": {r: {"better": v.better, "margin": v.margin}},
+           "sequential": {"max_replicates": most, "alpha": alpha}, "replicates": first, "design": "full",
+           **{k: raw[k] for k in ("resources", "max_concurrent", "max_failures") if k in raw}}
+    path = Path(out) if out else source.parent / f"{new['name']}.yaml"
+    header = (f"# written by `analysis plan {exp} --confirm {term}` from {source} and the screening study's noise: "
+              f"paired sd {math.sqrt(v_pair):.3g} a block, items x term sd {math.sqrt(v_it):.3g}\n")
+    path.write_text(header + yaml.safe_dump(new, sort_keys=False))
+    minutes = _minutes(runs)
+    cost = f", about {2 * most * minutes:.0f} worker-minutes at most" if minutes else ""
+    return "\n".join([
+        f"{exp}: a study that decides {term} on {r} alone: {path}",
+        f"  arms: {name} = {' vs '.join(arms)}; fixed: {fixed}",
+        f"  blocks: {fixed_blocks} in one look ({power:.0%} if its effect is the screening's {v.estimate:+.4g}, "
+        f"alpha {alpha:g} for this one question); the plan allows {most}, its first look at {first}",
+        f"  runs: {2 * first} to {2 * most}{cost}",
+        f"  run it: trials run {path} && trials augment {new['name']} --until-decided"])
+
+
+def _minutes(runs) -> float | None:
+    if "run_s" not in runs.columns:
+        return None
+    s = float(np.nanmedian(runs["run_s"].to_numpy(dtype=float)))
+    return s / 60 if math.isfinite(s) else None
