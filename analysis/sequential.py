@@ -166,10 +166,14 @@ class Plan:
         return (f"no alpha left for a new look: {why}; add blocks within the plan (trials augment) or see it as a "
                 "what-if, unrecorded (--alpha A)")
 
-    def _last(self, response: str, before: int | None = None) -> float:
-        """A response's information fraction at the last look before `before` (0: none)."""
-        looks = self.looks[:before] if before is not None else self.looks
-        return max([x.fractions.get(response, x.t) for x in looks], default=0.0)
+    def _last(self, response: str) -> float:
+        """A response's largest information fraction so far (0: no look)."""
+        return max([x.fractions.get(response, x.t) for x in self.looks], default=0.0)
+
+    def tests_at(self, blocks: int) -> bool:
+        """Whether a look at `blocks` blocks tests anything: a term's own error needs MIN_DF df
+        (pooled errors have enough at any size)."""
+        return self.block_errors == "pooled" or blocks - 1 >= MIN_DF
 
     def tested(self, index: int, response: str) -> list[int]:
         """The 1-based looks up to `index` at which `response` was tested: those at which its
@@ -179,7 +183,7 @@ class Plan:
         out, last = [], 0.0
         for i, x in enumerate(self.looks[:index]):
             t = x.fractions.get(response, x.t)
-            if self.block_errors != "pooled" and x.blocks - 1 < MIN_DF:
+            if not self.tests_at(x.blocks):
                 continue
             if t >= last + MIN_STEP and t > 0:
                 out.append(i + 1)
@@ -433,14 +437,13 @@ def plan_prices(look: LookResult, models, responses: list[str], declared: dict, 
     if plan is None or now is None or not plan.planned or look.what_if:
         return None
     shares = look_shares(models, responses, declared, rules)
-    testing = [x for x in plan.looks[:look.index] if plan.block_errors == "pooled" or x.blocks - 1 >= MIN_DF]
+    testing = [x for x in plan.looks[:look.index] if plan.tests_at(x.blocks)]
     chain = [x.t for i, x in enumerate(testing) if x.t >= max([y.t for y in testing[:i]], default=0.0) + MIN_STEP]
 
     def level(t: float, per_test: float, blocks: int) -> float:
         """The two-sided level a next look at fraction t and `blocks` blocks would test at (0:
         nothing new, or too few blocks for a term's own error)."""
-        few = plan.block_errors != "pooled" and blocks - 1 < MIN_DF
-        if few or t <= 0 or (chain and t < chain[-1] + MIN_STEP):
+        if not plan.tests_at(blocks) or t <= 0 or (chain and t < chain[-1] + MIN_STEP):
             return 0.0
         return nominal_levels(chain + [min(t, 1.0)], per_test, 2)[-1]
 
