@@ -12,6 +12,7 @@ from trials.store.ui import default_ui_url
 from trials.store.reader import probe_store
 
 from .text import wrap_text
+from . import links
 from .anova import AnalysisError
 from .load import check_writable, load_runs, read_parquet, to_parquet
 from .notebook import answer, execute
@@ -188,7 +189,7 @@ def _report_or_plan(args) -> int:
     out = Path(args.out) / args.experiment / ("what-if" if what_if else "")
     rep = build_report(sweep, out, args.responses, args.adjust, alpha=args.alpha, margins=margins,
                        ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri),
-                       unrecorded=unrecorded, what_if=what_if)
+                       unrecorded=unrecorded, what_if=what_if, links=_links(sweep, args))
     print(rep.summary if args.verbose else rep.brief)
     _record(rep.look, sweep, args)
     shown = os.path.relpath(rep.html_path)
@@ -204,6 +205,15 @@ def _report_or_plan(args) -> int:
         print(f"logged on the parent run {sweep.record.parent_run_id}: the answer (its description), "
               "the verdicts, the report")
     return 0
+
+
+def _links(sweep, args) -> list[str]:
+    """The confirmations run for this study, each with its verdict: in the same store, or
+    beside a parquet export's folder (analysis.links)."""
+    name = sweep.record.experiment
+    found = (links.in_folders(Path(args.parquet).parent, name) if args.parquet
+             else links.in_store(args.tracking_uri, name))
+    return links.confirmation_lines(found)
 
 
 def _confirm(sweep, args, margins) -> int:

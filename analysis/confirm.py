@@ -150,15 +150,8 @@ def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None,
     most = math.ceil(GROWTH * fixed_blocks)
     first = max(MIN_DF + 1, math.ceil(most / 2))
     exp = sweep.record.experiment
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", term).strip("-").lower()
     fixed = ", ".join(f"{f}={lv}" for f, lv in chosen.items()) or "no other factor"
-    new = {"name": f"{exp}-confirm-{slug}",
-           "description": (f"confirms {term} on {r} from the screening study {exp} (its estimate {v.estimate:+.4g} "
-                           f"[{v.ci_low:+.4g}, {v.ci_high:+.4g}], {v.verdict}); two arms, {fixed} fixed"),
-           **{k: raw[k] for k in ("workload",) if k in raw},
-           "base": base, "factors": {name: arms}, "responses": {r: {"better": v.better, "margin": v.margin}},
-           "sequential": {"max_replicates": most, "alpha": alpha}, "replicates": first, "design": "full",
-           **{k: raw[k] for k in ("resources", "max_concurrent", "max_failures") if k in raw}}
+    new = _confirming_spec(raw, v, exp, term, name, arms, base, fixed, first, most, alpha)
     path = Path(out) if out else source.parent / f"{new['name']}.yaml"
     header = (f"# written by `analysis plan {exp} --confirm {term}` from {source} and the screening study's noise: "
               f"paired sd {math.sqrt(v_pair):.3g} a block, items x term sd {math.sqrt(v_it):.3g}\n")
@@ -169,9 +162,27 @@ def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None,
         f"{exp}: a study that decides {term} on {r} alone: {path}",
         f"  arms: {name} = {' vs '.join(arms)}; fixed: {fixed}",
         f"  blocks: {fixed_blocks} in one look ({power:.0%} if its effect is the screening's {v.estimate:+.4g}, "
-        f"alpha {alpha:g} for this one question); the plan allows {most}, its first look at {first}",
+        f"alpha {alpha:g} for this one question); the plan looks at {first} and again at {most}",
         f"  runs: {2 * first} to {2 * most}{cost}",
         f"  run it: trials run {path} && trials augment {new['name']} --until-decided"])
+
+
+def _confirming_spec(raw: dict, v, exp: str, term: str, name: str, arms: dict, base: dict, fixed: str, first: int,
+                     most: int, alpha: float) -> dict:
+    """The confirmation's spec: two arms, one response, a plan that looks at `first` blocks
+    and again at `most` (look_every: the blocks between), and its link to the screening study."""
+    r = v.response
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", term).strip("-").lower()
+    return {"name": f"{exp}-confirm-{slug}",
+            "description": (f"confirms {term} on {r} from the screening study {exp} (its estimate {v.estimate:+.4g} "
+                            f"[{v.ci_low:+.4g}, {v.ci_high:+.4g}], {v.verdict}); two arms, {fixed} fixed"),
+            **{k: raw[k] for k in ("workload",) if k in raw},
+            "base": base, "factors": {name: arms}, "responses": {r: {"better": v.better, "margin": v.margin}},
+            "sequential": {"max_replicates": most, "alpha": alpha, "look_every": max(1, most - first)},
+            "confirms": {"study": exp, "term": term, "response": r, "estimate": float(v.estimate),
+                         "low": float(v.ci_low), "high": float(v.ci_high), "verdict": v.verdict},
+            "replicates": first, "design": "full",
+            **{k: raw[k] for k in ("resources", "max_concurrent", "max_failures") if k in raw}}
 
 
 def _minutes(runs) -> float | None:

@@ -40,6 +40,7 @@ class SweepRecord:
     contrasts: dict = field(default_factory=dict)  # the spec's named contrasts: {name: {from: {f: level}, to: {...}}}
     workload: str = DEFAULT_WORKLOAD  # the trainer swept (`trials.workload`): its metric registry
     registry: dict = field(default_factory=dict)  # that registry as data (`trials.registry.recorded`), if kept
+    confirms: dict = field(default_factory=dict)  # a confirmation's screening study and estimate (trials.spec)
 
     @classmethod
     def of(cls, given: Mapping) -> SweepRecord:

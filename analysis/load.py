@@ -27,7 +27,7 @@ import pandas as pd
 
 from trials.store.client import check_store, tracking_client
 from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTOR_PREFIX, FACTORS_PARAM,
-                               PRIMARY_TERMS_TAG, CONTRASTS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
+                               PRIMARY_TERMS_TAG, CONFIRMS_TAG, CONTRASTS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
                                SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG, StoreReadError, metric_name, sweep_parent,
                                sweep_trials)
 
@@ -35,6 +35,7 @@ from .frame import META_COLUMNS, SweepFrame, SweepRecord
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 from trials.workload import WorkloadError, load
 from trials.registry import PRIMARY_FORM, from_record, recorded
+from trials.store.record import confirms_problem
 from trials.store.reader import reading_client
 
 INCOMPLETE_KEY = "incomplete"
@@ -93,6 +94,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
                          timing=parent.data.tags.get(SUMMARY_TAG, ""),
                          primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
                          contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
+                         confirms=_json_dict(parent.data.tags.get(CONFIRMS_TAG, "{}")),
                          workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
     try:  # the parent's tags are input too: checked as a parquet export's metadata is
         check_record({"factors": sweep.factors, **asdict(record)}, sweep.runs.columns)
@@ -306,6 +308,8 @@ def check_record(given: dict, columns) -> None:
     if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
         raise ValueError(f"primary_terms: a list of term names, got {_short(terms)}")
     check_contrasts(given.get("contrasts") or {}, factors)
+    if given.get("confirms") and (problem := confirms_problem(given["confirms"])):
+        raise ValueError(problem)
     responses = given.get("responses") or {}
     if not isinstance(responses, dict):
         raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")

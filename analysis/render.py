@@ -312,7 +312,17 @@ def shown_description(text: str) -> str:
     return f"{text[:DESCRIPTION_SHOWN]} [... cut: {len(text) - DESCRIPTION_SHOWN} more characters not shown]"
 
 
-def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: str = "") -> str:
+def confirms_line(record) -> str:
+    """The confirmation's own line naming what it confirms ("" for any other sweep)."""
+    c = record.confirms
+    if not c:
+        return ""
+    return (f"confirms {c['term']} on {c['response']} of the screening study {c['study']}, which estimated it "
+            f"{c['estimate']:+.4g} [{c['low']:+.4g}, {c['high']:+.4g}] ({c['verdict']} there)")
+
+
+def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: str = "",
+                links: list[str] | None = None) -> str:
     df, record = sweep.runs, sweep.record
     data = factorial_rows(df, factors)
     # the question is the sweep's own, as its spec describes it; the variant (DSpark: the
@@ -322,6 +332,8 @@ def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: 
     where = f"{what}: {stage}" if stage and field else f"{what} mixed or unknown" if field else ""
     said = shown_description(record.description) if record.description else "its spec gives no description"
     lines = [f"experiment {record.experiment}: {said}" + (f" ({where})" if where else "")]
+    if record.confirms:  # a confirmation names the screening study and the estimate it started from
+        lines.append(confirms_line(record))
     reps = data["replicate"].nunique() if len(data) else 0
     n_control = len(df) - len(data)
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")
@@ -329,6 +341,7 @@ def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: 
                  "each block")
     if look:
         lines.append(look)
+    lines += links or []  # a screening study's confirmations, each with its verdict
     return "\n".join(lines)
 
 
@@ -467,7 +480,7 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
     df, record = sweep.runs, sweep.record
     data = factorial_rows(df, factors)
     esc, d = html.escape, rep.decision
-    header = header_text(sweep, rep.stage, factors)
+    header = header_text(sweep, rep.stage, factors, links=rep.links)
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
     parts = [f"<h1>Attribution: {esc(record.experiment)}</h1>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[:1]),
@@ -692,7 +705,7 @@ def _fenced(text: str) -> list[str]:
 def write_markdown(sweep: SweepFrame, rep: Report, factors: list[str], path: Path) -> Path:
     data = factorial_rows(sweep.runs, factors)
     d, record = rep.decision, sweep.record
-    header = header_text(sweep, rep.stage, factors)
+    header = header_text(sweep, rep.stage, factors, links=rep.links)
     body = rep.summary[len(header):].lstrip("\n") if rep.summary.startswith(header) else rep.summary
     grid = verdict_grid(d)
     grid.columns = [f"{c} ({_col_note(d.checks[c])})" for c in grid.columns]

@@ -47,7 +47,7 @@ def _busy_caveat(decision, record) -> None:
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
                  adjust: str = "bonferroni", typ: int | None = None, alpha: float | None = None,
                  margins: dict[str, float] | None = None, ui: str = UI_URL, unrecorded: str = "",
-                 what_if: bool = False) -> Report:
+                 what_if: bool = False, links: list[str] | None = None) -> Report:
     """The whole attribution of a sweep (`ui`: the MLflow UI the HTML's run links open). `margins` (`--margin`) supply or override the
     spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep
     analysed look after look (`trials augment --until-decided`), the alpha its spending
@@ -83,11 +83,11 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
                 "the model misses a trend, so its intervals may be too narrow")
     _busy_caveat(decision, record)
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
-    header = header_text(sweep, stage, factors, look.label())
+    header = header_text(sweep, stage, factors, look.label(), links)
     closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped)
     summary = header + "\n" + verdict_table_text(decision) + "\n" + summarise(decision, results, drift, noise) + closing
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,
-                 decision=decision, look=look, noise=noise)
+                 decision=decision, look=look, noise=noise, links=list(links or []))
     rep.brief = brief_text(rep, sweep, header, closing)
     if out is not None:
         out = Path(out)

@@ -30,6 +30,7 @@ def study_folders(root: str | Path = "results") -> list[Path]:
 def rebuild(folder: str | Path) -> Path:
     """Rebuild one study's report.html, report.md and summary.txt from its runs.parquet, in
     place; returns the summary's path."""
+    from . import links  # reads its neighbours' reports: build_report, matplotlib
     from .plan import plan_text
     from .report import build_report
 
@@ -41,7 +42,8 @@ def rebuild(folder: str | Path) -> Path:
     if replayed.record.sequential != sweep.record.sequential:
         sweep = replayed
         to_parquet(sweep, folder / RUNS)  # the binding decisions kept with the runs
-    rep = build_report(sweep, folder, unrecorded="read from a parquet export")
+    found = links.in_folders(folder, sweep.record.experiment)
+    rep = build_report(sweep, folder, unrecorded="read from a parquet export", links=links.confirmation_lines(found))
     text = rep.summary + "\n\n" + plan_text(sweep, None)
     write_atomic(folder / SUMMARY, text + "\n")
     return folder / SUMMARY

@@ -95,6 +95,7 @@ class Plan:
     looks: list[Look] = field(default_factory=list)
     rule: str = RULE
     block_errors: str = "own"  # how block x term enters a term's error (analysis.types.BLOCK_ERRORS)
+    look_every: int | None = None  # blocks `trials augment --until-decided` adds between looks (None: one)
 
     def __post_init__(self):
         if self.block_errors == "test":  # the preliminary-test rule of older plans: read under today's default
@@ -106,6 +107,8 @@ class Plan:
             raise ValueError(f"max_replicates: an integer >= 2, got {self.max_replicates!r}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha: must lie in (0, 1), got {self.alpha!r}")
+        if self.look_every is not None and not (isinstance(self.look_every, int) and self.look_every >= 1):
+            raise ValueError(f"look_every: an integer >= 1, got {self.look_every!r}")
 
     @property
     def planned(self) -> bool:
@@ -243,7 +246,7 @@ class Plan:
         plan = cls(int(reps) if reps is not None else None, float(d.get("alpha", 0.05)),
                    _int_or_none(d.get("max_prompts")), _int_or_none(d.get("max_eval_batches")),
                    declared=bool(d.get("declared", False)), post_hoc=str(d.get("post_hoc") or (LEGACY if legacy else "")),
-                   block_errors=str(d.get("block_errors") or "test"))
+                   block_errors=str(d.get("block_errors") or "test"), look_every=_int_or_none(d.get("look_every")))
         for i, look in enumerate(d.get("looks", [])):
             if legacy:  # block counts only: rebuild their fractions and alphas as the old rule spent them
                 n = int(look)

@@ -460,3 +460,4 @@ class Report:
     look: LookResult | None = None
     noise: dict = field(default_factory=dict)  # response -> analysis.variance.Split
     brief: str = ""  # the answer in one screen (the terminal's; `summary` holds every term's detail)
+    links: list[str] = field(default_factory=list)  # the confirmations run for this study (analysis.links)

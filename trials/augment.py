@@ -67,13 +67,16 @@ class Look:
 
 def augment(name: str, storage: str | None, tracking_uri: str | None = None, address: str | None = None,
             replicates: int | None = None, until_decided: bool = False, max_replicates: int | None = None,
-            budget_minutes: float | None = None, alpha: float = 0.05, say=print, post_hoc: bool = False) -> dict:
+            budget_minutes: float | None = None, alpha: float = 0.05, say=print, post_hoc: bool = False,
+            look_every: int | None = None) -> dict:
     """Add `replicates` blocks, or look until decided (see the module docstring). Returns
     {"looks": [Look, ...], "stopped": reason, "replicates": blocks at the end, "ok": no trial failed}."""
     if (replicates is None) == (not until_decided):
         raise ValueError("augment: give --replicates N, or --until-decided")
     if replicates is not None and (not isinstance(replicates, int) or replicates < 1):
         raise ValueError(f"--replicates: an integer >= 1, got {replicates!r}")
+    if look_every is not None and (not isinstance(look_every, int) or look_every < 1 or not until_decided):
+        raise ValueError(f"--look-every: an integer >= 1, with --until-decided, got {look_every!r}")
     if budget_minutes is not None and not budget_minutes > 0:
         raise ValueError(f"--budget-minutes: a number > 0, got {budget_minutes!r}")
     spec, meta = saved.load_saved(name, storage, "augment")
@@ -90,7 +93,8 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
               "max_concurrent": meta.get("max_concurrent"), "extend": True, "command": f"trials augment {name} {how}"}
     if replicates is not None:
         return _add_blocks(spec, replicates, pending, exp_dir, kwargs, say)
-    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say, post_hoc, pending)
+    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say, post_hoc, pending,
+                          look_every)
 
 
 TARGET_FILE = "augment.json"  # in the sweep's storage folder while an `augment --replicates` is under way
@@ -143,7 +147,8 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
 
 
 def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
-                   alpha: float, say, post_hoc: bool, pending: dict | None = None) -> dict:
+                   alpha: float, say, post_hoc: bool, pending: dict | None = None,
+                   look_every: int | None = None) -> dict:
     from analysis.anova import AnalysisError
     from analysis.load import load_runs
 
@@ -156,7 +161,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     exp = client.get_experiment_by_name(spec.name)
     found = [p for p in [sweep_parent(client, exp.experiment_id)] if p is not None] if exp else []
     # refused before any work
-    plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha, post_hoc)
+    plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha, post_hoc, look_every)
     if pending is not None:  # an interrupted `--replicates` asked for these blocks: they come first
         say(f"{spec.name}: continuing to {pending['replicates']} replicate blocks, as the interrupted augment asked "
             f"(`{pending['command']}`)")
@@ -181,12 +186,14 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
                 return {"looks": looks, "stopped": f"stop: cannot analyse at the maximum of {plan.max_replicates} "
                         f"blocks ({why_not})", "replicates": spec.replicates, "ok": False}
             say(f"{spec.name}: {spec.replicates} replicate block(s) cannot be analysed yet ({why_not}) "
-                "-> add one replicate block")
+                f"-> add {_step(plan, spec.replicates)} replicate block(s)")
         else:
             stop = _look(rep, sweep, spec, plan, uri, client, parent, budget_minutes, started, block_s, looks, say)
             if stop:
                 return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
-        spec, out, block_s = _add_block(spec, kwargs)
+        step = _step(plan, spec.replicates)
+        spec, out, took = _add_block(spec, kwargs, step)
+        block_s = took / step
         if out["failed"]:
             return _failed(out, looks, spec)
 
@@ -198,9 +205,11 @@ def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes:
     from analysis.publish import record_look
 
     counts = rep.decision.counts()
+    step = _step(plan, spec.replicates)
     stop = _stop_reason(rep.decision.undecided(), spec.replicates, plan.max_replicates, budget_minutes, started,
-                        block_s)
-    look = Look(spec.replicates, rep.look.alpha, counts, stop or "add one replicate block", rep.look.label())
+                        None if block_s is None else block_s * step)
+    more = "add one replicate block" if step == 1 else f"add {step} replicate blocks (the plan looks every {step})"
+    look = Look(spec.replicates, rep.look.alpha, counts, stop or more, rep.look.label())
     looks.append(look)
     if rep.look.new or rep.look.sealed:
         record_look(sweep, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
@@ -225,11 +234,18 @@ def _failed(out: dict, looks: list, spec) -> dict:
             "replicates": spec.replicates, "ok": False}
 
 
-def _add_block(spec, kwargs: dict):
-    """One more replicate block, saved with the sweep and run; returns (spec, run's result, seconds)."""
+def _step(plan, replicates: int) -> int:
+    """The blocks to add before the next look: the plan's `look_every` (one where it names
+    none), never past its maximum."""
+    return max(1, min(plan.look_every or 1, plan.max_replicates - replicates))
+
+
+def _add_block(spec, kwargs: dict, step: int = 1):
+    """`step` more replicate blocks, saved with the sweep and run as one; returns (spec, run's
+    result, seconds)."""
     from . import runner
 
-    spec = expand.with_replicates(spec, spec.replicates + 1)
+    spec = expand.with_replicates(spec, spec.replicates + step)
     t0 = time.monotonic()
     out = runner.run(spec, **kwargs)
     _evaluate_like_the_rest(spec, kwargs)
@@ -284,9 +300,20 @@ def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict) -> None:
     time_sweep(spec.name, kwargs["storage"], kwargs["tracking_uri"], kwargs["address"], settings)
 
 
-def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool):
+def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool,
+          look_every: int | None = None):
     """The sweep's plan (from its parent run), or one fixed now: before the first look a plan
-    made here counts as declared; after one it is post hoc, refused unless `post_hoc`."""
+    made here counts as declared; after one it is post hoc, refused unless `post_hoc`. A
+    `look_every` given here fills a plan that names none (when the looks fall depends on no
+    result); it cannot change one that does."""
+    plan = _recorded_plan(tags, replicates, max_replicates, alpha, post_hoc)
+    if look_every is not None and plan.look_every not in (None, look_every):
+        raise ValueError(f"--look-every: this sweep's plan looks every {plan.look_every} blocks; it cannot change")
+    plan.look_every = plan.look_every or look_every
+    return plan
+
+
+def _recorded_plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool):
     from analysis.sequential import Plan, plan_of
 
     plan = plan_of(tags.get(SEQUENTIAL_TAG, ""), alpha)

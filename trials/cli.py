@@ -233,10 +233,12 @@ def cmd_augment(args) -> int:
 
     try:
         out = augment(args.name, args.storage, args.tracking_uri, args.address, args.replicates, args.until_decided,
-                      args.max_replicates, args.budget_minutes, args.alpha, post_hoc=args.post_hoc)
+                      args.max_replicates, args.budget_minutes, args.alpha, post_hoc=args.post_hoc,
+                      look_every=args.look_every)
     except runner.Interrupted as e:
         # the same command continues to the blocks it asked for (trials.augment), adding none beyond them
-        again = (f"trials augment {args.name} --until-decided" if args.until_decided
+        every = f" --look-every {args.look_every}" if args.look_every else ""
+        again = (f"trials augment {args.name} --until-decided{every}" if args.until_decided
                  else f"trials augment {args.name} --replicates {args.replicates}")
         print(f"trials: augment of {args.name} interrupted ({e}); no run is left RUNNING. Continue it with:\n"
               f"  {again} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
@@ -456,7 +458,10 @@ def _add_augment(sub) -> None:
     how = a.add_mutually_exclusive_group(required=True)
     how.add_argument("--replicates", type=int, help="add this many replicate blocks and run them")
     how.add_argument("--until-decided", action="store_true",
-                     help="look, then add one block, until every primary term is decided (alpha spending)")
+                     help="look, then add one block (or the plan's look_every), until every primary term is decided "
+                          "(alpha spending)")
+    a.add_argument("--look-every", type=int,
+                   help="blocks added between looks, for a plan that names none (sequential.look_every; none: 1)")
     a.add_argument("--max-replicates", type=int,
                    help="the most blocks the looks may reach, for a sweep whose spec declares no plan (none: 3x the "
                         "sweep's)")

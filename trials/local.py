@@ -168,7 +168,7 @@ def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
         flat.append({**row, "run_s": r["run_s"]})
     record = SweepRecord(experiment=spec.name, description=spec.description, design=spec.design,
                          responses=spec.responses, primary_terms=list(spec.primary_terms),
-                         contrasts=dict(spec.contrasts), workload=spec.workload,
+                         contrasts=dict(spec.contrasts), workload=spec.workload, confirms=dict(spec.confirms),
                          sequential=json.dumps({"declared": True, **spec.sequential, "looks": []}) if spec.sequential
                          else "",
                          registry=recorded(spec.wl.registry, [c for r in rows for c in r["metrics"]]))

@@ -158,6 +158,8 @@ def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_conc
         raw["primary_terms"] = spec.primary_terms
     if spec.sequential:
         raw["sequential"] = spec.sequential
+    if spec.confirms:
+        raw["confirms"] = spec.confirms
     if spec.generators:
         raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
     # each whole or not at all: a reader (status, list, resume) never meets half a file

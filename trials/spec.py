@@ -16,7 +16,9 @@ responses:                          # the primary responses, each with its margi
 contrasts:                          # optional: two settings of some factors, each averaged over the rest
   diagonal: {from: {D1: shifted, D2: const4}, to: {D1: aligned, D2: block}}
 primary_terms: [D1, D2, aux0]       # the family's terms (default: every main effect, contrast and control)
-sequential: {max_replicates: 6}     # looks planned before the first one (alpha 0.05 unless given)
+sequential: {max_replicates: 6}     # looks planned before the first one (alpha 0.05 unless given;
+                                    # look_every: blocks between looks, 1 unless given)
+confirms: {...}                     # a confirmation's screening study and estimate (analysis plan --confirm)
 resources: {cpu: 1, gpu: 0}         # per trial
 max_concurrent: 2
 max_failures: 2
@@ -115,6 +117,9 @@ class SweepSpec:
     contrasts: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
     primary_terms: list[str] = field(default_factory=list)  # [] = every main effect, contrast and control
     sequential: dict[str, Any] = field(default_factory=dict)  # {max_replicates, alpha, ...}; {} = no plan
+    # a confirmation's link to the screening study it answers (`analysis plan --confirm` writes
+    # it): {study, term, response, estimate, low, high, verdict}; {} = not a confirmation
+    confirms: dict[str, Any] = field(default_factory=dict)
     trials: list[Trial] = field(default_factory=list)
     # the workload itself, loaded once where the spec was read (`trials.workload.load`): the
     # engine takes it from here; `workload` is its name, for storage

@@ -17,14 +17,15 @@ from .design import cells, low_resolution, parse_generator
 from .expand import build, layout_trials, resolve_arms, unmeasured_responses
 from .registry import PRIMARY_FORM, margin_problem
 from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
+from .store.record import CONFIRMS_NUMBERS, confirms_problem
 
 
 TOP_KEYS = {"workload", "name", "base", "factors", "replicates", "design", "controls", "resources",
-            "max_concurrent", "max_failures", "description", "responses", "primary_terms", "sequential",
+            "max_concurrent", "max_failures", "description", "responses", "primary_terms", "sequential", "confirms",
             "contrasts"}
 
 
-SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches", "block_errors"}
+SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches", "block_errors", "look_every"}
 
 
 MAX_SPEC_BYTES = 1_000_000  # a spec file larger than this is not a spec
@@ -108,6 +109,7 @@ def parse(raw: Any, trusted: bool = True) -> SweepSpec:
     spec.contrasts = _parse_contrasts(raw, spec, problems)
     spec.primary_terms = _parse_primary_terms(raw, spec.factors, spec.controls, spec.contrasts, problems)
     spec.sequential = _parse_sequential(raw, spec, problems)
+    spec.confirms = _parse_confirms(raw, problems)
     if problems:
         raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
     spec = build(spec)
@@ -320,6 +322,18 @@ def _contrast_side_problems(where: str, sides: dict[str, dict[str, str]], spec: 
     return out
 
 
+def _parse_confirms(raw: dict, problems: list[str]) -> dict[str, Any]:
+    """A confirmation's link to its screening study (`trials.spec.confirms_problem`)."""
+    given = raw.get("confirms")
+    if given is None:
+        return {}
+    problem = confirms_problem(given)
+    if problem:
+        problems.append(problem)
+        return {}
+    return {k: (float(v) if k in CONFIRMS_NUMBERS else v) for k, v in given.items()}
+
+
 def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict[str, Any]:
     """The sequential plan, declared before the first look: the most replicate blocks the
     sweep may grow to, its familywise alpha, and the most prompts (or held-out batches) a
@@ -329,10 +343,10 @@ def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict
         return {}
     if not isinstance(given, dict) or set(given) - SEQUENTIAL_KEYS or "max_replicates" not in given:
         problems.append("sequential: {max_replicates: N, alpha: A, max_prompts: P, max_eval_batches: B, "
-                        "block_errors: own|pooled} (max_replicates required)")
+                        "block_errors: own|pooled, look_every: L} (max_replicates required)")
         return {}
     out: dict[str, Any] = {}
-    for key in ("max_replicates", "max_prompts", "max_eval_batches"):
+    for key in ("max_replicates", "max_prompts", "max_eval_batches", "look_every"):
         v = given.get(key)
         if v is None:
             continue

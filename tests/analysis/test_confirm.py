@@ -2,6 +2,7 @@
 seed-questions, a two-arm spec that `trials validate` accepts, sized at its measured noise."""
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -42,13 +43,21 @@ def test_the_operating_point_is_confirmed_by_two_arms_sized_at_the_measured_nois
     # blocks: the fewest that decide it at the paired noise, the plan a quarter more, its first look half of that
     sweep, d = screening
     v = next(x for x in d.of("val/bpb") if x.term == "operating_point")
+    assert f"the plan looks at {max(4, math.ceil(math.ceil(1.25 * blocks_for(v, *paired_noise(v, d.checks['val/bpb'].sigma, 0.5), 0.05, 0.8)) / 2))}" in said
     v_pair, v_it = paired_noise(v, d.checks["val/bpb"].sigma, 2.0 / 4)
     b = blocks_for(v, v_pair, v_it, 0.05, 0.8)
     assert b is not None and blocks_for(v, v_pair, v_it, 0.05, 0.8) == b
     from analysis.power import p_decided
     assert p_decided(v.estimate, math.sqrt(v_pair / (b - 1) + v_it), b - 2, 0.05, v.margin) < 0.8
-    assert raw["sequential"] == {"max_replicates": math.ceil(1.25 * b), "alpha": 0.05}
-    assert raw["replicates"] == max(4, math.ceil(math.ceil(1.25 * b) / 2)) and spec.replicates == raw["replicates"]
+    most, first = math.ceil(1.25 * b), max(4, math.ceil(math.ceil(1.25 * b) / 2))
+    # two looks: the first at `first` blocks, the second at the plan's maximum
+    assert raw["sequential"] == {"max_replicates": most, "alpha": 0.05, "look_every": most - first}
+    assert raw["replicates"] == first and spec.replicates == raw["replicates"]
+    assert spec.sequential["look_every"] == most - first
+    # the link to the screening study: what it estimated, kept in the spec the sweep records
+    assert spec.confirms == {"study": "seed-questions", "term": "operating_point", "response": "val/bpb",
+                             "estimate": pytest.approx(v.estimate), "low": pytest.approx(v.ci_low),
+                             "high": pytest.approx(v.ci_high), "verdict": v.verdict}
     # a paired block is two runs: its sd sits near twice a run's variance plus the seeds' favour
     assert 2 * d.checks["val/bpb"].sigma ** 2 <= v_pair
 
@@ -65,3 +74,72 @@ def test_a_factor_is_confirmed_by_its_two_levels_and_bad_asks_are_one_line(scree
         assert "\n" not in str(e.value)
     with pytest.raises(AnalysisError, match="cannot read the screening spec"):
         confirm(sweep, d, "head", "val/bpb", spec=str(tmp_path / "none.yaml"), out=str(tmp_path / "y.yaml"))
+
+
+def test_a_confirmation_names_its_screening_study_and_the_screening_report_lists_it(tmp_path, capsys):
+    """The link both ways, through the store the trials write and the parquet exports
+    `analysis results` reads: the confirmation's report names what it confirms and the
+    estimate it started from; the screening study's report lists the confirmation with its
+    verdict."""
+    import numpy as np
+
+    from analysis import links
+    from analysis.load import load_runs, to_parquet
+    from tests.analysis.conftest import synthetic_sweep
+    from trials.tracking import open_ledger
+    from trials.validate import parse
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    synthetic_sweep(uri, name="screen", failed=0)
+    link = {"study": "screen", "term": "D2", "response": "spec/tau", "estimate": 0.01, "low": -0.05, "high": 0.07,
+            "verdict": "undecided"}
+    spec = parse({"name": "screen-confirm-d2", "base": {"preset": "tiny"}, "replicates": 6,
+                  "factors": {"D2": {"const4": {"decay_gamma": 4.0}, "block": {"decay_gamma": "block"}}},
+                  "responses": {"spec/tau": {"better": "higher", "margin": 0.2}}, "confirms": link})
+    ledger, rng = open_ledger(uri, spec), np.random.default_rng(1)
+    for t in spec.trials:
+        run_id, _ = ledger.open_child(t, {"target_hash": "0" * 16})
+        ledger.log_metrics(run_id, {"spec/tau": 3.0 + 0.01 * t.replicate + rng.normal(0, 0.01)}, step=1)
+        ledger.finish(run_id, "FINISHED", None)
+    ledger.finish(ledger.parent_id, "FINISHED")
+    conf = load_runs("screen-confirm-d2", uri)
+    assert conf.record.confirms == link
+    from analysis.render import confirms_line
+
+    assert (confirms_line(conf.record) == "confirms D2 on spec/tau of the screening study screen, which "
+            "estimated it +0.01 [-0.05, +0.07] (undecided there)")
+    assert main(["report", "screen-confirm-d2", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 0
+    assert confirms_line(conf.record) in capsys.readouterr().out
+    assert main(["report", "screen", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 0
+    said = capsys.readouterr().out
+    line = next(x for x in said.splitlines() if "confirmation screen-confirm-d2" in x)
+    assert "D2 on spec/tau negligible" in line and "at 6 blocks" in line, said
+    assert "confirmation screen-confirm-d2: D2 on spec/tau negligible" in (tmp_path / "r" / "screen" / "report.md").read_text()
+    # the committed studies' way: parquet exports side by side in results/
+    for name in ("screen", "screen-confirm-d2"):
+        (tmp_path / "res" / name).mkdir(parents=True)
+        to_parquet(load_runs(name, uri), tmp_path / "res" / name / "runs.parquet")
+    kept = read_parquet(tmp_path / "res" / "screen-confirm-d2" / "runs.parquet")
+    assert kept.record.confirms == link
+    found = links.in_folders(tmp_path / "res" / "screen", "screen")
+    assert [s.record.experiment for s in found] == ["screen-confirm-d2"]
+    assert links.confirmation_lines(found)[0] == line.strip()
+    assert links.in_folders(tmp_path / "res" / "screen", "other") == []
+
+
+def test_a_confirms_record_that_is_not_one_is_refused_in_one_line():
+    from trials.spec import SpecError
+    from trials.validate import parse
+
+    base = {"name": "c", "base": {"preset": "tiny"}, "replicates": 4,
+            "factors": {"D2": {"const4": {"decay_gamma": 4.0}, "block": {"decay_gamma": "block"}}},
+            "responses": {"spec/tau": {"better": "higher", "margin": 0.2}}}
+    good = {"study": "s", "term": "D2", "response": "spec/tau", "estimate": 0.1, "low": 0.0, "high": 0.2,
+            "verdict": "undecided"}
+    assert parse({**base, "confirms": good}).confirms == good
+    for bad, said in [({**good, "estimate": "big"}, "confirms.estimate: a number"),
+                      ({**good, "study": ""}, "confirms.study: text"),
+                      ({k: v for k, v in good.items() if k != "low"}, "confirms: {study: S"),
+                      ("seed-questions", "confirms: {study: S")]:
+        with pytest.raises(SpecError, match=re.escape(said)):
+            parse({**base, "confirms": bad})

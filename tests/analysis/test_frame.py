@@ -33,6 +33,8 @@ def _every_field_set() -> SweepFrame:
                          sequential=Plan(6, 0.05).to_json(), primary_terms=["A", "B", "diag"],
                          timing='{"id": "p", "response": "spec/speedup", "busy": 2}',
                          contrasts={"diag": {"from": {"A": "lo", "B": "lo"}, "to": {"A": "hi", "B": "hi"}}},
+                         confirms={"study": "screen", "term": "A", "response": "y", "estimate": 0.5, "low": -0.1,
+                                   "high": 1.1, "verdict": "undecided"},
                          workload="tests.toy.workload:WORKLOAD",
                          registry=recorded(load("tests.toy.workload:WORKLOAD").registry, ["val/acc", "val/loss"]))
     failed = {"run_id": "r9", "run_name": "A=lo|B=lo|C=lo r9", "status": "FAILED", "cell": "A=lo|B=lo|C=lo",

@@ -302,3 +302,42 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     (exp_dir / TARGET_FILE).write_text("[3]")  # storage files are input: one line naming it
     with pytest.raises(ValueError, match=f"^augment: {exp_dir / TARGET_FILE} is not an augment's record"):
         augment("grow", str(root), replicates=1)
+
+
+def test_a_plan_that_looks_every_few_blocks_adds_them_between_looks(ray_local, tmp_path, corpus_dir):
+    """`sequential.look_every`: the blocks between looks, so a confirmation looks at its
+    first blocks and again at its maximum (two levels from the spending rule), not after
+    every block. A --look-every fills a plan that names none and cannot change one that does."""
+    from analysis.sequential import Plan, spent
+    from trials.augment import _plan, _step
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    storage = str(tmp_path / "st")
+    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "every", D1_D9, base=QUICK, responses=PRIMARY,
+                                    sequential={"max_replicates": 3, "look_every": 2}))
+    assert spec.sequential["look_every"] == 2
+    runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    said = []
+    out = augment("every", storage, until_decided=True, say=said.append)
+    looks = [x.replicates for x in out["looks"]]
+    assert out["ok"] and out["replicates"] in (1, 3), said  # never 2: the plan looks every 2 blocks
+    assert looks in ([1, 3], [3], [1]), said
+    parent, runs = kids(uri, "every")
+    assert len(runs) == 4 * out["replicates"]
+    plan = Plan.from_json(parent.data.tags["sequential"])
+    assert plan.look_every == 2 and [x.blocks for x in plan.looks] == looks
+    if looks == [1, 3]:
+        t = plan.looks[0].t  # a third of the plan's blocks (to the hundredth, as looks keep it)
+        assert t == pytest.approx(1 / 3, abs=0.01) and plan.looks[1].t == 1.0
+        assert [x.alpha for x in plan.looks] == pytest.approx([spent(t, 0.05), 0.05 - spent(t, 0.05)])
+        assert "add 2 replicate blocks (the plan looks every 2)" in said[0]
+    declared = {"sequential": Plan(10, 0.05, look_every=4).to_json()}
+    assert _step(_plan(declared, 4, None, 0.05, False), 4) == 4 and _step(_plan(declared, 8, None, 0.05, False), 8) == 2
+    with pytest.raises(ValueError, match="plan looks every 4 blocks; it cannot change"):
+        _plan(declared, 4, None, 0.05, False, look_every=3)
+    assert _plan({"sequential": Plan(10, 0.05).to_json()}, 4, None, 0.05, False, look_every=3).look_every == 3
+    with pytest.raises(ValueError, match="--look-every: an integer >= 1, with --until-decided"):
+        augment("every", storage, replicates=1, look_every=2)
+    with pytest.raises(specmod.SpecError, match="sequential.look_every: an integer >= 1"):
+        validate.load(write_spec(tmp_path / "b.yaml", corpus_dir, "bad", D1_D9, base=QUICK, responses=PRIMARY,
+                                 sequential={"max_replicates": 3, "look_every": 0}))

@@ -16,6 +16,7 @@ FACTOR_PREFIX = "factor."
 RESPONSES_TAG = "responses"  # on the parent: JSON {response: {better, margin}}, the primary responses
 SEQUENTIAL_TAG = "sequential"  # on the parent: JSON of analysis.sequential.Plan: the declared plan and every look
 PRIMARY_TERMS_TAG = "primary_terms"  # on the parent: JSON list of the spec's primary terms ([] = the default)
+CONFIRMS_TAG = "confirms"  # on the parent: JSON {study, term, response, estimate, low, high, verdict} of a confirmation
 CONTRASTS_TAG = "contrasts"  # on the parent: JSON {name: {from: {factor: level}, to: {...}}}, the spec's named contrasts
 LOOK_PREFIX = "look."  # on the parent: look.<k> = JSON of that look's blocks, alpha, verdict counts and action
 VERDICT_PREFIX = "verdict."  # on the parent: verdict.<response>.<term> = matters|negligible|undecided

@@ -18,7 +18,7 @@ from mlflow.entities import Param
 from .client import tracking_client
 from .keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DRIVER_HOST_TAG, DRIVER_PID_TAG,
                    DRIVER_STARTED_TAG, ERROR_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM, GIT_COMMIT_TAG, MODEL_TRAINING,
-                   NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG, CONTRASTS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
+                   NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG, CONFIRMS_TAG, CONTRASTS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
                    SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, metric_name,
                    sweep_parent, sweep_trials)
 from .runs import config_params, git_commit, log_metrics, log_params, source_tags
@@ -63,6 +63,8 @@ class Ledger:
                 self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
             elif RESPONSES_TAG in parent.data.tags:  # no empty tag: none declared now
                 self.client.delete_tag(parent.info.run_id, RESPONSES_TAG)
+            if self.spec.confirms and parent.data.tags.get(CONFIRMS_TAG) != json.dumps(self.spec.confirms):
+                self.client.set_tag(parent.info.run_id, CONFIRMS_TAG, json.dumps(self.spec.confirms))
             if self.spec.sequential and SEQUENTIAL_TAG not in parent.data.tags:
                 self.client.set_tag(parent.info.run_id, SEQUENTIAL_TAG, self.declared_plan())
             for k, v in self.identity.items():  # checked before any work: a parent made before them, or moved storage
@@ -82,6 +84,8 @@ class Ledger:
                                               if self.spec.primary_terms else {}),
                                            **({CONTRASTS_TAG: json.dumps(self.spec.contrasts)}
                                               if self.spec.contrasts else {}),
+                                           **({CONFIRMS_TAG: json.dumps(self.spec.confirms)}
+                                              if self.spec.confirms else {}),
                                            # the sequential plan, before any look can happen
                                            **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
                                            # MLflow shows NOTE_TAG as the run's description
