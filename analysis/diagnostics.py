@@ -246,6 +246,33 @@ def against_control(df: pd.DataFrame, chosen: list[str], controls: list[str],
     return dunnett, pooled
 
 
+SEED_DOC = "docs/extending.md, \"What the engine sets\""
+SAME = 1e-9  # a within-cell spread this small beside the values' scale is no spread: copies, not replicates
+
+
+def check_replicates_vary(data: pd.DataFrame, r: str, factors: list[str], primary: bool = True) -> None:
+    """Refuse a response whose runs repeat exactly within every cell: its replicate blocks
+    are copies, not replicates (a trainer that ignores the seed the engine gives it), and
+    any interval would be zero wide and any F negative or infinite. A secondary response may
+    be a deterministic function of its config (a count, a shared target's score): it is
+    skipped with the fact alone."""
+    if "replicate" not in data.columns or data["replicate"].nunique() < 2:
+        return
+    values = data[r].astype(float)
+    cells = values.groupby([data[f].astype(str) for f in factors], observed=True)
+    counts = cells.count()
+    if not (counts >= 2).any():
+        return
+    spread = (cells.max() - cells.min())[counts >= 2]
+    scale = max(float(values.abs().max()), float(values.std(ddof=0)), 1e-300)
+    if float(spread.max()) <= SAME * scale and not primary:
+        raise AnalysisError("its runs repeat exactly within every cell: no run-to-run variation to judge effects by")
+    if float(spread.max()) <= SAME * scale:
+        raise AnalysisError(f"{r}: every cell's runs are identical across its {data['replicate'].nunique()} replicate "
+                            "blocks, so the blocks are copies, not replicates, and no effect can be judged; the likely "
+                            f"cause: the trainer ignores config.seed, which the engine sets for each block ({SEED_DOC})")
+
+
 def analysable(data: pd.DataFrame, chosen: list[str], factors: list[str], primary: set[str],
                 skipped: list[str]) -> list[str]:
     """The chosen responses that a model can answer on the runs holding them; a secondary one
@@ -255,6 +282,7 @@ def analysable(data: pd.DataFrame, chosen: list[str], factors: list[str], primar
     for r in chosen:
         try:
             check_design(with_value(data, r), r, factors)
+            check_replicates_vary(with_value(data, r), r, factors, r in primary)
         except AnalysisError as e:
             if r in primary:
                 raise

@@ -99,7 +99,10 @@ def own_error_line(spec) -> str:
 
 def _show(spec, uri: str, storage: str | None) -> None:
     rows = saved.status(spec, saved.storage_root(storage) / spec.name, uri)
+    causes = [(r["run"], r.pop("cause")) for r in rows if "cause" in r]
     print(_table(rows))
+    for line in saved.grouped_causes(causes):
+        print(line)
     if any(v.startswith("~") for r in rows for v in r.values()):
         print("(~: a running trial's latest evaluation so far, not its final value; blank: none yet)")
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
@@ -128,7 +131,7 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 3
 
-    from .progress import arms_table
+    from .progress import arms_table, failure_lines
 
     client = tracking_client(uri)
     # read like the sweep wrote: a store briefly locked or down is retried, not a traceback
@@ -137,6 +140,8 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
     table = arms_table(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found})
     print(f"\n{spec.name}: {result['finished']} finished, {result['failed']} failed of {len(spec.trials)} trials"
           + (f"; mean per arm:\n{table}" if table else ""))
+    for line in failure_lines(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found}):
+        print(line)
     print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?"), ui))
     return 0 if result["failed"] == 0 else 1
 

@@ -24,10 +24,12 @@ import time
 
 from ray.tune import Callback
 
-from trials.store.keys import store_key
+from trials.store.keys import ERROR_KEY, ERROR_TAG, store_key
 
 from trials.expand import columns
 from trials.spec import SweepSpec
+
+from .saved import grouped_causes
 
 
 def clock(seconds: float) -> str:
@@ -140,6 +142,10 @@ class ProgressLines(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._ended(trial)
+        cause = (trial.last_result or {}).get(ERROR_KEY)
+        if isinstance(cause, str) and cause:  # its trainer raised: ended once, not retried
+            self._say("FAILED", trial, cause[:160])
+            return
         self._say("finished", trial, values(trial.last_result or {}, self.cols))
 
     def on_trial_error(self, iteration, trials, trial, **info):
@@ -182,3 +188,14 @@ def arms_table(spec: SweepSpec, runs: dict) -> str:
     if untimed:
         lines.append(f"({', '.join(untimed)}: measured by the interleaved timing pass, `trials time {spec.name}`)")
     return "\n".join(lines)
+
+
+def failure_lines(spec: SweepSpec, runs: dict) -> list[str]:
+    """The failed trials' causes (each run's error tag, its last line: the type and message)."""
+    causes = []
+    for t in spec.trials:
+        r = runs.get(t.key)
+        if r is not None and r.info.status == "FAILED":
+            text = (r.data.tags.get(ERROR_TAG) or "").strip().splitlines()
+            causes.append((t.run_name, text[-1] if text else "no cause recorded"))
+    return grouped_causes(causes)

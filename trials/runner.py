@@ -34,14 +34,14 @@ from .cluster import (DEFAULT_RESOURCE_WAIT_S, check_gcs_reachable, check_local_
                       kill_local_ray, local_gcs_gone)
 from .identity import check_same_sweep, claim, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
-from .progress import ProgressLines, clock
+from .progress import ProgressLines, clock, failure_lines
 from . import layout, shared
 from .recover import missing_records, replay
 from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import StorageFull, SweepTracker, is_storage_full, open_ledger
-from trials.store.keys import GIT_COMMIT_TAG, SHARED_PREFIX
+from trials.store.keys import ERROR_TAG, GIT_COMMIT_TAG, SHARED_PREFIX
 from trials.store.ledger import Ledger
 from trials.store.runs import git_commit
 
@@ -510,5 +510,8 @@ def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, in
         ledger.close_open_runs("KILLED")
         ledger.finish(ledger.parent_id, "KILLED")
         raise Interrupted(signals.signum or signal.SIGINT)
-    ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED")
+    causes = "\n".join(failure_lines(spec, runs))  # each failed trial's cause, on the parent too
+    if not causes and ERROR_TAG in ledger.client.get_run(ledger.parent_id).data.tags:
+        ledger.client.delete_tag(ledger.parent_id, ERROR_TAG)  # a resume reran what had failed
+    ledger.finish(ledger.parent_id, "FAILED" if states["failed"] else "FINISHED", causes or None)
     return states

@@ -13,7 +13,7 @@ import yaml
 
 from trials.store.client import check_store, tracking_client
 from trials.store.kept import read_records, write_atomic
-from trials.store.keys import DONE_KEY, is_metric
+from trials.store.keys import DONE_KEY, ERROR_KEY, is_metric
 
 from . import layout
 from . import spec as specmod, validate
@@ -104,6 +104,8 @@ def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[dict[str, 
         found = dirs.get(t.key, [])
         results = layout.read_results(found)
         row = {"run": t.run_name, "state": _state(found, results, alive)}
+        if row["state"] == "failed":
+            row["cause"] = _cause(found[-1], results)
         values = _latest(results + later.get(t.key, []))
         so_far = "~" if row["state"] == "running" else ""  # the latest evaluation, not the final value
         for c in cols:
@@ -116,11 +118,26 @@ def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[dict[str, 
 def _state(found: list[Path], results: list[dict], alive: bool) -> str:
     if results and results[-1].get(DONE_KEY):
         return "finished"
+    if results and results[-1].get(ERROR_KEY):  # its trainer raised: ended, not restarted
+        return "failed"
     if not found:
         return "pending"
     if alive:  # an error file may be one Tune has restarted the trial after
         return "failed" if layout.failed_last(found[-1]) else "running"
     return "failed" if layout.errored(found[-1]) else "killed"
+
+
+def _cause(folder: Path, results: list[dict]) -> str:
+    """A failed trial's cause in one line: its trainer's error, else the last line of Tune's
+    error file (a crash that used up its retries)."""
+    raised = results[-1].get(ERROR_KEY) if results else None
+    if isinstance(raised, str) and raised:
+        return raised
+    try:
+        lines = [x for x in (folder / layout.ERROR_FILE).read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return "no cause recorded"
+    return lines[-1].strip() if lines else "no cause recorded"
 
 
 def _latest(points: list[dict]) -> dict[str, float]:
@@ -165,3 +182,13 @@ def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_conc
     # each whole or not at all: a reader (status, list, resume) never meets half a file
     write_atomic(exp_dir / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
     write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent}))
+
+
+def grouped_causes(causes: list[tuple[str, str]]) -> list[str]:
+    """One line per cause of (run name, cause) pairs, the most frequent first: how many
+    trials it ended and one run that shows it."""
+    by: dict[str, list[str]] = {}
+    for name, cause in causes:
+        by.setdefault(cause[:300], []).append(name)
+    return [f"failed: {len(names)} trial(s), e.g. {names[0]}: {cause}"
+            for cause, names in sorted(by.items(), key=lambda kv: -len(kv[1]))]

@@ -16,7 +16,7 @@ from pathlib import Path
 from ray.tune import Callback
 
 from trials.store.client import STORE_RETRY_S, one_http_attempt, retrying
-from trials.store.keys import DONE_KEY, NODE_KEY, RAY_NODES_TAG, RESTARTS_TAG, is_metric
+from trials.store.keys import DONE_KEY, TRAINER_ERROR_FILE, ERROR_KEY, NODE_KEY, RAY_NODES_TAG, RESTARTS_TAG, is_metric
 from trials.spec import Trial
 from trials.store.ledger import Ledger
 from trials.store.runs import finite, log_run_files
@@ -155,6 +155,11 @@ class SweepTracker(Callback):
         run_id = self._writable(trial)
         if run_id is None:
             return
+        raised = raised_error(trial)
+        if raised:  # the trainer raised: the run FAILED with its cause, once (trials.trainable)
+            self.ledger.finish(run_id, "FAILED", raised)
+            self._runs.pop(trial.trial_id, None)
+            return
         last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k) and finite(v)}
         if not last.get(DONE_KEY):  # never FINISHED without its final metrics
             self.ledger.finish(run_id, "FAILED", "the trial ended without reporting its final metrics")
@@ -197,6 +202,16 @@ def is_storage_full(error: BaseException | str) -> bool:
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
         return True
     return "No space left on device" in str(error) or "[Errno 28]" in str(error)
+
+
+def raised_error(trial) -> str:
+    """The one-line cause of a trial its trainer's error ended ("" for any other), and where
+    its traceback is kept."""
+    cause = (trial.last_result or {}).get(ERROR_KEY)
+    if not isinstance(cause, str) or not cause:
+        return ""
+    where = getattr(trial, "local_path", None) or getattr(trial, "path", None)
+    return f"{cause} (traceback: {Path(where) / TRAINER_ERROR_FILE})" if where else cause
 
 
 def _trial_error(trial) -> str:

@@ -13,11 +13,12 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import ray
 from ray import tune
 
-from trials.store.keys import DONE_KEY, NODE_KEY
+from trials.store.keys import DONE_KEY, TRAINER_ERROR_FILE, ERROR_KEY, NODE_KEY
 
 from .registry import results_problem
 
@@ -28,6 +29,11 @@ from .registry import results_problem
 CRASH_ENV = "DSPARK_CRASH_AT_STEP"
 
 
+class WorkerLost(RuntimeError):
+    """A crash of the trial's process, as the reliability tests inject it: not the trainer's
+    error, so Tune restarts the trial (from its checkpoint) as it does after a lost worker."""
+
+
 def _injected_crash(trial_key: str):
     step = json.loads(os.environ.get(CRASH_ENV) or "{}").get(trial_key)
     if not step:
@@ -35,7 +41,7 @@ def _injected_crash(trial_key: str):
 
     def before_step(now: int, resumed: bool) -> None:
         if now == step and not resumed:
-            raise RuntimeError(f"injected crash at step {now} ({CRASH_ENV}, test only)")
+            raise WorkerLost(f"injected crash at step {now} ({CRASH_ENV}, test only)")
 
     return before_step
 
@@ -68,26 +74,51 @@ def trial_fn(wl, trial_key: str, cfg, cpus: int, resume_from: str | None, respon
     own: dict = {}  # what the trainer itself reported, latest values (no NaN leads)
     report = _reporter(last, own, table, node, responses, is_timed, run_name or trial_key)
 
-    checkpoint = tune.get_checkpoint()
-    hook = _injected_crash(trial_key)
     try:
-        if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
-            with checkpoint.as_directory() as resume_dir:
-                train(cfg, report=report, resume_from=resume_dir, before_step=hook)
-        elif resume_from:  # `trials resume`: the trial's last checkpoint in storage
-            train(cfg, report=report, resume_from=resume_from, before_step=hook)
-        else:
-            train(cfg, report=report, before_step=hook)
-        problem = results_problem(own, responses, is_timed)
-        if problem and (own or not (checkpoint is not None or resume_from)):  # resumed from its end: reported then
-            raise TrialResultsError(f"run {run_name or trial_key}: {problem}")
-        # the trial's last word: its final metrics again with DONE_KEY, the mark that the run
-        # ended (the tracker marks no run FINISHED without it, and `trials recover` reads it
-        # from Tune's result files)
-        tune.report({**last, DONE_KEY: 1.0})
+        _train(train, cfg, report, last, own, responses, is_timed, resume_from, _injected_crash(trial_key),
+               run_name or trial_key)
+    except (WorkerLost, ray.exceptions.RayError):
+        raise  # the worker or the cluster, not the trainer: Tune restarts the trial (max_failures)
+    except Exception as e:  # noqa: BLE001  the trainer's own error: the same again on a retry
+        _failed(e, last)
     finally:
         # tune.report has already copied every checkpoint to the sweep's storage
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _failed(e: Exception, last: dict) -> None:
+    """End the trial on its trainer's error, once: its traceback in the trial's folder
+    (TRAINER_ERROR_FILE), its type and message in the last result (ERROR_KEY), which the tracker
+    turns into the run's FAILED status and one-line cause. Tune sees the trial end, so it is
+    not retried: a retry would raise the same error, at the cost of another run."""
+    import traceback
+
+    text = "".join(traceback.format_exception(e))
+    try:
+        (Path(tune.get_context().get_trial_dir()) / TRAINER_ERROR_FILE).write_text(text)
+    except (OSError, TypeError):
+        pass  # no folder to keep it in: the one-line cause still reaches the run
+    message = " ".join(str(e).split()) or "(no message)"
+    tune.report({**last, ERROR_KEY: f"{type(e).__name__}: {message}"[:1000]})
+
+
+def _train(train, cfg, report, last: dict, own: dict, responses, is_timed, resume_from, hook, run: str) -> None:
+    """The trainer's run, from Tune's checkpoint, a resume's or the start, then its results checked."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
+        with checkpoint.as_directory() as resume_dir:
+            train(cfg, report=report, resume_from=resume_dir, before_step=hook)
+    elif resume_from:  # `trials resume`: the trial's last checkpoint in storage
+        train(cfg, report=report, resume_from=resume_from, before_step=hook)
+    else:
+        train(cfg, report=report, before_step=hook)
+    problem = results_problem(own, responses, is_timed)
+    if problem and (own or not (checkpoint is not None or resume_from)):  # resumed from its end: reported then
+        raise TrialResultsError(f"run {run}: {problem}")
+    # the trial's last word: its final metrics again with DONE_KEY, the mark that the run
+    # ended (the tracker marks no run FINISHED without it, and `trials recover` reads it
+    # from Tune's result files)
+    tune.report({**last, DONE_KEY: 1.0})
 
 
 def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run: str):

@@ -305,3 +305,45 @@ def test_a_full_disk_under_report_and_export_ends_in_one_line_and_leaves_nothing
     assert len(read_parquet(small / "runs.parquet").runs) == 32
     assert _cli("report", "full", "--tracking-uri", store, "--out", str(small), "--no-log", cwd=tmp_path)[0] == 0
     assert (small / "full" / "report.html").read_text().endswith("</html>")
+
+
+def test_blocks_that_are_copies_are_refused_in_one_line_naming_the_seed(tmp_path, capsys):
+    """A trainer that ignores the seed it is given: every block repeats the first, so no
+    interval, F or boundary distance can be computed honestly. One line naming the cause
+    and the doc, before any verdict; a response that varies is analysed as before."""
+    import numpy as np
+
+    from analysis.cli import main
+    from trials.tracking import open_ledger
+    from trials.validate import parse
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = parse({"name": "copies", "base": {"preset": "tiny"}, "replicates": 4,
+                  "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}},
+                              "D9": {"hidden": {"confidence_input": "hidden"},
+                                     "markov": {"confidence_input": "hidden+markov"}}},
+                  "responses": {"spec/tau": {"better": "higher", "margin": 0.01}}})
+    ledger, rng = open_ledger(uri, spec), np.random.default_rng(0)
+    for t in spec.trials:
+        run_id, _ = ledger.open_child(t, {"target_hash": "0" * 16})
+        y = 3.0 + 0.0327 * (t.levels["D1"] == "aligned")  # the same in every block: the seed did nothing
+        ledger.log_metrics(run_id, {"spec/tau": y, "tf/tau": y + rng.normal(0, 0.01)}, step=1)
+        ledger.finish(run_id, "FINISHED", None)
+    ledger.finish(ledger.parent_id, "FINISHED")
+    assert main(["report", "copies", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert ("spec/tau: every cell's runs are identical across its 4 replicate blocks" in err
+            and "the trainer ignores config.seed" in err and "docs/extending.md" in err), err
+    assert not (tmp_path / "r" / "copies" / "report.html").exists()
+    # the check refuses copies only: one cell that varies, or values that differ at the 1e-6 level, pass
+    import pandas as pd
+
+    from analysis.anova import AnalysisError
+    from analysis.diagnostics import check_replicates_vary
+
+    grid = pd.DataFrame({"A": ["lo", "hi"] * 4, "replicate": [0, 0, 1, 1, 2, 2, 3, 3], "y": [2.0, 3.0] * 4})
+    with pytest.raises(AnalysisError, match="identical across its 4 replicate blocks"):
+        check_replicates_vary(grid, "y", ["A"])
+    check_replicates_vary(grid.assign(y=grid["y"] + [0, 0, 0, 0, 0, 0, 0, 1e-6]), "y", ["A"])
+    check_replicates_vary(grid[grid["replicate"] == 0], "y", ["A"])  # one block: nothing to compare

@@ -48,6 +48,8 @@ PASS_TAG = "timing.pass"  # a timed trial's run: the id of the timing pass behin
 SUMMARY_TAG = "timing"  # the parent: the last timing pass, as JSON
 MARGINS_TAG = "attribution.margins"  # the parent: the margins the verdicts used
 ALPHA_TAG = "attribution.alpha"  # the parent: the alpha, alpha*, family and terms they used
+ERROR_KEY = "trial_error"  # in a trial's last result: "Type: message" of what its trainer raised (no retry)
+TRAINER_ERROR_FILE = "trainer_error.txt"  # in the trial's folder: that error's traceback
 DONE_KEY = "trial/done"  # 1.0 in a trial's last result (and metric): its final metrics were all reported
 # the experiment's kind, for MLflow versions whose UI reads it (3.17 reads the link instead)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"

@@ -1,0 +1,79 @@
+"""A user's trainer that raises: each trial is tried once (a retry would raise the same), its
+run FAILED with the cause in one line (type and message), the traceback kept in the trial's
+folder; the sweep's summary, `trials status` and the parent run name the cause. From a user's
+own folder, on real Ray and MLflow, through the CLI."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+WORKLOAD = '''
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    lr: float = 0.1
+    calls: str = ""
+    seed: int = 0
+
+
+def train(cfg, report):
+    with open(cfg.calls, "a") as f:  # one line per attempt
+        f.write(f"{cfg.lr}\\n")
+    raise ValueError(f"lr {cfg.lr} diverged at step 1")
+
+
+class Raising:
+    name = "raising"
+    config = Config
+    train = staticmethod(train)
+    metrics = {"val/loss": {"better": "lower", "margin": 0.1}}
+
+
+WORKLOAD = Raising()
+'''
+
+
+def _cli(cwd, *args, package="trials"):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DSPARK_SWEEPS_WORKLOADS")}
+    return subprocess.run([sys.executable, "-m", f"{package}.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_trainer_that_raises_costs_one_attempt_a_trial_and_is_named_once(tmp_path):
+    (tmp_path / "raising.py").write_text(WORKLOAD)
+    calls = tmp_path / "calls.txt"
+    (tmp_path / "s.yaml").write_text(
+        "name: raising\nworkload: raising:WORKLOAD\n"
+        f"base: {{calls: {calls}}}\n"
+        "factors: {lr: {low: {lr: 0.1}, high: {lr: 0.5}}}\nreplicates: 1\nmax_failures: 2\nmax_concurrent: 2\n")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    store = ["--tracking-uri", uri, "--storage", str(tmp_path / "st")]
+    r = _cli(tmp_path, "run", "s.yaml", *store)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "0 finished, 2 failed" in r.stdout, out[-3000:]
+    assert sorted(calls.read_text().split()) == ["0.1", "0.5"], out[-3000:]  # once each, max_failures 2 or not
+    for lr in ("0.1", "0.5"):
+        line = next(x for x in r.stdout.splitlines() if x.startswith("failed: 1 trial(s)") and f"lr {lr} " in x)
+        assert line.endswith(f"ValueError: lr {lr} diverged at step 1") or "ValueError: lr " in line, line
+    assert "Traceback" not in r.stdout and out.count(f"lr 0.5 diverged") <= 3, out[-3000:]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("raising")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    parent = next(x for x in runs if x.data.tags.get("sweep_parent") == "true")
+    kids = [x for x in runs if "trial_key" in x.data.tags]
+    assert len(kids) == 2 and all(k.info.status == "FAILED" for k in kids)
+    for k in kids:
+        cause = k.data.tags["error"]
+        assert cause.startswith("ValueError: lr ") and "diverged at step 1 (traceback: " in cause, cause
+        kept = Path(cause.split("(traceback: ", 1)[1].rstrip(")"))
+        assert kept.is_file() and "Traceback (most recent call last)" in kept.read_text()
+        assert "restarts" not in k.data.tags  # never restarted
+    assert parent.info.status == "FAILED" and parent.data.tags["error"].count("failed: 1 trial(s)") == 2
+    s = _cli(tmp_path, "status", "raising", "--storage", str(tmp_path / "st"))
+    assert s.returncode == 0 and s.stdout.count("failed") >= 2, s.stdout
+    assert "ValueError: lr 0.1 diverged at step 1" in s.stdout and "ValueError: lr 0.5 diverged" in s.stdout, s.stdout
