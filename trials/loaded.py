@@ -188,9 +188,17 @@ class Loaded:
                                 f"{type(given).__name__}")
         if not callable(getattr(obj, "train", None)):
             raise WorkloadError(f"workload {self.name!r}: train must be a function train(config, report)")
+        try:
+            inspect.signature(obj.train).bind(None, None)  # train(config, report), as the engine calls it
+        except TypeError:
+            raise WorkloadError(f"workload {self.name!r}: train must take (config, report); its signature is "
+                                f"train{inspect.signature(obj.train)}") from None
+        except ValueError:
+            pass  # no signature to read (a builtin): found when called
         if not isinstance(obj.metrics, dict) or not obj.metrics:
             raise WorkloadError(f"workload {self.name!r}: metrics must map metric names to \"higher\" or \"lower\"")
         self.own_fields = tuple(defaults)
+        self._types = _field_types(given, defaults)
         self.defaults = {**{k: None for k in PLUMBING}, **defaults}
         self.fields = tuple(self.defaults)
         rows, self.margins = _rows(obj.metrics)
@@ -209,6 +217,10 @@ class Loaded:
         unknown = sorted(set(values) - set(self.fields))
         if unknown:
             raise ValueError(f"unknown config field {unknown[0]!r}")
+        for k, v in values.items():
+            wrong = _type_problem(k, v, self._types.get(k))
+            if wrong:
+                raise ValueError(wrong)
         view = ConfigView(self, {**self.defaults, **values})
         if self.native_config is not None:
             try:
@@ -276,6 +288,47 @@ class Loaded:
         extra = {k: v for k, v in (("resume_from", resume_from), ("before_step", before_step))
                  if v is not None and k in takes}
         return self.obj.train(cfg.native(), _numbered(report), **extra)
+
+
+def _field_types(given, defaults: dict) -> dict:
+    """Each config field's type: a dataclass's annotations (resolved), else its default's type."""
+    import typing
+
+    if isinstance(given, dict):
+        return {k: type(v) for k, v in defaults.items() if v is not None}
+    cls = given if isinstance(given, type) else type(given)
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001  an annotation that cannot be resolved: left unchecked
+        return {}
+
+
+def _type_problem(name: str, value, want) -> str | None:
+    """Why a spec's value does not fit a config field's type (None where it does, or where the
+    type is one this check does not read): a number for a float (not a bool), an int for an
+    int, true/false for a bool, text for a str, one of a Literal's values, any arm of a Union."""
+    import typing
+
+    if want is None or want is typing.Any:
+        return None
+    args = typing.get_args(want)
+    origin = typing.get_origin(want)
+    if origin is typing.Literal:
+        return None if value in args else f"{name}: one of {', '.join(map(repr, args))}, got {value!r}"
+    if origin is typing.Union or type(want).__name__ == "UnionType":
+        fits = [a for a in args if (a is type(None) and value is None) or
+                (a is not type(None) and _type_problem(name, value, a) is None)]
+        return None if fits else f"{name}: {_named(want)}, got {value!r} ({type(value).__name__})"
+    simple = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), str: lambda v: isinstance(v, str)}
+    ok = simple.get(origin or want)
+    if ok is None or ok(value):
+        return None
+    return f"{name}: {_named(want)}, got {value!r} ({type(value).__name__})"
+
+
+def _named(t) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(t, str(t).replace("typing.", ""))
 
 
 def _numbered(report):

@@ -188,7 +188,10 @@ def grouped_causes(causes: list[tuple[str, str]]) -> list[str]:
     """One line per cause of (run name, cause) pairs, the most frequent first: how many
     trials it ended and one run that shows it."""
     by: dict[str, list[str]] = {}
-    for name, cause in causes:
-        by.setdefault(cause[:300], []).append(name)
-    return [f"failed: {len(names)} trial(s), e.g. {names[0]}: {cause}"
+    kept: dict[str, str] = {}
+    for name, cause in causes:  # the same cause of other runs: its own run's name and files aside
+        said, _, where = cause.replace(f"run {name}: ", "").partition(" (traceback: ")
+        by.setdefault(said[:300], []).append(name)
+        kept.setdefault(said[:300], f" (traceback: {where}" if where else "")
+    return [f"failed: {len(names)} trial(s), e.g. {names[0]}: {cause}{kept[cause]}"
             for cause, names in sorted(by.items(), key=lambda kv: -len(kv[1]))]

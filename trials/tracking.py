@@ -210,7 +210,7 @@ def raised_error(trial) -> str:
     cause = (trial.last_result or {}).get(ERROR_KEY)
     if not isinstance(cause, str) or not cause:
         return ""
-    where = getattr(trial, "local_path", None) or getattr(trial, "path", None)
+    where = getattr(trial, "path", None)  # the trial's folder in the sweep's storage
     return f"{cause} (traceback: {Path(where) / TRAINER_ERROR_FILE})" if where else cause
 
 

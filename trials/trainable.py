@@ -18,7 +18,9 @@ from pathlib import Path
 import ray
 from ray import tune
 
-from trials.store.keys import DONE_KEY, TRAINER_ERROR_FILE, ERROR_KEY, NODE_KEY
+from trials.store.keys import DONE_KEY, ERROR_KEY, NODE_KEY, TRAINER_ERROR_FILE, is_metric
+
+ENGINE_PREFIX = "trial/"  # the engine's own metrics (trial/done, trial/import_s): never the trainer's
 
 from .registry import results_problem
 
@@ -72,7 +74,7 @@ def trial_fn(wl, trial_key: str, cfg, cpus: int, resume_from: str | None, respon
 
     last: dict = {}
     own: dict = {}  # what the trainer itself reported, latest values (no NaN leads)
-    report = _reporter(last, own, table, node, responses, is_timed, run_name or trial_key)
+    report = _reporter(last, own, table, node, responses, is_timed, run_name or trial_key, wl.registry)
 
     try:
         _train(train, cfg, report, last, own, responses, is_timed, resume_from, _injected_crash(trial_key),
@@ -94,9 +96,11 @@ def _failed(e: Exception, last: dict) -> None:
     import traceback
 
     text = "".join(traceback.format_exception(e))
-    try:
-        (Path(tune.get_context().get_trial_dir()) / TRAINER_ERROR_FILE).write_text(text)
-    except (OSError, TypeError):
+    try:  # beside Tune's own records of the trial, in the sweep's storage (shared on a cluster)
+        folder = Path(tune.get_context().get_storage().trial_fs_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / TRAINER_ERROR_FILE).write_text(text)
+    except (OSError, TypeError, AttributeError):
         pass  # no folder to keep it in: the one-line cause still reaches the run
     message = " ".join(str(e).split()) or "(no message)"
     tune.report({**last, ERROR_KEY: f"{type(e).__name__}: {message}"[:1000]})
@@ -121,11 +125,19 @@ def _train(train, cfg, report, last: dict, own: dict, responses, is_timed, resum
     tune.report({**last, DONE_KEY: 1.0})
 
 
-def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run: str):
+def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run: str, registry):
     """The `report(metrics, checkpoint_dir)` a trial's trainer calls: each result to Tune,
     led by the headline metrics (NaN until measured), a primary response that is no number
-    refused at once (a NaN may wait: it must be finite when the trial ends)."""
+    refused at once (a NaN may wait: it must be finite when the trial ends), and a metric
+    the workload's `metrics` does not declare refused at its first report, naming it (the
+    store would keep it under no rule, the analysis could not read it)."""
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        unknown = sorted(k for k in metrics if is_metric(k) and not k.startswith(ENGINE_PREFIX)
+                         and registry.lookup(k) is None)
+        if unknown:
+            raise TrialResultsError(f"run {run}: reported {', '.join(map(repr, unknown[:3]))}"
+                                    f"{f' and {len(unknown) - 3} more' if len(unknown) > 3 else ''}, not among the "
+                                    "workload's metrics: declare it in `metrics` or rename it")
         problem = results_problem(metrics, [r for r in responses if r in metrics], is_timed)
         if problem and "not a number" in problem:
             raise TrialResultsError(f"run {run}: {problem}")

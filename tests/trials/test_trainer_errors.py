@@ -77,3 +77,61 @@ def test_a_trainer_that_raises_costs_one_attempt_a_trial_and_is_named_once(tmp_p
     s = _cli(tmp_path, "status", "raising", "--storage", str(tmp_path / "st"))
     assert s.returncode == 0 and s.stdout.count("failed") >= 2, s.stdout
     assert "ValueError: lr 0.1 diverged at step 1" in s.stdout and "ValueError: lr 0.5 diverged" in s.stdout, s.stdout
+
+
+TYPO = '''
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    lr: float = 0.1
+    warmup: int = 10
+    seed: int = 0
+
+
+def train(cfg, report):
+    report({"val/los": 1.0})  # a typo of the declared val/loss
+
+
+class Typo:
+    name = "typo"
+    config = Config
+    train = staticmethod(train)
+    metrics = {"val/loss": {"better": "lower", "margin": 0.1}}
+
+
+WORKLOAD = Typo()
+
+
+class OneArg(Typo):
+    train = staticmethod(lambda cfg: None)
+
+
+ONE_ARG = OneArg()
+'''
+
+
+def test_a_wrong_value_signature_or_metric_name_is_named_before_or_at_the_first_report(tmp_path):
+    (tmp_path / "typo.py").write_text(TYPO)
+    spec = "name: typo\nworkload: typo:WORKLOAD\nfactors: {lr: {low: {lr: 0.1}, high: {lr: 0.5}}}\nreplicates: 1\n"
+    (tmp_path / "bad.yaml").write_text(spec.replace("replicates: 1", "replicates: 1\nbase: {warmup: forty}"))
+    v = _cli(tmp_path, "validate", "bad.yaml")
+    assert v.returncode == 2 and "warmup: an integer, got 'forty' (str)" in v.stderr, v.stdout + v.stderr
+    assert len(v.stderr.strip().splitlines()) <= 2, v.stderr
+    (tmp_path / "flag.yaml").write_text(spec.replace("{lr: 0.5}", "{lr: fast}"))
+    v = _cli(tmp_path, "validate", "flag.yaml")
+    assert v.returncode == 2 and "lr: a number, got 'fast' (str)" in v.stderr, v.stdout + v.stderr
+    (tmp_path / "one.yaml").write_text(spec.replace("typo:WORKLOAD", "typo:ONE_ARG"))
+    v = _cli(tmp_path, "validate", "one.yaml")
+    assert v.returncode == 2 and "train must take (config, report); its signature is train(cfg)" in v.stderr, v.stderr
+    (tmp_path / "s.yaml").write_text(spec)
+    r = _cli(tmp_path, "run", "s.yaml", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", "--storage",
+             str(tmp_path / "st"))
+    assert r.returncode == 1 and "0 finished, 2 failed" in r.stdout, (r.stdout + r.stderr)[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("failed: "))
+    assert line.startswith("failed: 2 trial(s), e.g. ") and (
+        "TrialResultsError: reported 'val/los', not among the workload's metrics: declare it in `metrics` or rename "
+        "it (traceback: ") in line, r.stdout
+    kept = Path(line.split("(traceback: ", 1)[1].rstrip(")"))
+    assert kept.is_file() and kept.is_relative_to(tmp_path / "st")  # in the sweep's storage, beside Tune's records
