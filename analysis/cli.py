@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -141,11 +142,12 @@ def _recap(args) -> int:
     """Each sweep's question in a line, its verdicts and a sentence per primary response."""
     import textwrap
 
-    from .render import BRIEF_WIDTH, answer_lines
+    from .render import BRIEF_WIDTH, answer_lines, next_command
     from .report import build_report
 
     probe_store(args.tracking_uri)
     frames = [load_runs(e, args.tracking_uri) for e in args.experiments]  # every sweep read before any is printed
+    steps = []
     for i, sweep in enumerate(frames):
         rep = build_report(sweep, None)
         _record(rep.look, sweep, args)  # verdicts printed are a look, as `analysis report`'s are
@@ -156,6 +158,10 @@ def _recap(args) -> int:
         print("\n".join(answer_lines(rep.decision)))
         print("\n".join(wrap_text(f"{rep.decision.counts_text()}; every detail: analysis report {record.experiment}",
                                   "  ")))
+        steps.append(next_command(rep.decision, record.experiment, rep.look))
+    cost, command = min(steps, key=lambda s: s[0])  # the cheapest, last: where the eye ends
+    print(f"\nnext ({'the fewest blocks that decide a term' if cost < math.inf else 'no block count decides one'}):"
+          f"\n  {command}")
     return 0
 
 

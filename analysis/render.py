@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 import tempfile
 import textwrap
@@ -205,6 +206,19 @@ def next_step(decision: Decision, experiment: str, look: LookResult | None = Non
             f"is as estimated): trials augment {experiment} --replicates {v.blocks}{post_hoc}; {tail}")
 
 
+def next_command(decision: Decision, experiment: str, look: LookResult | None = None) -> tuple[float, str]:
+    """The cheapest next command and its price in blocks (inf where none is priced): the
+    augment `next_step` names, the planner where no block count within reach decides a term or
+    the plan is spent, and the report itself where every family term is decided."""
+    step = next_step(decision, experiment, look)
+    if not step:
+        return math.inf, f"analysis report {experiment} --verbose  (every family term is decided: each one's detail)"
+    if "trials augment " in step:
+        command = step[step.index("trials augment "):].split(";")[0]
+        return float(command.rsplit(" ", 1)[-1]), command
+    return math.inf, f"analysis plan {experiment}"
+
+
 def brief_text(rep: Report, sweep: SweepFrame, header: str, closing: str) -> str:
     """The answer in one screen, lines of at most BRIEF_WIDTH characters: the question and the
     look (`header`), each primary response's verdicts of its primary terms with the interval
@@ -252,9 +266,12 @@ def parent_note(rep: Report, sweep: SweepFrame) -> str:
             lines.append(f"| {md(head) if i == 0 else ''} | {md(v.term)} | {md(v.verdict + why)} | {md(_est(v))} |")
     lines += ["", *[f"- {md(r)}: {md(n)}" for r in answer_columns(d) for n in d.caveats.get(r, [])], "",
               f"The family's verdicts: {d.counts_text()}. {report}",
-              f"Attribution{f' at {md(look)}' if look else ''}."]
+              f"Attribution{f' at {md(look)}' if look else ''}.", "",
+              f"**Next:** `{next_command(d, record.experiment, rep.look)[1]}`"]
     text = "\n".join(lines)
-    return text if len(text) <= NOTE_LIMIT else text[:NOTE_LIMIT - 40] + "\n\n[cut: the rest in the report]"
+    if len(text) <= NOTE_LIMIT:
+        return text
+    return text[:NOTE_LIMIT - 200] + "\n\n[cut: the rest in the report]\n\n" + lines[-1]  # the next command kept
 
 
 def answer_lines(d: Decision) -> list[str]:
@@ -487,6 +504,7 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
              _look_html(rep),
              _verdict_table_html(d),
              f"<p><small>{esc(d.method())}. {CELLS_NOTE}</small></p>",
+             f"<p><b>Next:</b> <code>{esc(next_command(d, record.experiment, rep.look)[1])}</code></p>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]
                      if not (rep.look and line == rep.look.label())),
              "<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
@@ -511,7 +529,7 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
                  + _folded(f"the {len(sweep.runs)} runs", _run_table_html(sweep, ui)))
     parts.append("<h2>The terminal summary</h2>"
                  + _folded("as analysis report --verbose printed it", f"<pre>{esc(body)}</pre>"))
-    parts = _with_contents(parts, at=5)
+    parts = _with_contents(parts, at=6)
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse}"
              "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
              "table.t td{white-space:nowrap}table.verdicts td{text-align:left}table.t th{text-align:left}"

@@ -168,6 +168,9 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     assert recap.startswith("=== synthetic: (no description) ===\nverdicts (estimate [interval the decision used]):")
     assert "\n  spec/tau: D1 (shifted -> aligned) improves it" in recap and "every detail: analysis report synthetic" in recap
     assert not (tmp_path / "reports").exists()
+    # the last screen ends with the next command (every term decided here: each one's detail)
+    assert recap.rstrip().splitlines()[-1] == "  analysis report synthetic --verbose  (every family term is decided: each one's detail)" or \
+        recap.rstrip().splitlines()[-1].startswith(("  trials augment synthetic --replicates ", "  analysis plan synthetic")), recap
     r = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "synthetic", "--tracking-uri", store,
                         "--out", str(tmp_path / "rep")],
                        capture_output=True, text=True, cwd=tmp_path)  # artifacts go to ./mlruns

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis.load import read_parquet
+from analysis.report import build_report
 from analysis.results import rebuild, study_folders
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,3 +126,25 @@ def test_the_terminal_answer_of_a_committed_study_fits_a_screen_and_agrees_with_
             for (rr, term), s in rows.items():
                 if rr == r and re.search(rf"(?<![\w\[]){re.escape(term.split('[')[0])}(?![\w\]])", clause) and "[" not in term:
                     assert s == state, (r, term, clause)
+
+
+def test_every_committed_study_names_its_cheapest_next_command():
+    """`next_command` (the recap's last line, the HTML report's first screen, the parent
+    run's note): the augment the planner prices where blocks within the plan decide a term,
+    the planner where none do or the plan is spent, the report's detail where all is decided."""
+    import math
+
+    from analysis.render import next_command, next_step
+
+    for folder in study_folders(ROOT / "results"):
+        sweep = read_parquet(folder / "runs.parquet")
+        rep = build_report(sweep, None, unrecorded="read from a parquet export")
+        name = sweep.record.experiment
+        cost, command = next_command(rep.decision, name, rep.look)
+        step = next_step(rep.decision, name, rep.look)
+        if command.startswith("trials augment "):
+            assert command == f"trials augment {name} --replicates {int(cost)}" and command in step, (name, step)
+        elif command.startswith("analysis plan "):
+            assert math.isinf(cost) and step and f"analysis plan {name}" in step, (name, step)
+        else:
+            assert command.startswith(f"analysis report {name} --verbose") and not step, (name, step)
