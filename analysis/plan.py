@@ -56,7 +56,7 @@ def plan_with_look(sweep: SweepFrame, effect: float | None, responses: list[str]
     check_arguments(effect, 0.05 if alpha is None else alpha, target_power)
     if not factors:
         raise AnalysisError("no factor.* tags in these runs: not a factorial sweep")
-    declared = margins_for(record, margins, sweep.registry)
+    declared = margins_for(record, margins, sweep.registry, df)
     if effect is None:
         return _decision_plan(sweep, responses, alpha, declared, bool(margins), unrecorded, every)
     alpha = 0.05 if alpha is None else alpha

@@ -288,7 +288,7 @@ def answer_lines(d: Decision) -> list[str]:
     for r in cols:
         c = d.checks[r]
         lines.append(f"  {r} ({c.better + ' is better; ' if c.better else ''}"
-                     f"{'margin +-' + format(c.margin, 'g') if c.margin is not None else 'no margin declared'})")
+                     f"{'margin ' + c.margin_text if c.margin is not None else 'no margin declared'})")
         every = r in untested
         for v in shown[r]:
             lines.append(f"    {v.term.ljust(term_w)}  {v.verdict.ljust(verdict_w)}  {_est(v)}")
@@ -481,7 +481,7 @@ def _pct_text(level: float) -> str:
 
 
 def _col_note(check) -> str:
-    margin = f"margin ±{check.margin:g}" if check.margin is not None else "secondary, no margin"
+    margin = f"margin {check.margin_text.replace('+-', '±')}" if check.margin is not None else "secondary, no margin"
     return f"{check.better} is better; {margin}"
 
 

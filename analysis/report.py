@@ -56,7 +56,7 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     _refuse_empty(sweep)
     rules = sweep.registry
     stage = stage_of(df, rules)
-    declared = margins_for(record, margins, sweep.registry)
+    declared = margins_for(record, margins, sweep.registry, df)
     chosen, skipped = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment,
                                        rules=rules)
     data = factorial_rows(df, factors)

@@ -278,10 +278,18 @@ class ResponseCheck:
     n_cells: int
     replicates: int
     replicates_for_margin: tuple[int | None, int | None, int | None] | None = None  # at sigma low, point, high
+    margin_of: str = ""  # a relative margin's words: "10% of the control's mean 16.3"
+
+    @property
+    def margin_text(self) -> str:
+        """"+-0.01", or "+-1.63 (10% of the control's mean 16.3)" for a relative margin."""
+        if self.margin is None:
+            return "no margin declared"
+        return f"+-{self.margin:.4g}" + (f" ({self.margin_of})" if self.margin_of else "")
 
     def text(self, alpha_star: float) -> str:
         parts = [f"{self.better} is better" if self.better else "no better direction",
-                 f"margin +-{self.margin:g}" if self.margin is not None else "no margin declared",
+                 f"margin {self.margin_text}" if self.margin is not None else "no margin declared",
                  f"sigma {self.sigma:.3g} [95% CI {self.sigma_low:.3g}, {self.sigma_high:.3g}] on {self.df_resid:g} df",
                  f"R2 {self.r2:.2f} (adj {self.r2_adj:.2f})",
                  "pooled errors (balanced design)" if self.errors == "pooled" else

@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from trials.registry import UNKNOWN, Registry
+from trials.registry import UNKNOWN, Registry, relative_margin
 
 from . import power, variance
 from .anova import AnalysisError
@@ -74,19 +74,41 @@ COUNT_METRICS = {BEYOND: "verdicts/matters_beyond", UNSURE: "verdicts/matters_un
 # ---------------------------------------------------------------- margins
 
 def margins_for(record: SweepRecord, given: dict[str, float] | None = None,
-                rules: Registry | None = None) -> dict[str, dict]:
+                rules: Registry | None = None, runs: pd.DataFrame | None = None) -> dict[str, dict]:
     """The primary responses: the spec's (the sweep record's `responses`), with `given`
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
-    registry's (the swept workload's, as the record names it)."""
+    registry's (the swept workload's, as the record names it). A relative margin ("10%") is
+    resolved on `runs`: that share of the reference arm's mean (the control's where the sweep
+    has one, else every factorial run's), said in `of` beside the number."""
     rules = rules or UNKNOWN
     out = {}
     for name, decl in dict(record.responses).items():
-        out[name] = {"better": decl.get("better") or rules.better(name), "margin": float(decl["margin"])}
+        out[name] = {"better": decl.get("better") or rules.better(name),
+                     **_resolved(name, decl["margin"], runs)}
     for name, margin in (given or {}).items():
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin > 0):
             raise AnalysisError(f"--margin {name}: must be a finite number > 0, got {margin!r}")
         out[name] = {"better": rules.better(name), "margin": float(margin)}
     return out
+
+
+def _resolved(name: str, margin, runs: pd.DataFrame | None) -> dict:
+    """{"margin": a number} for an absolute margin; for a relative one, the number it comes
+    to on these runs and `of`, the words that say how."""
+    frac = relative_margin(margin)
+    if frac is None:
+        return {"margin": float(margin)}
+    if runs is None or name not in runs.columns:
+        raise AnalysisError(f"{name}: the relative margin {margin} needs the runs' {name} to resolve it")
+    values = pd.to_numeric(runs[name], errors="coerce")
+    arm = runs["arm"].astype(str) if "arm" in runs.columns else pd.Series("factorial", index=runs.index)
+    control = values[arm.str.startswith("control") & values.notna()]
+    ref, which = (control, "the control's") if len(control) else (values[arm == "factorial"].dropna(), "the runs'")
+    mean = float(ref.mean()) if len(ref) else math.nan
+    if not (math.isfinite(mean) and mean != 0):
+        raise AnalysisError(f"{name}: the relative margin {margin} needs a finite, non-zero mean of {which} "
+                            f"{name}, got {mean!r}")
+    return {"margin": frac * abs(mean), "of": f"{margin} of {which} mean {mean:.4g}"}
 
 
 def parse_margins(items: list[str] | None) -> dict[str, float]:
@@ -253,6 +275,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
         m = margins.get(r) or {}
         better, margin = m.get("better") or rules.better(r), m.get("margin")
         checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, a2)
+        checks[r].margin_of = m.get("of", "")
         for c in found[r]:
             v = _verdict(c, r, ms.models[r], a2, margin, better, family, r in primary and c.group in terms, a1)
             _at_look(v, binding or {}, look if levels is not None else None)

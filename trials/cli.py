@@ -64,7 +64,7 @@ def cmd_validate(args) -> int:
     if spec.primary_terms:
         print(f"  primary terms: {', '.join(spec.primary_terms)}")
     if spec.responses:
-        print("  primary responses: " + ", ".join(f"{r} ({d['better']} is better, margin +-{d['margin']:g})"
+        print("  primary responses: " + ", ".join(f"{r} ({d['better']} is better, margin +-{_margin_words(d['margin'])})"
                                                   for r, d in spec.responses.items()))
     else:
         print("  no primary responses declared: the analysis can say matters or undecided, never negligible")
@@ -95,6 +95,13 @@ def own_error_line(spec) -> str:
     elif most:
         line += f"; {most - 1} df at the plan's {most}"
     return line
+
+
+def _margin_words(margin) -> str:
+    """A margin as `validate` states it: the number, or a relative one's share and reference."""
+    if isinstance(margin, str):
+        return f"{margin} of the control's mean, else of every factorial run's (resolved by the analysis)"
+    return format(margin, "g")
 
 
 def _show(spec, uri: str, storage: str | None) -> None:

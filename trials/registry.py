@@ -22,7 +22,7 @@ from dataclasses import dataclass
 SPLIT_PREFIX = "split/"
 JACK_PREFIX = "jack/"
 JACK_GROUPS = 16  # an evaluation's items (prompts, batches) in at most this many jackknife groups
-PRIMARY_FORM = "{better: higher|lower, margin: NUMBER}"
+PRIMARY_FORM = "{better: higher|lower, margin: NUMBER or PERCENT such as 10%}"
 
 
 def split_name(response: str, group: int) -> str:
@@ -40,12 +40,27 @@ def jack_groups(items: int) -> int:
     return max(0, min(int(items), JACK_GROUPS))
 
 
+def relative_margin(margin) -> float | None:
+    """The fraction a relative margin (`"10%"`: of the reference arm's mean, resolved by the
+    analysis) stands for; None for anything else."""
+    if not isinstance(margin, str) or not margin.strip().endswith("%"):
+        return None
+    try:
+        pct = float(margin.strip()[:-1])
+    except ValueError:
+        return None
+    return pct / 100 if math.isfinite(pct) and 0 < pct < 1000 else None
+
+
 def margin_problem(margin) -> str | None:
-    """Why a margin is unusable (None when it is a finite number > 0)."""
+    """Why a margin is unusable (None when it is a finite number > 0, or a percentage such as
+    "10%": relative to the reference arm's mean, `analysis.verdicts.margins_for`)."""
     if margin is None:
         return "required: the smallest effect that would change a decision"
+    if relative_margin(margin) is not None:
+        return None
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
-        return f"must be a finite number > 0, got {margin!r}"
+        return f"must be a finite number > 0 or a percentage of the reference mean such as '10%', got {margin!r}"
     return None
 
 
@@ -148,7 +163,8 @@ class Registry:
             return None, f"{where}.better: 'higher' or 'lower', got {direction!r}"
         if known.better and direction != known.better:
             return None, f"{where}.better: {known.better} is better for {name}, not {direction}"
-        return {"better": direction, "margin": float(decl["margin"])}, None
+        margin = decl["margin"]
+        return {"better": direction, "margin": margin.strip() if isinstance(margin, str) else float(margin)}, None
 
 
 ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",

@@ -5,6 +5,7 @@ models), the family of primary terms, simple effects, sigma's interval and the p
 arithmetic."""
 
 import itertools
+import re
 
 import numpy as np
 import pandas as pd
@@ -455,3 +456,50 @@ def test_a_timing_pass_with_busy_rounds_is_a_caveat_beside_its_response(tmp_path
     assert "time it again on a quiet machine: trials time busy" in " ".join(
         build_report(SweepFrame(df.copy(), factors=list("ABC"), record=replace(
             record, timing=json.dumps({"response": "spec/speedup", "busy": 3}))), None).decision.caveats["spec/speedup"])
+
+
+def test_a_relative_margin_is_that_share_of_the_reference_mean_and_says_so(tmp_path, capsys):
+    """`margin: 10%`: the analysis resolves it on the runs (the control's mean where the sweep
+    has a control, else every factorial run's) and states the share and the mean beside
+    the number wherever the margin is shown; validate says what it will resolve to."""
+    import math
+
+    import pandas as pd
+
+    from analysis.anova import AnalysisError
+    from analysis.cli import main
+    from analysis.frame import SweepRecord
+    from analysis.verdicts import margins_for
+    from trials.registry import margin_problem, relative_margin
+    from trials.tracking import open_ledger
+    from trials.validate import parse
+
+    assert relative_margin("10%") == pytest.approx(0.1) and relative_margin(" 2.5% ") == pytest.approx(0.025)
+    for bad in ("10", "0%", "-5%", "nan%", "ten%", "1000%", 0.1):
+        assert relative_margin(bad) is None, bad
+    assert margin_problem("10%") is None and "a percentage of the reference mean" in margin_problem("ten%")
+    runs = pd.DataFrame({"arm": ["factorial"] * 4 + ["control=c"] * 2, "y": [2.0, 4.0, 2.0, 4.0, 10.0, 14.0]})
+    rec = SweepRecord(responses={"y": {"better": "lower", "margin": "10%"}})
+    got = margins_for(rec, runs=runs)["y"]
+    assert got["margin"] == pytest.approx(1.2) and got["of"] == "10% of the control's mean 12"
+    got = margins_for(rec, runs=runs[runs["arm"] == "factorial"])["y"]
+    assert got["margin"] == pytest.approx(0.3) and got["of"] == "10% of the runs' mean 3"
+    with pytest.raises(AnalysisError, match="needs a finite, non-zero mean"):
+        margins_for(rec, runs=runs.assign(y=0.0))
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = parse({"name": "rel", "base": {"preset": "tiny"}, "replicates": 4,
+                  "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}},
+                  "responses": {"spec/tau": {"better": "higher", "margin": "10%"}}})
+    assert spec.responses["spec/tau"]["margin"] == "10%"
+    ledger, rng = open_ledger(uri, spec), np.random.default_rng(0)
+    for t in spec.trials:
+        run_id, _ = ledger.open_child(t, {"target_hash": "0" * 16})
+        ledger.log_metrics(run_id, {"spec/tau": 3.0 + 0.02 * (t.levels["D1"] == "aligned") + rng.normal(0, 0.01)},
+                           step=1)
+        ledger.finish(run_id, "FINISHED", None)
+    ledger.finish(ledger.parent_id, "FINISHED")
+    assert main(["report", "rel", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 0
+    out = capsys.readouterr().out
+    said = re.search(r"margin \+-(\S+) \(10% of the runs' mean (\S+)\)", out)
+    assert said and math.isclose(float(said.group(1)), 0.1 * float(said.group(2).rstrip(")")), rel_tol=1e-3), out
+    assert "D1" in out and "negligible" in out  # +0.02 against a margin of about 0.3

@@ -176,7 +176,7 @@ def _with_responses(responses, **base):
 
 @pytest.mark.parametrize("responses,base,message", [
     ({"spec/tau": {"better": "higher"}}, {}, "responses.spec/tau.margin: required"),
-    ({"spec/tau": {"margin": 0}}, {}, "responses.spec/tau.margin: must be a finite number > 0, got 0"),
+    ({"spec/tau": {"margin": 0}}, {}, "responses.spec/tau.margin: must be a finite number > 0 or a percentage of the reference mean such as '10%', got 0"),
     ({"spec/tau": {"margin": -0.1}}, {}, "must be a finite number > 0"),
     ({"spec/tau": {"margin": float("nan")}}, {}, "must be a finite number > 0"),
     ({"spec/tau": {"margin": float("inf")}}, {}, "must be a finite number > 0"),
@@ -184,7 +184,7 @@ def _with_responses(responses, **base):
     ({"spec/tau": {"margin": "0.1"}}, {}, "must be a finite number > 0"),
     ({"spec/tau": {"better": "lower", "margin": 0.1}}, {}, "responses.spec/tau.better: higher is better for spec/tau"),
     ({"spec/tau": {"better": "up", "margin": 0.1}}, {}, "'higher' or 'lower'"),
-    ({"spec/tau": {"margin": 0.1, "alpha": 0.1}}, {}, "must be {better: higher|lower, margin: NUMBER}"),
+    ({"spec/tau": {"margin": 0.1, "alpha": 0.1}}, {}, "must be {better: higher|lower, margin: NUMBER or PERCENT such as 10%}"),
     ({"spec/taus": {"margin": 0.1}}, {}, "responses.spec/taus: not a metric the trainer reports"),
     ({"spec/tau": 0.1}, {}, "must be {better"),
     (["spec/tau"], {}, "responses: must map metric names"),
