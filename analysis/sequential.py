@@ -150,15 +150,19 @@ class Plan:
             t_k = min(1.0, max(float(t), before))
             alpha = spent(t_k, self.alpha) - spent(before, self.alpha)
             if alpha <= 0 and not what_if:
-                raise ValueError(self._no_alpha(data, t_k))
+                raise ValueError(self._no_alpha(data, t_k, blocks))
             ts = {r: min(1.0, max(float(f), self._last(r))) for r, f in (fractions or {}).items()}
             look = Look(data, blocks, evaluation, t_k, alpha, post_hoc=not self.declared, timed=timed, fractions=ts)
         self.looks.append(look)
         return look, True
 
-    def _no_alpha(self, data: str, t: float) -> str:
+    def _no_alpha(self, data: str, t: float, blocks: int = 0) -> str:
         """Why a new look has no alpha to test at, in one line."""
         last = len(self.looks)
+        most = max((x.blocks for x in self.looks), default=0)
+        if blocks < most:  # a subset of what the plan looked at (an export cut down, runs left out)
+            return (f"these runs hold {blocks} replicate block(s), fewer than the {most} that look {last} of the plan "
+                    "saw: a subset of its runs is no look of the plan; see it as a what-if, unrecorded (--alpha A)")
         if self.looks and self.looks[-1].data == data:
             why = (f"the same runs and evaluation as look {last}, with other timed values (a timing pass again): "
                    "re-timing adds no information on the plan's scale (blocks and items), and look "

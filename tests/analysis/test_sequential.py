@@ -353,3 +353,16 @@ def test_a_decision_is_binding_and_unchanged_data_is_not_tested_again():
     again = Plan.from_json(plan.to_json())
     assert again.binding(2) == {k: {**v, "look": 1} for k, v in plan.looks[0].decided.items()}
     assert "y|A" in again.binding(2) and again.binding(2)["y|A"]["verdict"] == BEYOND
+
+
+def test_a_subset_of_the_runs_a_plan_looked_at_is_no_look_and_says_so():
+    """A re-analysed export cut down below its last look's blocks: refused in one line that
+    says what it is (not a look with no alpha of 0.0), and the what-if named."""
+    plan = Plan(10, 0.05)
+    plan.look("all", 6, {}, 0.6)
+    with pytest.raises(ValueError) as e:
+        plan.look("fewer", 4, {}, 0.4)
+    assert str(e.value) == ("these runs hold 4 replicate block(s), fewer than the 6 that look 1 of the plan saw: a "
+                            "subset of its runs is no look of the plan; see it as a what-if, unrecorded (--alpha A)")
+    look, new = plan.look("fewer", 4, {}, 0.4, what_if=True)  # a what-if is computed, never recorded
+    assert new and look.alpha == 0
