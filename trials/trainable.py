@@ -10,6 +10,7 @@ import alone costs seconds (docs/performance.md).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -132,6 +133,7 @@ def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run
     the workload's `metrics` does not declare refused at its first report, naming it (the
     store would keep it under no rule, the analysis could not read it)."""
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        metrics = {k: (_number(run, k, v) if is_metric(k) or k == "step" else v) for k, v in metrics.items()}
         unknown = sorted(k for k in metrics if is_metric(k) and not k.startswith(ENGINE_PREFIX)
                          and registry.lookup(k) is None)
         if unknown:
@@ -150,6 +152,26 @@ def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run
         else:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
     return report
+
+
+def _number(run: str, name: str, value):
+    """A reported value as a plain Python number: a numpy number or a 0-d tensor or array is
+    one (its `.item()`); anything else fails the trial at once, naming it, rather than vanish
+    from the store (MLflow drops what it cannot log)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if value is None:
+        return math.nan  # not measured this time: NaN, which the store leaves out as it does Tune's leads
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, bool):
+        try:
+            got = item()
+        except (ValueError, RuntimeError, TypeError):
+            got = None  # a tensor or array of more than one value
+        if isinstance(got, (int, float)) and not isinstance(got, bool):
+            return got
+    raise TrialResultsError(f"run {run}: reported {name} = {str(value)[:60]!r} ({type(value).__name__}), not a number "
+                            "(a float or int, a numpy number, or a 0-d tensor)")
 
 
 @ray.remote(max_retries=1)

@@ -135,3 +135,50 @@ def test_a_wrong_value_signature_or_metric_name_is_named_before_or_at_the_first_
         "it (traceback: ") in line, r.stdout
     kept = Path(line.split("(traceback: ", 1)[1].rstrip(")"))
     assert kept.is_file() and kept.is_relative_to(tmp_path / "st")  # in the sweep's storage, beside Tune's records
+
+
+NUMBERS = '''
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Config:
+    lr: float = 0.1
+    seed: int = 0
+
+
+def train(cfg, report):
+    noise = np.random.default_rng(cfg.seed).normal(0, 0.01)
+    report({"val/loss": np.float32(1.0 + cfg.lr + noise), "val/acc": torch.tensor(0.5 + noise)})
+
+
+class Numbers:
+    name = "numbers"
+    config = Config
+    train = staticmethod(train)
+    metrics = {"val/loss": {"better": "lower", "margin": 0.1}, "val/acc": "higher"}
+
+
+WORKLOAD = Numbers()
+'''
+
+
+def test_numpy_numbers_and_0d_tensors_are_numbers_everywhere(tmp_path):
+    """A metric reported as np.float32 or a 0-d tensor reaches the store as a number (it used
+    to vanish from MLflow, and fail the trial as a primary response)."""
+    (tmp_path / "counted.py").write_text(NUMBERS)  # not numbers.py: the folder is on the path, beside the stdlib
+    (tmp_path / "s.yaml").write_text("name: numbers\nworkload: counted:WORKLOAD\n"
+                                     "factors: {lr: {low: {lr: 0.1}, high: {lr: 0.5}}}\nreplicates: 1\n")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    r = _cli(tmp_path, "run", "s.yaml", "--tracking-uri", uri, "--storage", str(tmp_path / "st"))
+    assert r.returncode == 0 and "2 finished, 0 failed" in r.stdout, (r.stdout + r.stderr)[-3000:]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("numbers")
+    kids = [x for x in client.search_runs([exp.experiment_id]) if "trial_key" in x.data.tags]
+    assert len(kids) == 2
+    for k in kids:
+        lr = float(k.data.params["lr"])
+        assert abs(k.data.metrics["val/loss"] - (1.0 + lr)) < 0.05 and abs(k.data.metrics["val/acc"] - 0.5) < 0.05
