@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from trials.store.client import DEFAULT_TRACKING_URI, run_command
-from trials.store.ui import default_ui_url
+from trials.store.ui import default_ui_url, exact_options
 from trials.store.reader import probe_store
 
 from .text import wrap_text
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("experiment", help=EXP_HELP)
     e.add_argument("path", help="the parquet file to write (its folder must exist)")
     e.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
+    exact_options(p)
     return p
 
 

@@ -16,7 +16,7 @@ from .lease import Lease
 from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, check_store,
                                  is_store_error, retrying, run_command, store_error,
                                  tracking_client)
-from trials.store.ui import RUNS_VIEW_TAG, default_ui_url, ui_url
+from trials.store.ui import RUNS_VIEW_TAG, default_ui_url, exact_options, ui_url
 from trials.store.reader import probe_store, reading_client
 from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
 
@@ -534,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--address", type=ray_address, help="the Ray cluster it will run on, as for run (none: this "
                    "machine, whose cores, GPUs and CUDA devices are checked now)")
     v.set_defaults(fn=cmd_validate)
+    exact_options(p)
     return p
 
 

@@ -413,3 +413,49 @@ def test_a_contrast_cannot_take_a_factor_or_control_name_and_is_named_in_primary
         parse({**HALF, "contrasts": {"A": DIAGONAL}})
     with pytest.raises(SpecError, match="primary_terms: 'diag' is neither a factor.*contrasts: diagonal"):
         parse({**HALF, "contrasts": {"diagonal": DIAGONAL}, "primary_terms": ["diag"]})
+
+
+def test_a_key_given_twice_or_absurd_nesting_is_refused_in_one_line(tmp_path, capsys):
+    """YAML keeps the last of two equal keys without a word (a factor replaced, replicates 2
+    -> 50): refused, naming the key and both lines. A 2 KB spec nested 1,000 deep (a
+    RecursionError of thousands of lines) is refused in one line too, and `trials list`
+    shows such a saved spec as unreadable while listing the others."""
+    from trials import validate
+    from trials.cli import main as trials
+
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("name: d\nreplicates: 2\nfactors: {D1: {a: {window: shifted}, b: {window: aligned}}}\n"
+                   "replicates: 50\n")
+    with pytest.raises(SpecError) as e:
+        validate.load(dup)
+    assert str(e.value).endswith("the key 'replicates' is given twice in one mapping (lines 2 and 4); YAML would "
+                                 "keep the last one silently"), str(e.value)
+    inner = tmp_path / "inner.yaml"
+    inner.write_text("name: d\nfactors:\n  D1: {a: {window: shifted, window: aligned}, b: {window: aligned}}\n")
+    with pytest.raises(SpecError, match="the key 'window' is given twice in one mapping"):
+        validate.load(inner)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: d\nbase: " + "{a: " * 1000 + "1" + "}" * 1000 + "\n")
+    with pytest.raises(SpecError) as e:
+        validate.load(deep)
+    assert "its YAML nests deeper than 32 levels" in str(e.value) and len(str(e.value).splitlines()) == 1
+    # a saved spec that cannot be read: its row says so, the list goes on
+    root = tmp_path / "st"
+    (root / "deep").mkdir(parents=True)
+    (root / "deep" / "spec.yaml").write_text(deep.read_text())
+    (root / "deep" / "sweep.json").write_text('{"tracking_uri": "sqlite:///x.db"}')
+    assert trials(["list", "--storage", str(root)]) == 0
+    listed = capsys.readouterr().out
+    assert "deep" in listed and "unreadable: spec: " in listed and "nests deeper than 32 levels" in listed, listed
+
+
+def test_an_abbreviated_option_is_not_guessed(capsys):
+    from analysis.cli import main as analysis
+    from trials.cli import main as trials
+
+    with pytest.raises(SystemExit) as e:
+        trials(["status", "x", "--stor", "4"])
+    assert e.value.code == 2 and "unrecognized arguments: --stor 4" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        analysis(["report", "x", "--track", "sqlite:///y.db"])
+    assert "unrecognized arguments: --track" in capsys.readouterr().err

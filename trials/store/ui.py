@@ -1,4 +1,4 @@
-"""Links into the MLflow UI, and the sweep's saved runs view.
+"""Links into the MLflow UI, the sweep's saved runs view, and the commands' exact options.
 
 The UI link (`ui_url`) names the model-training view, which MLflow 3 does not pick alone.
 The saved runs view is an undocumented format of MLflow's UI (the `mlflow.sharedViewState.<key>`
@@ -124,3 +124,15 @@ def _bar_charts(responses: list[str]) -> dict:
             "compareRunCharts": [{"uuid": f"bar-{i}", "type": "BAR", "metricKey": store_key(r),
                                   "runsCountToCompare": 100, "metricSectionId": section,
                                   "deleted": False, "isGenerated": False} for i, r in enumerate(responses)]}
+
+
+def exact_options(parser) -> None:
+    """Refuse abbreviated options in every (sub)command of an argparse parser: `--stor 4`
+    read as `--storage 4` is a guess a user did not make (argparse's default)."""
+    import argparse
+
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                exact_options(sub)
