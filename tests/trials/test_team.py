@@ -339,7 +339,9 @@ def test_a_local_sweep_starts_its_own_ray_beside_one_that_ray_start_left(tmp_pat
         rc, out, err = trials("run", str(spec), "--storage", str(tmp_path / "st"),
                               "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path)
         assert rc == 0, err[-2000:]
-        assert len(ray_sessions() - sessions) == 1  # a Ray of its own, not the head's
+        # a Ray of its own, not the head's: a session that was not there before (another user's
+        # Ray starting meanwhile may add more: the count is machine-wide) and no word of the head's port
+        assert len(ray_sessions() - sessions) >= 1
         assert f":{port}" not in err + out
     finally:
         head.terminate()
