@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from trials.store.client import DEFAULT_TRACKING_URI, run_command
+from trials.store.client import DEFAULT_TRACKING_URI, absolute_uri, check_store, run_command
 from trials.store.ui import default_ui_url, exact_options
-from trials.store.reader import probe_store
+from trials.store.reader import probe_store, reading_client
 
 from .text import wrap_text
 from . import links
@@ -129,8 +129,14 @@ def _results(args) -> int:
 def _notebook(args) -> int:
     from .verdicts import parse_margins
 
+    margins = parse_margins(args.margin)  # refused before any work, as the store's answer is
+    uri = absolute_uri(args.tracking_uri)
+    check_store(uri)  # a SQLite file that is not there is said, not made
+    probe_store(uri)
+    if reading_client(uri).get_experiment_by_name(args.experiment) is None:
+        raise AnalysisError(f"experiment {args.experiment!r} does not exist in {uri}")
     path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
-                   margins=parse_margins(args.margin))
+                   margins=margins)
 
     shown = answer(path)
     if shown:

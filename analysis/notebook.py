@@ -12,6 +12,8 @@ from pathlib import Path
 
 from trials.store.client import absolute_uri, check_store
 
+from .anova import AnalysisError
+
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 
 
@@ -22,6 +24,7 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
     import nbformat
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     uri = absolute_uri(tracking_uri)
     check_store(uri)
@@ -45,6 +48,12 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
             try:
                 NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
                                resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
+            except CellExecutionError as e:  # the cell's traceback stays in the notebook written here
+                path = folder / f"{name}.ipynb"
+                nbformat.write(nb, path)
+                said = " ".join(f"{e.ename}: {e.evalue}".split())[:300]
+                raise AnalysisError(f"notebook {name}: a cell raised {said} (the notebook, with the traceback: "
+                                    f"{path})") from None
             except Exception:
                 tail = log.read_text(errors="replace").strip().splitlines()[-5:]
                 if tail:

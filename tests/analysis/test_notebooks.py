@@ -70,3 +70,14 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
                          cwd=tmp_path / "reports", capture_output=True, text=True)
     assert bad.returncode == 2 and "does not exist" in bad.stderr  # no empty store created
     assert not (tmp_path / "reports" / "mlflow.db").exists()
+    # an experiment the store does not hold, and a cell that raises: one line each, the
+    # traceback left in the written notebook
+    missing = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "nothing"],
+                             cwd=tmp_path, capture_output=True, text=True)
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    assert "experiment 'nothing' does not exist in sqlite:///" in missing.stderr
+    raising = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "synthetic",
+                              "--responses", "no/such"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert raising.returncode == 2 and len(raising.stderr.strip().splitlines()) == 1, raising.stderr
+    assert "notebook attribution: a cell raised " in raising.stderr and "(the notebook, with the traceback: " in \
+        raising.stderr and "Traceback" not in raising.stderr, raising.stderr
