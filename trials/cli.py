@@ -274,6 +274,11 @@ def cmd_reeval(args) -> int:
               f"--storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 130
     print(f"{args.name}: {out['done']} trial(s) re-evaluated ({said}), {out['skipped']} already were")
+    if out["refused"]:
+        print(f"{args.name}: {len(out['refused'])} trial(s) recorded nothing (their evaluation is unchanged, and the "
+              f"same command asks them again): " + "; ".join(out["refused"][:3])
+              + (f"; and {len(out['refused']) - 3} more" if len(out["refused"]) > 3 else ""), file=sys.stderr)
+        return 1
     return 0
 
 

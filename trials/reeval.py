@@ -30,6 +30,7 @@ continues where it stopped.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -113,11 +114,16 @@ def reeval(name: str, storage: str | None, counts: dict[str, int], *, tracking_u
             res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
             pending = {reeval_task.options(**res).remote(spec.wl, bound[t.key].to_dict(), checkpoints[t.key],
                                                          asks[t.key]): t for t in todo}
-            done = 0
+            done, refused = 0, []
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 t = pending.pop(ready[0])
-                metrics, files = ray.get(ready[0])
+                metrics, files = _result(ready[0], t.run_name)
+                metrics, problem = plain_numbers(metrics)
+                if problem:  # nothing recorded: the run keeps its evaluation and is asked again next time
+                    refused.append(f"{t.run_name}: {problem}")
+                    say(f"{name}: {t.run_name}: nothing recorded, {problem}")
+                    continue
                 _log_evaluation(client, runs[t.key], root / name, metrics, files, asks[t.key])
                 done += 1
                 say(f"{name}: {done}/{len(todo)} {t.run_name}: " + ", ".join(
@@ -125,7 +131,37 @@ def reeval(name: str, storage: str | None, counts: dict[str, int], *, tracking_u
         finally:
             if started:
                 ray.shutdown()
-    return {"done": done, "skipped": len(finished) - len(todo)}
+    return {"done": done, "skipped": len(finished) - len(todo), "refused": refused}
+
+
+def _result(ref, run: str) -> tuple[dict, dict]:
+    """A re-evaluation's (metrics, files); the workload's own error in one line naming the run."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        cause = e.cause if getattr(e, "cause", None) is not None else e
+        said = " ".join(str(cause).split())[:300] or "(no message)"
+        raise ValueError(f"reeval: {run}: the workload's reevaluate raised {type(cause).__name__}: {said}") from None
+
+
+def plain_numbers(metrics) -> tuple[dict, str | None]:
+    """A re-evaluation's metrics as plain numbers (a numpy number or 0-d tensor is one), and
+    why they cannot be recorded (not a mapping of names to finite numbers), or None: a run is
+    tagged with its new counts only beside values that are."""
+    if not isinstance(metrics, dict) or not metrics:
+        return {}, f"reevaluate returned {str(metrics)[:60]!r}, not a mapping of metric names to numbers"
+    out = {}
+    for k, v in metrics.items():
+        item = getattr(v, "item", None)
+        if callable(item) and not isinstance(v, (bool, int, float)):
+            try:
+                v = item()
+            except (ValueError, RuntimeError, TypeError):
+                pass
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return {}, f"{k} = {str(v)[:60]!r} is not a finite number"
+        out[k] = v
+    return out, None
 
 
 def check_checkpoints(checkpoints: dict[str, str], configs: dict, wl, command: str = "reeval") -> None:

@@ -195,3 +195,32 @@ def _check_against_the_checkpoint(spec, storage, runs):
     assert run.data.metrics["val/bpb"] == pytest.approx(bpb, rel=1e-6)
     without_1 = lm_bpb(trainer.target, [batches[i] for i in (0, 2, 3)], trainer.device, trainer.autocast)
     assert run.data.metrics["jack/val/bpb:g1"] == pytest.approx(without_1, rel=1e-6)
+
+
+def test_a_reevaluation_that_raises_or_returns_no_numbers_records_nothing_and_says_which(ray_local):
+    """The workload's `reevaluate` raising is one line naming the run and the error (it was a
+    41-line traceback naming no trial); text, NaN or a mapping of no numbers records nothing
+    (it used to tag the run with the new count beside its old evaluation, so a rerun skipped
+    it); numpy numbers and 0-d tensors are numbers."""
+    import numpy as np
+    import ray
+    import torch
+
+    from trials.reeval import _result, plain_numbers
+
+    @ray.remote(max_retries=1)
+    def boom():
+        raise KeyError("prompts")
+
+    with pytest.raises(ValueError) as e:
+        _result(boom.remote(), "D1=aligned r2")
+    assert str(e.value).startswith("reeval: D1=aligned r2: the workload's reevaluate raised KeyError: ")
+    assert len(str(e.value).splitlines()) == 1 and "prompts" in str(e.value)
+    assert plain_numbers({"val/loss": np.float32(1.5), "spec/tau": torch.tensor(2.0)}) == (
+        {"val/loss": 1.5, "spec/tau": 2.0}, None)
+    for bad, said in [({"val/loss": float("nan")}, "val/loss = 'nan' is not a finite number"),
+                      ({"val/loss": "1.2"}, "val/loss = '1.2' is not a finite number"),
+                      ("done", "reevaluate returned 'done', not a mapping of metric names to numbers"),
+                      ({}, "not a mapping of metric names to numbers")]:
+        got, problem = plain_numbers(bad)
+        assert got == {} and said in problem, (bad, problem)
