@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     spec = study_spec(args.cpu, args.replicates, steps, overrides)
     df = run_local(spec, out / "runs.parquet", storage, deadline_s=deadline, say=log,
-                   timing=TimingSettings(rounds=2, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8)).runs
+                   timing=TimingSettings(rounds=3, prompts=2) if args.cpu else TimingSettings(rounds=5, prompts=8)).runs
     log(f"gpu_study: done, {len(df)} of {n} trials in {out / 'runs.parquet'}")
     return 0 if len(df) == n else 1
 

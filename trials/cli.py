@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import design, expand, layout, saved, spec as specmod, validate
-from .timing import TimingSettings, TimingSettings as S, time_sweep
+from .timing import SIGTERMED, Terminated, TimingSettings, TimingSettings as S, stop_on_sigterm, time_sweep
 from .augment import augment
 from .recover import recover
 from .lease import Lease
@@ -316,12 +316,13 @@ def cmd_time(args) -> int:
     """The interleaved timing pass of every finished trial (the timed responses)."""
     settings = TimingSettings(rounds=args.rounds, warmup=args.warmup, prompts=args.prompts, steps=args.steps,
                               seed=args.seed)
+    stop_on_sigterm()  # from here: the pass sets it again after ray.init, which sets its own
     try:
         out = time_sweep(args.name, args.storage, args.tracking_uri, args.address, settings, again=args.again)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"trials: timing pass of {args.name} interrupted; nothing was recorded. Run it again with:\n"
               f"  trials time {args.name} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
-        return 130
+        return 143 if isinstance(e, Terminated) or SIGTERMED else 130
     if out is None:  # every run timed already: said
         return 0
     print(f"{args.name}: {out['response']} of {len(out['values'])} run(s) from {out['rounds']} interleaved rounds "
@@ -492,7 +493,7 @@ def _add_time(sub) -> None:
     t = _named(sub, "time", "time each finished trial's timed response (spec/speedup or train/step_ms) once, "
                "a block's arms in interleaved rounds on one node", cmd_time)
     t.add_argument("--rounds", type=int, default=S.rounds,
-                   help="rounds (>= 2); every run once per round, in a fresh random order")
+                   help="rounds (>= 3: with 2 a busy round cannot be told from the other); every run once per round, in a fresh random order")
     t.add_argument("--warmup", type=int, default=S.warmup,
                    help="untimed repetitions of a run just before its timed one, every round")
     t.add_argument("--prompts", type=int, default=S.prompts,

@@ -119,7 +119,7 @@ def reeval(name: str, storage: str | None, counts: dict[str, int], *, tracking_u
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 t = pending.pop(ready[0])
                 metrics, files = _result(ready[0], t.run_name)
-                metrics, problem = plain_numbers(metrics)
+                metrics, problem = plain_numbers(metrics, spec.responses)
                 if problem:  # nothing recorded: the run keeps its evaluation and is asked again next time
                     refused.append(f"{t.run_name}: {problem}")
                     say(f"{name}: {t.run_name}: nothing recorded, {problem}")
@@ -144,10 +144,12 @@ def _result(ref, run: str) -> tuple[dict, dict]:
         raise ValueError(f"reeval: {run}: the workload's reevaluate raised {type(cause).__name__}: {said}") from None
 
 
-def plain_numbers(metrics) -> tuple[dict, str | None]:
+def plain_numbers(metrics, primary=()) -> tuple[dict, str | None]:
     """A re-evaluation's metrics as plain numbers (a numpy number or 0-d tensor is one), and
-    why they cannot be recorded (not a mapping of names to finite numbers), or None: a run is
-    tagged with its new counts only beside values that are."""
+    why they cannot be recorded, or None: not a mapping of names to numbers, or a primary
+    response (`primary`) among them that is not finite. A run is tagged with its new counts
+    only beside values that are; a NaN elsewhere (a metric degenerate in this evaluation)
+    is left out of the store, as a trial's is."""
     if not isinstance(metrics, dict) or not metrics:
         return {}, f"reevaluate returned {str(metrics)[:60]!r}, not a mapping of metric names to numbers"
     out = {}
@@ -158,8 +160,8 @@ def plain_numbers(metrics) -> tuple[dict, str | None]:
                 v = item()
             except (ValueError, RuntimeError, TypeError):
                 pass
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return {}, f"{k} = {str(v)[:60]!r} is not a finite number"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (k in primary and not math.isfinite(v)):
+            return {}, f"{k} = {str(v)[:60]!r} is not a {'finite ' if k in primary else ''}number"
         out[k] = v
     return out, None
 

@@ -39,7 +39,9 @@ shared target, and settings out of range.
 from __future__ import annotations
 
 import json
+import math
 import random
+import signal
 import socket
 import statistics
 import tempfile
@@ -74,7 +76,9 @@ class TimingSettings:
     seed: int = 0  # seeds the rounds' orders (with the round) and the backbone's batches
 
     def __post_init__(self):
-        for name, least in (("rounds", 2), ("warmup", 0), ("prompts", 1), ("steps", 1), ("seed", None)):
+        # 3 rounds at least: with 2, a busy round cannot be told from the other (both depart
+        # from their median alike), so the busy check would have nothing to stand on
+        for name, least in (("rounds", 3), ("warmup", 0), ("prompts", 1), ("steps", 1), ("seed", None)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or (least is not None and v < least):
                 raise ValueError(f"--{name}: an integer{f' >= {least}' if least is not None else ''}, got {v!r}")
@@ -189,14 +193,18 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
             f"{settings.warmup} warm-up(s) each, {size} {hooks.size[stage]} a repetition")
 
         started = cluster.init_ray(address)
+        previous = stop_on_sigterm()  # after ray.init, which sets its own (sys.exit(15): exit 1 and a stack dump)
         try:
             record = _drive(spec, stage, {t.key: bound[t.key].to_dict() for t in finished}, checkpoints, settings, say)
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             if started:
                 import ray
 
                 ray.shutdown()
         record["runs"] = {t.key: t.run_name for t in finished}
+        check_pass(record, hooks.response[stage], name)
         log_pass(client, {t.key: runs[t.key] for t in finished}, record, root / name)
     if record["busy"]:
         say(busy_warning(name, record))
@@ -211,6 +219,37 @@ def busy_warning(name: str, record: dict) -> str:
             f"{first['value']:.3g} against {first['median']:.3g}): a load during the pass, or repetitions too short "
             f"to time steadily (more --prompts or --steps); the values skew every look that reads them; time it "
             f"again on a quiet machine: trials time {name}")
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM during the pass: stopped like a Ctrl-C (nothing of the pass is recorded), exit 143."""
+
+
+SIGTERMED: list[int] = []  # the SIGTERMs received: Ray may hand the interrupt on as a plain KeyboardInterrupt
+
+
+def stop_on_sigterm():
+    """SIGTERM raises `Terminated` in the main thread; returns the handler it replaced (None
+    off the main thread, where signals cannot be set)."""
+    def stop(signum, frame):
+        SIGTERMED.append(signum)
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, stop)
+    except ValueError:
+        return None
+
+
+def check_pass(record: dict, response: str, name: str) -> None:
+    """A pass whose values are not all finite and > 0 (a time, or a ratio of times) records
+    nothing: it is one interleaved measurement, so none of it is kept; says which runs."""
+    bad = [f"{record['runs'].get(k, k)} ({v!r})" for k, v in record["values"].items()
+           if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
+    if bad:
+        raise ValueError(f"time: the pass measured no usable {response} (finite and > 0) for {len(bad)} run(s), "
+                         f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}; nothing is recorded: run "
+                         f"`trials time {name}` again")
 
 
 def busy_rounds(hooks, stage: str, rounds: list[dict]) -> list[dict]:

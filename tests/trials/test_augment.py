@@ -182,7 +182,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     assert {p for _, p in old.values()} == {2.0}
     said = []
     out = reeval("again", storage, {"spec_prompts": 6}, say=said.append)
-    assert out == {"done": 4, "skipped": 0}
+    assert out == {"done": 4, "skipped": 0, "refused": []}
     client = MlflowClient(uri)
     _, after = kids(uri, "again")
     for r in after:
@@ -200,7 +200,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     # the new evaluation's jackknife groups: G = min(6 prompts, 16), and no split/ groups any more
     assert set(df["split/prompts"]) == {6.0} and "jack/spec/tau@g5" in df.columns and "jack/spec/tau@g6" not in df
     assert "split/spec/tau@g3" not in df.columns
-    assert reeval("again", storage, {"spec_prompts": 6}, say=said.append) == {"done": 0, "skipped": 4}  # resumable: nothing again
+    assert reeval("again", storage, {"spec_prompts": 6}, say=said.append) == {"done": 0, "skipped": 4, "refused": []}  # resumable: nothing again
     with pytest.raises(ValueError, match="--spec-prompts"):
         reeval("again", storage, {"spec_prompts": 1})
     # a block added after a reeval is evaluated like the rest: no look mixes 2 and 6 prompts

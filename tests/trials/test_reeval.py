@@ -155,7 +155,7 @@ def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path,
     with pytest.raises(ValueError, match="backbone-stage trials, which decode nothing"):
         reeval("bb", storage, {"spec_prompts": 4, "eval_batches": 4})
     said = []
-    assert reeval("bb", storage, {"eval_batches": 4}, say=said.append) == {"done": 4, "skipped": 0}
+    assert reeval("bb", storage, {"eval_batches": 4}, say=said.append) == {"done": 4, "skipped": 0, "refused": []}
     assert said[0] == "bb: re-evaluating 4 trial(s) with 4 held-out batches (0 already done)"
     client = MlflowClient(uri)
     for r in trials_of(uri, "bb"):
@@ -218,9 +218,10 @@ def test_a_reevaluation_that_raises_or_returns_no_numbers_records_nothing_and_sa
     assert len(str(e.value).splitlines()) == 1 and "prompts" in str(e.value)
     assert plain_numbers({"val/loss": np.float32(1.5), "spec/tau": torch.tensor(2.0)}) == (
         {"val/loss": 1.5, "spec/tau": 2.0}, None)
+    assert plain_numbers({"val/loss": 1.0, "conf/auroc@1": float("nan")}, ["val/loss"])[1] is None  # degenerate here
     for bad, said in [({"val/loss": float("nan")}, "val/loss = 'nan' is not a finite number"),
                       ({"val/loss": "1.2"}, "val/loss = '1.2' is not a finite number"),
                       ("done", "reevaluate returned 'done', not a mapping of metric names to numbers"),
                       ({}, "not a mapping of metric names to numbers")]:
-        got, problem = plain_numbers(bad)
+        got, problem = plain_numbers(bad, ["val/loss"])
         assert got == {} and said in problem, (bad, problem)

@@ -3,9 +3,11 @@ backbone-stage sweeps on real Ray and a real MLflow SQLite store, with its refus
 the drafter sweep, `trials recover` rebuilding the passes, a re-evaluation and a look."""
 
 import json
+import os
 import re
 import runpy
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -50,7 +52,7 @@ def test_schedule_times_every_run_once_a_round_after_its_warmups_in_seeded_order
 
 
 def test_settings_refuse_out_of_range_values_and_values_summarise_raw_times():
-    for bad, flag in ((dict(rounds=1), "--rounds"), (dict(warmup=-1), "--warmup"), (dict(prompts=0), "--prompts"),
+    for bad, flag in ((dict(rounds=1), "--rounds"), (dict(rounds=2), "--rounds: an integer >= 3"), (dict(warmup=-1), "--warmup"), (dict(prompts=0), "--prompts"),
                       (dict(steps=0), "--steps"), (dict(rounds=True), "--rounds"), (dict(seed=1.5), "--seed")):
         with pytest.raises(ValueError, match=flag):
             TimingSettings(**bad)
@@ -137,7 +139,7 @@ def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_lo
         assert rec["values"][key] == pytest.approx(ar / sum(sum(t[key]["spec_s"]) for t in raw["times"]))
     _bench(uri, capsys)
     # each run is timed once: a second pass with nothing new times nothing and writes nothing
-    assert time_sweep("timed", storage, settings=TimingSettings(rounds=2, warmup=0, prompts=1, seed=1),
+    assert time_sweep("timed", storage, settings=TimingSettings(rounds=3, warmup=0, prompts=1, seed=1),
                       say=said.append) is None
     assert "every finished run is timed already" in said[-1] and "--again" in said[-1]
     client, parent, runs = _kids(uri, "timed")
@@ -155,13 +157,13 @@ def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_lo
     by_key = {k: r for k, r in by_key.items() if k != lone.data.tags["trial_key"]}
     assert untimed_blocks([t for t in spec.trials if t.key in by_key], by_key) == []
     client.set_tag(lone.info.run_id, PASS_TAG, rec["id"])
-    again = time_sweep("timed", storage, settings=TimingSettings(rounds=2, warmup=0, prompts=1, seed=1),
+    again = time_sweep("timed", storage, settings=TimingSettings(rounds=3, warmup=0, prompts=1, seed=1),
                        say=said.append, again=True)  # --again replaces: a new step, a new id
     client, parent, runs = _kids(uri, "timed")
     assert again["id"] != rec["id"] and json.loads(parent.data.tags[SUMMARY_TAG])["id"] == again["id"]
     for r in runs:
         hist = client.get_metric_history(r.info.run_id, "spec/speedup")
-        assert len(hist) == 2 and hist[0].step < hist[1].step and r.data.metrics["timing/rounds"] == 2
+        assert len(hist) == 2 and hist[0].step < hist[1].step and r.data.metrics["timing/rounds"] == 3
         assert r.data.metrics["spec/speedup"] == pytest.approx(again["values"][r.data.tags["trial_key"]])
     _refusals(tmp_path, uri, storage, client, runs)
     _recover_rebuilds_what_the_store_held(tmp_path, uri, storage)
@@ -177,7 +179,7 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
     from analysis.sequential import Plan
     from trials.cli import main
 
-    assert reeval("timed", storage, {"spec_prompts": 4}, say=lambda s: None) == {"done": 4, "skipped": 0}
+    assert reeval("timed", storage, {"spec_prompts": 4}, say=lambda s: None) == {"done": 4, "skipped": 0, "refused": []}
     record_look(load_runs("timed", uri), uri, Plan(3, 0.05).to_json(), "look 1 (the test's)", 1)
     before = _held(uri, tmp_path / "before")
     assert before["parent"]["tags"]["look.1"] == "look 1 (the test's)" and before["parent"]["pass.json"]
@@ -304,7 +306,7 @@ def _refusals(tmp_path, uri, storage, client, runs):
     for what, (rc, err) in got["cases"].items():
         assert rc == 2 and err.count("\n") == 1 and err.startswith("trials: error: ") and what in err, (what, err)
     for r in runs:  # nothing written by a refused pass
-        assert client.get_run(r.info.run_id).data.metrics["timing/rounds"] == 2
+        assert client.get_run(r.info.run_id).data.metrics["timing/rounds"] == 3
 
 
 def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ray_local, tmp_path, corpus_dir):
@@ -315,17 +317,31 @@ def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ra
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     for d in (tmp_path / "st" / "steps").glob("*/checkpoint_*"):  # the step is the config's: no weights needed
         shutil.rmtree(d)
-    rec = time_sweep("steps", storage, settings=TimingSettings(rounds=2, warmup=1, steps=3, seed=0), say=lambda s: None)
+    rec = time_sweep("steps", storage, settings=TimingSettings(rounds=3, warmup=1, steps=3, seed=0), say=lambda s: None)
     client, parent, runs = _kids(uri, "steps")
     assert len(runs) == 3 and rec["response"] == "train/step_ms"
     for r in runs:
         m = r.data.metrics
         assert m["train/step_ms"] == pytest.approx(rec["values"][r.data.tags["trial_key"]]) and m["train/step_ms"] > 0
-        assert m["timing/rounds"] == 2 and m["timing/steps"] == 3 and "train/step_ms_sweep" in m
+        assert m["timing/rounds"] == 3 and m["timing/steps"] == 3 and "train/step_ms_sweep" in m
     raw = _pass_file(client, parent, tmp_path)
-    assert [sorted(o) for o in raw["orders"]] == [sorted(rec["values"])] * 2
+    assert [sorted(o) for o in raw["orders"]] == [sorted(rec["values"])] * 3
     assert all(len(t["step_s"]) == 3 for times in raw["times"] for t in times.values())
     assert json.loads(parent.data.tags[SUMMARY_TAG])["steps"] == 3
+    # SIGTERM mid-pass (a service manager, `timeout`): nothing recorded, exit 143, the line to run it again
+    proc = subprocess.Popen([sys.executable, "-m", "trials.cli", "time", "steps", "--storage", storage, "--again",
+                             "--rounds", "200", "--steps", "20"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    said = ""
+    while "round 1/200 timed" not in said and proc.poll() is None:  # inside the pass: Ray up, rounds under way
+        said += proc.stdout.readline()
+    assert "timing 3 run(s)" in said, said
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == f"  trials time steps --storage {tmp_path / 'st'}", err[-3000:]
+    assert "Traceback" not in err and "*** SIG" not in err, err[-3000:]
+    assert json.loads(_kids(uri, "steps")[1].data.tags[SUMMARY_TAG])["id"] == rec["id"]  # nothing new recorded
 
 
 def test_the_speedup_jackknife_leaves_out_each_group_of_timing_prompts():
@@ -363,3 +379,17 @@ def test_a_round_run_on_a_busy_machine_is_named_and_a_quiet_pass_is_not():
     assert "a load during the pass, or repetitions too short to time steadily" in line
     assert line.endswith("time it again on a quiet machine: trials time hb") and "\n" not in line
     assert busy_rounds(Timing(), "drafter", busy[:2]) == []  # two rounds have no median to stand against
+
+
+def test_a_pass_with_a_value_that_is_no_time_records_nothing_and_names_the_runs():
+    """A NaN, zero or negative step time (a broken clock, a repetition that did nothing) used
+    to be recorded, or stamp the pass's id on the previous pass's values."""
+    from trials.timing import check_pass
+
+    good = {"runs": {"a": "D1=x r0", "b": "D1=y r0"}, "values": {"a": 16.3, "b": 17.0}}
+    check_pass(good, "train/step_ms", "demo")
+    for v in (float("nan"), 0.0, -3.0, float("inf"), None):
+        with pytest.raises(ValueError) as e:
+            check_pass({**good, "values": {"a": 16.3, "b": v}}, "train/step_ms", "demo")
+        assert str(e.value) == (f"time: the pass measured no usable train/step_ms (finite and > 0) for 1 run(s), "
+                                f"D1=y r0 ({v!r}); nothing is recorded: run `trials time demo` again")
