@@ -193,16 +193,8 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
             f"{settings.warmup} warm-up(s) each, {size} {hooks.size[stage]} a repetition")
 
         started = cluster.init_ray(address)
-        previous = stop_on_sigterm()  # after ray.init, which sets its own (sys.exit(15): exit 1 and a stack dump)
-        try:
-            record = _drive(spec, stage, {t.key: bound[t.key].to_dict() for t in finished}, checkpoints, settings, say)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-            if started:
-                import ray
-
-                ray.shutdown()
+        record = _on_ray(started, lambda: _drive(spec, stage, {t.key: bound[t.key].to_dict() for t in finished},
+                                                  checkpoints, settings, say))
         record["runs"] = {t.key: t.run_name for t in finished}
         check_pass(record, hooks.response[stage], name)
         log_pass(client, {t.key: runs[t.key] for t in finished}, record, root / name)
@@ -219,6 +211,21 @@ def busy_warning(name: str, record: dict) -> str:
             f"{first['value']:.3g} against {first['median']:.3g}): a load during the pass, or repetitions too short "
             f"to time steadily (more --prompts or --steps); the values skew every look that reads them; time it "
             f"again on a quiet machine: trials time {name}")
+
+
+def _on_ray(started: bool, work):
+    """`work()` on the Ray just joined, a SIGTERM stopping it as a Ctrl-C would; the Ray shut
+    down after where this pass started it."""
+    previous = stop_on_sigterm()  # after ray.init, which sets its own (sys.exit(15): exit 1 and a stack dump)
+    try:
+        return work()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if started:
+            import ray
+
+            ray.shutdown()
 
 
 class Terminated(KeyboardInterrupt):
