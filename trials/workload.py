@@ -62,8 +62,9 @@ this distribution declares `dspark` there), a path listed in the environment var
 DSPARK_SWEEPS_WORKLOADS (comma-separated; the user's own choice, as a command line is), or
 one this user ran themselves: a path given on the command line or in a spec file is kept in
 the user's own list (`$XDG_CONFIG_HOME/dspark-sweeps/workloads`, else `~/.config/...`; read
-only where the user owns it and no one else may write it), so that their later `resume`,
-`status` and `report` of that sweep find it. A name read back from storage (a saved spec,
+only where the user owns it and no one else may write it) with the file it was imported
+from, so that their later `resume`, `status` and `report` of that sweep find it, from that
+file alone: a same-named module elsewhere (a folder received from someone) is refused. A name read back from storage (a saved spec,
 the parent run's `workload` tag, a parquet export) is matched against those and never
 imported on its own say-so: an unknown one is refused in one line naming it and how to allow
 it. Whatever importing a workload raises or does (an error, `sys.exit`) ends in one line
@@ -170,9 +171,13 @@ def installed() -> dict[str, str]:
 
 
 def allowed() -> set[str]:
-    """The paths the user allows by name (TRUST_ENV and the ones they ran: `ran_file`),
-    besides the installed ones."""
-    return {p.strip() for p in os.environ.get(TRUST_ENV, "").split(",") if p.strip()} | _ran()
+    """The paths the user allows by name (TRUST_ENV), and the ones they ran (`ran_file`: each
+    allowed only from the file it was run from), besides the installed ones."""
+    return _env_allowed() | set(_ran())
+
+
+def _env_allowed() -> set[str]:
+    return {p.strip() for p in os.environ.get(TRUST_ENV, "").split(",") if p.strip()}
 
 
 def ran_file() -> Path:
@@ -181,30 +186,64 @@ def ran_file() -> Path:
     return Path(base) / "dspark-sweeps" / "workloads"
 
 
-def _ran() -> set[str]:
+def _ran() -> dict[str, str]:
+    """{path: the file it was run from} of the user's list ("" where a line kept no file); the
+    last line of a path counts."""
     path = ran_file()
     try:
         st = path.stat()
         if st.st_uid != os.getuid() or st.st_mode & 0o022:  # someone else could have written it: not the user's word
-            return set()
-        return {line.strip() for line in path.read_text().splitlines()[:1000] if line.strip()}
+            return {}
+        lines = [line.strip().partition("\t") for line in path.read_text().splitlines()[-1000:] if line.strip()]
+        return {name: where for name, _, where in lines}
     except (OSError, UnicodeDecodeError):
-        return set()
+        return {}
 
 
-def _remember(path: str) -> None:
-    """Keep a path the user ran in their own list (best effort: a read-only home just means
-    the next command from storage asks for TRUST_ENV)."""
-    if path in _ran():
+def _remember(path: str, where: str) -> None:
+    """Keep a path the user ran, with the file it was imported from, in their own list (best
+    effort: a read-only home just means the next command from storage asks for TRUST_ENV)."""
+    if _ran().get(path) == where:
         return
     try:
         f = ran_file()
         f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(f, "a") as out:
-            out.write(path + "\n")
+            out.write(f"{path}\t{where}\n")
         os.chmod(f, 0o600)
     except OSError:
         pass
+
+
+def module_file(module: str) -> str:
+    """The file `module` would be imported from, found without running any of it (no parent
+    package's __init__ either): the module already imported, else the import path's finder."""
+    from importlib.machinery import PathFinder
+
+    if module in sys.modules:
+        return str(Path(getattr(sys.modules[module], "__file__", "") or "").resolve())
+    locations, spec = None, None
+    for i, part in enumerate(module.split(".")):
+        spec = PathFinder.find_spec(".".join(module.split(".")[:i + 1]), locations)
+        if spec is None:
+            return ""
+        locations = spec.submodule_search_locations
+    return str(Path(spec.origin).resolve()) if spec is not None and spec.origin else ""
+
+
+def _same_file(name: str, path: str) -> None:
+    """A path read back from storage that the user ran is imported only from the file they
+    ran it from: a same-named module elsewhere (a received folder's) is refused in one line."""
+    ran = _ran().get(path)
+    if ran is None or path in _env_allowed():
+        return
+    here = module_file(path.partition(":")[0])
+    if not ran or here != ran:
+        raise WorkloadError(
+            f"workload: {shown(name)} is recorded with this sweep; you ran it from "
+            f"{ran or 'a file not kept then'}, but here it would be imported from {here or 'nowhere'}, so it is not "
+            f"imported: run from the folder that holds yours (or run its spec once from there), or set "
+            f"{TRUST_ENV}={path[:SHOWN]}")
 
 
 _trusted: set[str] = set()  # names this process has loaded from the user's own command or spec
@@ -242,11 +281,13 @@ def load(name: str = DEFAULT, trusted: bool = False) -> Loaded:
             f"as an entry point of the group {GROUP} or by setting {TRUST_ENV}={path[:SHOWN]}")
     if path not in known.values():
         _beside_here()
+        if not (trusted or path in _trusted):
+            _same_file(name, path)
     found = _import(name, path, tuple(sorted(known)))
     if trusted:
         _trusted.add(path)
         if path not in known.values():
-            _remember(path)
+            _remember(path, module_file(path.partition(":")[0]))
     return found
 
 

@@ -126,6 +126,37 @@ def test_a_workload_the_user_ran_stays_allowed_for_them_alone(tmp_path, monkeypa
     with pytest.raises(workloads.WorkloadError, match="not an installed workload"):
         workloads.load("mine:WORKLOAD")  # named by storage, never run by this user
     workloads.load("mine:WORKLOAD", trusted=True)  # the user's own spec names it
-    assert workloads.ran_file().read_text() == "mine:WORKLOAD\n" and "mine:WORKLOAD" in workloads.allowed()
+    mine = str((tmp_path / "mine.py").resolve())
+    assert workloads.ran_file().read_text() == f"mine:WORKLOAD\t{mine}\n" and "mine:WORKLOAD" in workloads.allowed()
     workloads.ran_file().chmod(0o666)  # writable by others: not the user's word any more
     assert "mine:WORKLOAD" not in workloads.allowed()
+    workloads.ran_file().chmod(0o600)
+
+
+def test_a_workload_the_user_ran_is_trusted_from_its_file_not_by_its_name(tmp_path):
+    """Trust is the file the user ran, not the module's name: `analysis report` in a folder
+    received from someone, holding its own `mywl.py` beside a store, once ran that file.
+    Each command in a process of its own, from the folder a user would run it in."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", workloads.TRUST_ENV)}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    mine, received = tmp_path / "mine", tmp_path / "received"
+    for folder, marker in ((mine, "ours"), (received, "theirs")):
+        folder.mkdir()
+        (folder / "mywl.py").write_text(f"open({str(tmp_path / marker)!r}, 'w').close()\n"
+                                        "from examples.mlp_sweep import WORKLOAD\n")
+
+    def load(cwd, trusted):
+        code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from trials import workload as w; "
+                f"w.load('mywl:WORKLOAD', trusted={trusted})")
+        return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
+
+    assert load(mine, True).returncode == 0 and (tmp_path / "ours").exists()  # the user's own spec named it
+    assert load(mine, False).returncode == 0  # their later report, from their folder
+    got = load(received, False)  # a report run in the received folder: its mywl.py is not theirs
+    assert got.returncode != 0 and not (tmp_path / "theirs").exists(), got.stderr
+    said = got.stderr.strip().splitlines()[-1]
+    assert f"you ran it from {(mine / 'mywl.py').resolve()}, but here it would be imported from " \
+           f"{(received / 'mywl.py').resolve()}, so it is not imported" in said, said
