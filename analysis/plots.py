@@ -61,6 +61,11 @@ def interactions(df: pd.DataFrame, response: str, factors: list[str], path) -> P
     return _save(fig, path)
 
 
+def critical_label(alpha: float) -> str:
+    """The Pareto line's legend: the level itself (a late look's 0.0007 read "100%" as 1 - alpha)."""
+    return f"t crit (two-sided alpha {alpha:.3g})"
+
+
 def pareto(effects: pd.DataFrame, path, alpha: float = 0.05, response: str = "") -> Path:
     """|t| of every effect, largest first, with the two-sided critical t; an unreplicated
     design uses |effect| / PSE with Lenth's margin of error."""
@@ -68,7 +73,7 @@ def pareto(effects: pd.DataFrame, path, alpha: float = 0.05, response: str = "")
     if e["se"].notna().all():
         std = (e["effect"] / e["se"]).abs()
         line = stats.t.ppf(1 - alpha / 2, e["df_resid"].iloc[0])
-        label = f"t crit ({1 - alpha:.0%})"
+        label = critical_label(alpha)
     else:
         L = lenth(e, alpha)
         std = e["effect"].abs() / L["pse"]

@@ -110,6 +110,9 @@ class _Metrics:
     def lookup(self, name: str):
         return self._rows.get(name)
 
+    def names(self) -> list[str]:
+        return sorted(self._rows)
+
 
 class Loaded:
     """A workload with its defaults filled (module docstring); `full` where the object

@@ -152,7 +152,9 @@ class Registry:
         sweep (a parquet export, a parent run) check alike here."""
         known = self.lookup(name)
         if known is None:
-            return None, f"{where}: not a metric the trainer reports (see docs/responses.md)"
+            names = getattr(self.metrics, "names", None)  # a user's workload: its own list; DSpark's: the doc
+            return None, (f"{where}: not a metric the trainer reports (its metrics: {', '.join(names()[:12])})"
+                          if callable(names) else f"{where}: not a metric the trainer reports (see docs/responses.md)")
         if not isinstance(decl, dict) or set(decl) - {"better", "margin"}:
             return None, f"{where}: must be {PRIMARY_FORM}"
         problem = margin_problem(decl.get("margin"))

@@ -62,7 +62,8 @@ def test_the_saved_runs_view_is_one_the_installed_mlflow_ui_reads():
     if not scripts:
         pytest.fail(f"no MLflow UI bundle under {bundle}: the installed MLflow ships its UI elsewhere")
     text = "\n".join(p.read_text(errors="replace") for p in scripts)
-    envelope = json.loads(runs_view(["D1"], ["spec/tau"], ("arm",), now_ms=0))
+    envelope = json.loads(runs_view(["D1"], ["spec/tau"], ("arm",), now_ms=0, sweep="mlp"))
+    assert envelope["name"] == "mlp: factors and primary responses"  # the sweep's name, not "dspark" for every workload
     state = json.loads(envelope["state"])
     prefix, share_key = RUNS_VIEW_TAG[:-len(RUNS_VIEW)], "viewStateShareKey"
     missing = [k for k in [*envelope, *state, share_key, state["runsHiddenMode"]] if f'{k}' not in text]

@@ -122,6 +122,10 @@ def test_a_wrong_value_signature_or_metric_name_is_named_before_or_at_the_first_
     (tmp_path / "flag.yaml").write_text(spec.replace("{lr: 0.5}", "{lr: fast}"))
     v = _cli(tmp_path, "validate", "flag.yaml")
     assert v.returncode == 2 and "lr: a number, got 'fast' (str)" in v.stderr, v.stdout + v.stderr
+    (tmp_path / "resp.yaml").write_text(spec + "responses: {val/los: {better: lower, margin: 0.1}}\n")
+    v = _cli(tmp_path, "validate", "resp.yaml")  # the user's workload's own metrics, not DSpark's doc
+    assert v.returncode == 2 and "responses.val/los: not a metric the trainer reports (its metrics: val/loss)" in \
+        v.stderr, v.stderr
     (tmp_path / "one.yaml").write_text(spec.replace("typo:WORKLOAD", "typo:ONE_ARG"))
     v = _cli(tmp_path, "validate", "one.yaml")
     assert v.returncode == 2 and "train must take (config, report); its signature is train(cfg)" in v.stderr, v.stderr

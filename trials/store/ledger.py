@@ -50,7 +50,7 @@ class Ledger:
         # resume may restate the primary responses
         self.client.set_experiment_tag(self.experiment_id, RUNS_VIEW_TAG, runs_view(
             list(spec.factors), list(shown), (ARM_TAG,) if spec.controls else (),
-            levels={f: list(lv) for f, lv in spec.factors.items()}))
+            levels={f: list(lv) for f, lv in spec.factors.items()}, sweep=spec.name))
         if spec.description and (exp is None or not exp.tags.get(NOTE_TAG)):
             # the experiment's description in the MLflow UI: which question the sweep answers
             self.client.set_experiment_tag(self.experiment_id, NOTE_TAG, md_text(spec.description[:4000]))

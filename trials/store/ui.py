@@ -60,7 +60,7 @@ def run_url(experiment_id: str, run_id: str, base: str = UI_URL) -> str:
 
 
 def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = (), now_ms: int | None = None,
-              levels: dict[str, list[str]] | None = None) -> str:
+              levels: dict[str, list[str]] | None = None, sweep: str = "sweep") -> str:
     """The value of RUNS_VIEW_TAG: MLflow 3's saved-view envelope around a runs-table state
     that lists the sweep's trials (not the parent), with the factors and the replicate first,
     then the primary responses, as columns (`columnOrder`: the table would put metrics before
@@ -97,7 +97,7 @@ def runs_view(factors: list[str], responses: list[str], tags: tuple[str, ...] = 
     if responses:
         state["chartsSearchFilter"] = "^(" + "|".join(re.escape(store_key(r)) for r in responses) + ")$"
         state.update(_bar_charts(responses))
-    return json.dumps({"name": "dspark: factors and primary responses", "createdAt": now_ms,
+    return json.dumps({"name": f"{sweep}: factors and primary responses", "createdAt": now_ms,
                        "updatedAt": now_ms, "state": json.dumps(state)})
 
 
