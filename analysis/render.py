@@ -509,8 +509,10 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
                      if not (rep.look and line == rep.look.label())),
              "<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
              "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
-             "residual plots (normal probability; against fitted; against run order) and its Pareto chart "
-             "with the line at the level its response's verdicts were tested at.</p>"
+             "residual plots (normal probability; against fitted; against run order)"
+             + (" and, where its effects are estimated, its Pareto chart with the line at the level its verdicts "
+                "were tested at" if any(res.effects is not None for res in rep.results.values()) else "")
+             + ".</p>"
              + _table_html(model_fit_table(rep.results))]
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)
