@@ -207,7 +207,7 @@ def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes:
     counts = rep.decision.counts()
     step = _step(plan, spec.replicates)
     stop = _stop_reason(rep.decision.undecided(), spec.replicates, plan.max_replicates, budget_minutes, started,
-                        None if block_s is None else block_s * step)
+                        None if block_s is None else block_s * step, counts.get("matters, size unsure", 0))
     more = "add one replicate block" if step == 1 else f"add {step} replicate blocks (the plan looks every {step})"
     look = Look(spec.replicates, rep.look.alpha, counts, stop or more, rep.look.label())
     looks.append(look)
@@ -353,9 +353,11 @@ def _report(sweep):
 
 
 def _stop_reason(undecided: int, replicates: int, max_replicates: int, budget_minutes: float | None,
-                 started: float, block_s: float | None) -> str:
+                 started: float, block_s: float | None, unsure: int = 0) -> str:
     if undecided == 0:
-        return "stop: every term of the family is decided"
+        sized = (f" ({unsure} of them matter with their size unsure: whether beyond the margin is still open)"
+                 if unsure else "")
+        return f"stop: every term of the family is decided{sized}"
     if replicates >= max_replicates:
         return f"stop: {max_replicates} replicate blocks, the plan's maximum"
     if budget_minutes is not None and block_s is not None:
