@@ -507,13 +507,7 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
              f"<p><b>Next:</b> <code>{esc(next_command(d, record.experiment, rep.look)[1])}</code></p>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]
                      if not (rep.look and line == rep.look.label())),
-             "<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
-             "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
-             "residual plots (normal probability; against fitted; against run order)"
-             + (" and, where its effects are estimated, its Pareto chart with the line at the level its verdicts "
-                "were tested at" if any(res.effects is not None for res in rep.results.values()) else "")
-             + ".</p>"
-             + _table_html(model_fit_table(rep.results))]
+             _model_fit_html(rep)]
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)
         for i, (r, res) in enumerate(rep.results.items()):
@@ -541,6 +535,15 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
     write_atomic(path, f"<!doctype html><html><head><meta charset='utf-8'><title>attribution</title>{style}"
                        f"</head><body>{''.join(parts)}</body></html>")
     return path
+
+
+def _model_fit_html(rep: Report) -> str:
+    pareto = any(res.effects is not None for res in rep.results.values())
+    return ("<h2>Model fit</h2><p>Per response: runs, residual degrees of freedom, S (the residual standard "
+            "deviation, in the response's unit), R² and adjusted R². Each response's section below has its "
+            "residual plots (normal probability; against fitted; against run order)"
+            + (" and, where its effects are estimated, its Pareto chart with the line at the level its verdicts "
+               "were tested at" if pareto else "") + ".</p>" + _table_html(model_fit_table(rep.results)))
 
 
 def _with_contents(parts: list[str], at: int) -> list[str]:
