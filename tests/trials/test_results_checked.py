@@ -64,8 +64,8 @@ def test_a_trial_reporting_text_fails_and_the_report_names_it(tmp_path):
     runs = sweep_trials(client, client.get_experiment_by_name("bad").experiment_id)
     assert len(runs) == 2 and all(x.info.status == "FAILED" for x in runs)
     for x in runs:
-        assert f"run {x.info.run_name}: primary response 'val/loss' is str 'low', not a number" in x.data.tags[ERROR_TAG]
+        assert f"run {x.info.run_name}: reported val/loss = 'low' (str), not a number" in x.data.tags[ERROR_TAG]
     a = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "bad", "--tracking-uri", uri, "--no-log"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     said = " ".join((a.stdout + a.stderr).split())
-    assert "primary response 'val/loss' is str 'low', not a number" in said, said[-2000:]
+    assert "reported val/loss = 'low' (str), not a number" in said, said[-2000:]
