@@ -9,6 +9,7 @@ import alone costs seconds (docs/performance.md).
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -83,10 +84,23 @@ def trial_fn(wl, trial_key: str, cfg, cpus: int, resume_from: str | None, respon
     except (WorkerLost, ray.exceptions.RayError):
         raise  # the worker or the cluster, not the trainer: Tune restarts the trial (max_failures)
     except Exception as e:  # noqa: BLE001  the trainer's own error: the same again on a retry
+        if _storage_full(e):
+            raise  # the sweep's storage, not the trainer: the driver stops the sweep, resumable (trials.tracking)
         _failed(e, last)
     finally:
         # tune.report has already copied every checkpoint to the sweep's storage
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _storage_full(e: BaseException) -> bool:
+    """An ENOSPC anywhere in the error's chain (a checkpoint Tune could not write)."""
+    for _ in range(20):  # a chain is short; a cyclic one ends here
+        if e is None:
+            return False
+        if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _failed(e: Exception, last: dict) -> None:
