@@ -91,6 +91,7 @@ class DSparkWorkload:
     checkpoint_file = "state.pt"
     final_checkpoint = "checkpoint"  # the folder under out_dir holding the run's last checkpoint
     reeval_counts = {"spec_prompts": "prompts", "eval_batches": "held-out batches"}  # `trials reeval --FIELD N`
+    reeval_limits = {"spec_prompts": 4096, "eval_batches": 4096}  # beyond: hours a trial, and memory a worker
     questions = QUESTIONS
     shared = SharedTarget()
     timing = Timing()

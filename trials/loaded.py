@@ -133,7 +133,7 @@ class Loaded:
         else:
             self._core(obj)
         for attr, default in (("variant_field", ""), ("sequential_fields", {}), ("shared", None), ("timing", None),
-                              ("questions", {}), ("reeval_counts", {}), ("checkpoint_file", ""),
+                              ("questions", {}), ("reeval_counts", {}), ("reeval_limits", {}), ("checkpoint_file", ""),
                               ("final_checkpoint", "")):
             setattr(self, attr, getattr(obj, attr, default))
         self.registry = Registry(self.metrics, self.variant_field)

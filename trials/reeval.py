@@ -56,6 +56,9 @@ def reeval_task(wl, config: dict, checkpoint_dir: str, counts: dict[str, int]) -
     return wl.reevaluate(config, checkpoint_dir, counts)
 
 
+COUNT_LIMIT = 100_000  # a re-evaluation count where the workload declares no limit of its own
+
+
 def flag(field: str) -> str:
     """A count field as the command line writes it (`spec_prompts` -> `--spec-prompts`)."""
     return "--" + field.replace("_", "-")
@@ -77,10 +80,14 @@ def check_fields(wl, counts: dict[str, int]) -> None:
         raise ValueError("reeval: give " + (known[0] if len(known) == 1 else
                                              ", ".join(known[:-1]) + f", {known[-1]}, or " +
                                              ("both" if len(known) == 2 else "several")))
-    for field in counts:
+    for field, n in counts.items():
         if field not in wl.reeval_counts:
             raise ValueError(f"reeval: {flag(field)}: workload {wl.name!r} counts no such items "
                              f"(its counts: {', '.join(flag(f) for f in wl.reeval_counts)})")
+        most = (getattr(wl, "reeval_limits", None) or {}).get(field, COUNT_LIMIT)
+        if n > most:
+            raise ValueError(f"reeval: {flag(field)}: at most {most} (workload {wl.name!r}'s limit for its "
+                             f"{wl.reeval_counts[field]}), got {n}")
 
 
 def reeval(name: str, storage: str | None, counts: dict[str, int], *, tracking_uri: str | None = None,

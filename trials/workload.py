@@ -40,7 +40,8 @@ Optional, each with its default where absent:
     reeval_counts, reevaluate(config, checkpoint, counts), reeval_problem(config, counts)
                          `trials reeval NAME --FIELD N`: the final evaluation again, from a
                          finished trial's checkpoint, on more items. `reeval_counts` =
-                         {config field: what it counts}, the fields a re-evaluation raises
+                         {config field: what it counts}, the fields a re-evaluation raises;
+                         `reeval_limits` = {field: the most it may be} (default: COUNT_LIMIT)
                          (DSpark: {"spec_prompts": "prompts", "eval_batches": "held-out
                          batches"}); `reevaluate` gets {field: n} for the counts that trial
                          still needs (one it was already evaluated with is left out),
@@ -141,6 +142,7 @@ class Workload(Protocol):
     final_checkpoint: str
     shared: SharedArtifacts | None
     reeval_counts: dict[str, str]
+    reeval_limits: dict[str, int]
     timing: TimingHooks | None
     questions: dict[str, str]
     config: Callable[[dict], Any]

@@ -60,7 +60,10 @@ def test_the_counts_are_the_workloads_and_named_from_it(tmp_path, corpus_dir, ca
     capsys.readouterr()
     for argv, says in [(["fin"], "reeval: give --spec-prompts N, --eval-batches N, or both"),
                        (["--spec-promts", "8", "fin"], "reeval: --spec-promts: workload 'dspark' counts no such items "
-                                                       "(its counts: --spec-prompts, --eval-batches)")]:
+                                                       "(its counts: --spec-prompts, --eval-batches)"),
+                       # bounded by what the workload declares (10**12 once filled a worker's memory in 10 s)
+                       (["fin", "--spec-prompts", str(10 ** 12)], "reeval: --spec-prompts: at most 4096 (workload "
+                                                                 f"'dspark''s limit for its prompts), got {10 ** 12}")]:
         assert main(["reeval", *argv, "--storage", storage]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [f"trials: error: {says}"]
 
