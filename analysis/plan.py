@@ -25,7 +25,7 @@ from .diagnostics import choose_responses, sensitivity
 from .power import p_decided
 from .text import wrap_text
 from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
-from .types import DECISION_POWER, UNDECIDED
+from .types import DECISION_POWER, UNDECIDED, UNSURE
 from .variance import PROMPT_FACTORS, WHAT, prompts_to_decide, why_not_items
 from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_all, margins_for, response_models
 
@@ -181,7 +181,11 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
         undecided = [v for v in d.of(r) if v.verdict == UNDECIDED and (v.in_family or every)]
         tag = "primary" if check.primary else "secondary"
         if not undecided:
-            lines.append(f"  {r} ({tag}): every {'term' if every else 'primary term'} is decided")
+            unsure = sum(v.verdict == UNSURE for v in d.of(r) if v.in_family or every)
+            lines.append(f"  {r} ({tag}): every {'term' if every else 'primary term'} is decided"
+                         + (f" ({unsure} {'matters with its' if unsure == 1 else 'matter with their'} size unsure: "
+                            "whether beyond the margin is open)"
+                            if unsure else ""))
             continue
         sp = d.noise.get(r)
         lines.append(f"  {r} ({tag}): {len(undecided)} undecided" + (

@@ -355,7 +355,8 @@ def _report(sweep):
 def _stop_reason(undecided: int, replicates: int, max_replicates: int, budget_minutes: float | None,
                  started: float, block_s: float | None, unsure: int = 0) -> str:
     if undecided == 0:
-        sized = (f" ({unsure} of them matter with their size unsure: whether beyond the margin is still open)"
+        sized = (f" ({unsure} of them {'matters with its' if unsure == 1 else 'matter with their'} size unsure: "
+                 "whether beyond the margin is still open)"
                  if unsure else "")
         return f"stop: every term of the family is decided{sized}"
     if replicates >= max_replicates:
