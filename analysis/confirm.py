@@ -173,14 +173,15 @@ def _confirming_spec(raw: dict, v, exp: str, term: str, name: str, arms: dict, b
     and again at `most` (look_every: the blocks between), and its link to the screening study."""
     r = v.response
     slug = re.sub(r"[^A-Za-z0-9]+", "-", term).strip("-").lower()
+    lo, hi, _ = v.interval()  # the interval its verdict used
     return {"name": f"{exp}-confirm-{slug}",
             "description": (f"confirms {term} on {r} from the screening study {exp} (its estimate {v.estimate:+.4g} "
-                            f"[{v.ci_low:+.4g}, {v.ci_high:+.4g}], {v.verdict}); two arms, {fixed} fixed"),
+                            f"[{lo:+.4g}, {hi:+.4g}], {v.verdict}); two arms, {fixed} fixed"),
             **{k: raw[k] for k in ("workload",) if k in raw},
             "base": base, "factors": {name: arms}, "responses": {r: {"better": v.better, "margin": v.margin}},
             "sequential": {"max_replicates": most, "alpha": alpha, "look_every": max(1, most - first)},
             "confirms": {"study": exp, "term": term, "response": r, "estimate": float(v.estimate),
-                         "low": float(v.ci_low), "high": float(v.ci_high), "verdict": v.verdict},
+                         "low": float(lo), "high": float(hi), "verdict": v.verdict},
             "replicates": first, "design": "full",
             **{k: raw[k] for k in ("resources", "max_concurrent", "max_failures") if k in raw}}
 

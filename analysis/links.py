@@ -39,8 +39,9 @@ def confirmation_lines(found: list[SweepFrame]) -> list[str]:
         if v is None:
             lines.append(f"confirmation {name} ({c['term']} on {c['response']}): no verdict at {blocks} blocks")
             continue
+        lo, hi, _ = v.interval()  # the interval the decision used (TOST's for negligible)
         lines.append(f"confirmation {name}: {c['term']} on {c['response']} {v.verdict}, {v.estimate:+.4g} "
-                     f"[{v.ci_low:+.4g}, {v.ci_high:+.4g}] at {blocks} blocks")
+                     f"[{lo:+.4g}, {hi:+.4g}] at {blocks} blocks")
     return lines
 
 

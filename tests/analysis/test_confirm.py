@@ -56,8 +56,8 @@ def test_the_operating_point_is_confirmed_by_two_arms_sized_at_the_measured_nois
     assert spec.sequential["look_every"] == most - first
     # the link to the screening study: what it estimated, kept in the spec the sweep records
     assert spec.confirms == {"study": "seed-questions", "term": "operating_point", "response": "val/bpb",
-                             "estimate": pytest.approx(v.estimate), "low": pytest.approx(v.ci_low),
-                             "high": pytest.approx(v.ci_high), "verdict": v.verdict}
+                             "estimate": pytest.approx(v.estimate), "low": pytest.approx(v.interval()[0]),
+                             "high": pytest.approx(v.interval()[1]), "verdict": v.verdict}
     # a paired block is two runs: its sd sits near twice a run's variance plus the seeds' favour
     assert 2 * d.checks["val/bpb"].sigma ** 2 <= v_pair
 
