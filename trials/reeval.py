@@ -41,6 +41,7 @@ from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
 from . import cluster, layout, saved, shared
+from .registry import plain_number
 from .lease import Lease
 from .identity import check_same_sweep
 
@@ -161,15 +162,10 @@ def plain_numbers(metrics, primary=()) -> tuple[dict, str | None]:
         return {}, f"reevaluate returned {str(metrics)[:60]!r}, not a mapping of metric names to numbers"
     out = {}
     for k, v in metrics.items():
-        item = getattr(v, "item", None)
-        if callable(item) and not isinstance(v, (bool, int, float)):
-            try:
-                v = item()
-            except (ValueError, RuntimeError, TypeError):
-                pass
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (k in primary and not math.isfinite(v)):
+        got = plain_number(v)
+        if got is None or (k in primary and not math.isfinite(got)):
             return {}, f"{k} = {str(v)[:60]!r} is not a {'finite ' if k in primary else ''}number"
-        out[k] = v
+        out[k] = got
     return out, None
 
 

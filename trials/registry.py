@@ -64,6 +64,23 @@ def margin_problem(margin) -> str | None:
     return None
 
 
+def plain_number(value):
+    """A reported value as a plain Python int or float: itself, or a numpy number's or 0-d
+    tensor's `.item()`; None where it is no number (text, a bool, a tensor of many values)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            got = item()
+        except (ValueError, RuntimeError, TypeError):
+            return None  # a tensor or array of more than one value
+        return got if isinstance(got, (int, float)) and not isinstance(got, bool) else None
+    return None
+
+
 def results_problem(metrics: dict, responses, timed=lambda name: False) -> str | None:
     """Why a trial's final metrics cannot serve the sweep's primary responses (one never
     reported, not a number, or not finite), or None; `timed(name)`: a response the timing

@@ -24,7 +24,7 @@ from trials.store.keys import DONE_KEY, ERROR_KEY, NODE_KEY, TRAINER_ERROR_FILE,
 
 ENGINE_PREFIX = "trial/"  # the engine's own metrics (trial/done, trial/import_s): never the trainer's
 
-from .registry import results_problem
+from .registry import plain_number, results_problem
 
 
 # Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys
@@ -172,18 +172,11 @@ def _number(run: str, name: str, value):
     """A reported value as a plain Python number: a numpy number or a 0-d tensor or array is
     one (its `.item()`); anything else fails the trial at once, naming it, rather than vanish
     from the store (MLflow drops what it cannot log)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
     if value is None:
         return math.nan  # not measured this time: NaN, which the store leaves out as it does Tune's leads
-    item = getattr(value, "item", None)
-    if callable(item) and not isinstance(value, bool):
-        try:
-            got = item()
-        except (ValueError, RuntimeError, TypeError):
-            got = None  # a tensor or array of more than one value
-        if isinstance(got, (int, float)) and not isinstance(got, bool):
-            return got
+    got = plain_number(value)
+    if got is not None:
+        return got
     raise TrialResultsError(f"run {run}: reported {name} = {str(value)[:60]!r} ({type(value).__name__}), not a number "
                             "(a float or int, a numpy number, or a 0-d tensor)")
 
