@@ -143,6 +143,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--studies", type=int, default=200, help="simulated studies per row")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check", action="store_true",
+                    help="one row (the first design and scenario) of --studies studies: that the script runs")
     args = ap.parse_args()
     if args.studies < 10:
         ap.error("--studies must be >= 10")
@@ -152,7 +154,8 @@ def main() -> None:
     print(f"{'design':<14} {'scenario':<40} {'rule':<7} {'false rejections':>20} {'<= alpha + MC':>14} "
           f"{'negligible (power)':>19}")
     worst = 0.0
-    for design, name, rule, fwer, mc, power in rows(args.studies, args.seed):
+    only = dict(designs=list(DESIGNS)[:1], scenarios=list(SCENARIOS)[:1], pooled=False) if args.check else {}
+    for design, name, rule, fwer, mc, power in rows(args.studies, args.seed, **only):
         ok = fwer <= ALPHA + mc
         if rule == "own":
             worst = max(worst, (fwer - ALPHA) / mc)

@@ -6,6 +6,7 @@ timed MLflow client, and a trainable that times each trial's imports and `tune.r
 (a user's sweep records none of them).
 
     python bench/sweep_overhead.py [--draft-steps 600] [--checkpoint-every-s 60]
+    python bench/sweep_overhead.py --draft-steps 10 --target-steps 10     # quick
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import torch
 from dspark.train import train, train_shared_target
 from ray.tune import Callback
 
-from trials import cluster, runner, tracking
+from trials import cluster, runner
+from trials.store import ledger
 from trials.validate import parse
 from dspark import targets
 from trials.trainable import trial_fn
@@ -32,10 +34,11 @@ from trials.trainable import trial_fn
 PARALLEL = 2
 
 
-def spec(draft_steps: int, checkpoint_every_s: float):
+def spec(draft_steps: int, checkpoint_every_s: float, target_steps: int = 200):
     return parse({
         "name": "overhead", "max_concurrent": PARALLEL, "replicates": 1,
-        "base": {"preset": "tiny", "target_steps": 200, "draft_steps": draft_steps, "eval_interval": 50,
+        "base": {"preset": "tiny", "target_steps": target_steps, "draft_steps": draft_steps,
+                 "eval_interval": min(50, draft_steps),
                  "spec_prompts": 4, "checkpoint_every_s": checkpoint_every_s},
         "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}},
                     "D9": {"hidden": {"confidence_input": "hidden"}, "markov": {"confidence_input": "hidden+markov"}}},
@@ -131,7 +134,8 @@ def stopwatch_trainable(cost_dir: str):
             tune.report = timed_report  # this worker's Tune: trial_fn looks tune.report up at each call
             try:
                 t = spec.trial_for(params)
-                trial_fn(spec.wl, t.key, t.config, res["cpu"], resume_dirs.get(t.key))
+                trial_fn(spec.wl, t.key, t.config, res["cpu"], resume_dirs.get(t.key), tuple(spec.responses),
+                         t.run_name)
             finally:
                 tune.report = report  # a reused actor runs the next trial with it restored
                 (Path(cost_dir) / f"{uuid.uuid4().hex}.json").write_text(json.dumps(cost))
@@ -147,13 +151,13 @@ def stopwatches(cost_dir: Path):
     """For a sweep run inside it: the driver's MLflow calls timed (their seconds in the list
     it yields) and each trial's imports and reports (`stopwatch_trainable`, in cost_dir)."""
     spent = [0.0]
-    plain_client, plain_trainable = tracking.tracking_client, runner.trainable
-    tracking.tracking_client = lambda uri: TimedClient(plain_client(uri), spent)
+    plain_client, plain_trainable = ledger.tracking_client, runner.trainable
+    ledger.tracking_client = lambda uri: TimedClient(plain_client(uri), spent)  # the sweep's records open through it
     runner.trainable = stopwatch_trainable(str(cost_dir))
     try:
         yield spent
     finally:
-        tracking.tracking_client, runner.trainable = plain_client, plain_trainable
+        ledger.tracking_client, runner.trainable = plain_client, plain_trainable
 
 
 def analysis_seconds(s, uri: str) -> float:
@@ -220,9 +224,10 @@ def main() -> None:
     ap.add_argument("--draft-steps", type=int, default=600)
     ap.add_argument("--checkpoint-every-s", type=float, default=60.0,
                     help="the trials' checkpoint_every_s (0: a checkpoint at every eval)")
+    ap.add_argument("--target-steps", type=int, default=200, help="the shared target's steps (a quick check: 10)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        s = spec(args.draft_steps, args.checkpoint_every_s)
+        s = spec(args.draft_steps, args.checkpoint_every_s, args.target_steps)
         target = Path(tmp) / "target.pt"
         train_shared_target(s.trials[0].config, target)
         loop, pool_s = plain(s, target, tmp)
