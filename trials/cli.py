@@ -104,8 +104,8 @@ def _margin_words(margin) -> str:
     return format(margin, "g")
 
 
-def _show(spec, uri: str, storage: str | None) -> None:
-    rows = saved.status(spec, saved.storage_root(storage) / spec.name, uri)
+def _show(spec, uri: str, storage: str | None, shown=()) -> None:
+    rows = saved.status(spec, saved.storage_root(storage) / spec.name, uri, shown)
     causes = [(r["run"], r.pop("cause")) for r in rows if "cause" in r]
     print(_table(rows))
     for line in saved.grouped_causes(causes):
@@ -334,7 +334,7 @@ def cmd_status(args) -> int:
     spec, meta = saved.load_saved(args.name, args.storage, "status", layout=True)  # no workload imported
     uri = args.tracking_uri or meta["tracking_uri"]
     check_store(uri)  # a SQLite store that is gone is said at once; no server is asked: the states are storage's
-    _show(spec, uri, args.storage)
+    _show(spec, uri, args.storage, meta.get("responses", []))
     return 0
 
 
@@ -357,7 +357,7 @@ def cmd_list(args) -> int:
         link = ""
         try:
             check_store(uri)  # a SQLite store that is gone is said in the row; no server is asked (storage answers)
-            state = summary_counts(saved.status(spec, root / name, uri))
+            state = summary_counts(saved.status(spec, root / name, uri, meta.get("responses", [])))
             link = saved_link(root / name, uri, args.ui_url)
         except Exception as e:  # one sweep's store down or refused: said in its row, the others still listed
             if not (isinstance(e, ValueError) or is_store_error(e)):

@@ -58,8 +58,8 @@ def saved_spec(path: Path, command: str, layout: bool = False) -> SweepSpec:
 
 
 def saved_settings(path: Path, command: str) -> dict:
-    """A sweep's saved settings (`sweep.json`: its store and concurrency), or one line naming
-    the file and what is wrong with it."""
+    """A sweep's saved settings (`sweep.json`: its store, its concurrency and the responses its
+    status shows), or one line naming the file and what is wrong with it."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -80,10 +80,13 @@ def saved_settings(path: Path, command: str) -> dict:
     concurrent = meta.get("max_concurrent")
     if concurrent is not None and (isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 0):
         raise ValueError(f"{command}: {path}: max_concurrent: an integer >= 0 or null, got {str(concurrent)[:40]!r}")
+    shown = meta.get("responses", [])  # a sweep saved before they were kept: none
+    if not isinstance(shown, list) or not all(isinstance(r, str) and r for r in shown):
+        raise ValueError(f"{command}: {path}: responses: a list of response names, got {str(shown)[:60]!r}")
     return meta
 
 
-def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[dict[str, str]]:
+def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str, shown=()) -> list[dict[str, str]]:
     """One row per trial: its run name, state (finished / running / failed / killed /
     pending) and primary responses, from the sweep's storage alone (Tune's result and error
     files, the records `trials reeval` and `time` keep, the driver's lease): no store is
@@ -98,7 +101,7 @@ def status(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> list[dict[str, 
     later: dict[str, list[dict]] = {}
     for record in read_records(exp_dir, keys, "status")[0]:
         later.setdefault(record["trial_key"], []).append(record)
-    cols = columns(spec)  # the sweep's primary responses: never a degenerate or constant one
+    cols = columns(spec) or list(shown)  # its primary responses, or its workload's defaults as it ran
     rows = []
     for t in spec.trials:
         found = dirs.get(t.key, [])
@@ -163,7 +166,9 @@ def _reap(name: str, tracking_uri: str) -> None:
 
 
 def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_concurrent) -> None:
-    """`spec.yaml` and `sweep.json` beside Tune's experiment folder, each written whole."""
+    """`spec.yaml` and `sweep.json` beside Tune's experiment folder, each written whole. The
+    responses its progress shows are kept resolved (a spec without `responses:` shows its
+    workload's defaults), since `status` reads the layout alone and imports no workload."""
     raw = {"name": spec.name, "base": spec.base, "factors": spec.factors, "replicates": spec.replicates,
            "controls": spec.controls, "resources": spec.resources, "max_concurrent": spec.max_concurrent,
            "max_failures": spec.max_failures, "description": spec.description, "responses": spec.responses}
@@ -181,7 +186,8 @@ def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_conc
         raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
     # each whole or not at all: a reader (status, list, resume) never meets half a file
     write_atomic(exp_dir / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
-    write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent}))
+    write_atomic(exp_dir / "sweep.json", json.dumps({"tracking_uri": tracking_uri, "max_concurrent": max_concurrent,
+                                                     "responses": columns(spec)}))
 
 
 def grouped_causes(causes: list[tuple[str, str]]) -> list[str]:

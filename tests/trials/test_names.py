@@ -119,3 +119,29 @@ def test_the_same_spec_into_the_same_storage_reruns_as_before(tmp_path, corpus_d
     client = MlflowClient(uri)
     tags = sweep_parent(client, client.get_experiment_by_name("same").experiment_id).data.tags
     assert tags[STORAGE_TAG] == str(a) and tags[TRIALS_TAG] == fingerprint(spec)
+
+
+def test_status_of_a_sweep_without_responses_shows_its_workloads_defaults(tmp_path, corpus_dir, capsys):
+    """`status` imports no workload: `trials run` keeps the responses it resolved (a backbone
+    sweep's: val/bpb) in sweep.json, and status shows them; a file from before shows none,
+    and one whose list is not names is refused in one line."""
+    path = write_spec(tmp_path / "nores.yaml", corpus_dir, "nores", D1_D9, base=BACKBONE)
+    spec, root = validate.load(path), (tmp_path / "A").resolve()
+    assert not spec.responses
+    (root / "nores").mkdir(parents=True)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    MlflowClient(uri).search_experiments()  # the store exists; status opens none (no driver died)
+    saved.save_sweep_files(root / "nores", spec, uri, None)
+    kept = json.loads((root / "nores" / "sweep.json").read_text())
+    assert kept["responses"][0] == "val/bpb"
+    assert main(["status", "nores", "--storage", str(root)]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "val/bpb" in header.split() and "state" in header.split()
+    del kept["responses"]
+    (root / "nores" / "sweep.json").write_text(json.dumps(kept))
+    assert main(["status", "nores", "--storage", str(root)]) == 0
+    assert "val/bpb" not in capsys.readouterr().out
+    (root / "nores" / "sweep.json").write_text(json.dumps({**kept, "responses": [3]}))
+    assert main(["status", "nores", "--storage", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sweep.json: responses: a list of response names" in err
