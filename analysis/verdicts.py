@@ -50,7 +50,8 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from trials.registry import UNKNOWN, Registry, relative_margin
+from trials.registry import UNKNOWN, Registry
+from trials.store.record import margin_problem, relative_margin
 
 from . import power, variance
 from .anova import AnalysisError
@@ -73,7 +74,7 @@ COUNT_METRICS = {BEYOND: "verdicts/matters_beyond", UNSURE: "verdicts/matters_un
 
 # ---------------------------------------------------------------- margins
 
-def margins_for(record: SweepRecord, given: dict[str, float] | None = None,
+def margins_for(record: SweepRecord, given: dict[str, float | str] | None = None,
                 rules: Registry | None = None, runs: pd.DataFrame | None = None) -> dict[str, dict]:
     """The primary responses: the spec's (the sweep record's `responses`), with `given`
     (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
@@ -86,9 +87,9 @@ def margins_for(record: SweepRecord, given: dict[str, float] | None = None,
         out[name] = {"better": decl.get("better") or rules.better(name),
                      **_resolved(name, decl["margin"], runs)}
     for name, margin in (given or {}).items():
-        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin > 0):
-            raise AnalysisError(f"--margin {name}: must be a finite number > 0, got {margin!r}")
-        out[name] = {"better": rules.better(name), "margin": float(margin)}
+        if problem := margin_problem(margin):
+            raise AnalysisError(f"--margin {name}: {problem}")
+        out[name] = {"better": rules.better(name), **_resolved(name, margin, runs)}
     return out
 
 
@@ -111,17 +112,19 @@ def _resolved(name: str, margin, runs: pd.DataFrame | None) -> dict:
     return {"margin": frac * abs(mean), "of": f"{margin} of {which} mean {mean:.4g}"}
 
 
-def parse_margins(items: list[str] | None) -> dict[str, float]:
-    """`RESPONSE=VALUE` strings (the CLI's repeatable --margin) to a mapping; one line on error."""
+def parse_margins(items: list[str] | None) -> dict[str, float | str]:
+    """`RESPONSE=VALUE` strings (the CLI's repeatable --margin; VALUE a number or a share of
+    the reference mean such as 10%) to a mapping; one line on error."""
     out = {}
     for item in items or []:
         name, sep, value = item.rpartition("=")
         try:
-            margin = float(value)
+            margin = value.strip() if relative_margin(value) is not None else float(value)
         except ValueError:
-            margin = float("nan")
-        if not sep or not name or not (math.isfinite(margin) and margin > 0):
-            raise AnalysisError(f"--margin: expected RESPONSE=VALUE with a finite VALUE > 0, got {item!r}")
+            margin = value
+        if not sep or not name or margin_problem(margin):
+            raise AnalysisError(f"--margin: expected RESPONSE=VALUE with VALUE a finite number > 0 or a share of the "
+                                f"reference mean such as 10%, got {item!r}")
         out[name] = margin
     return out
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import random
 import re
 from typing import Any
 
 from .registry import Registry, Row
+from .store.record import margin_problem
 
 CORE = ("name", "config", "train", "metrics")
 PLUMBING = ("seed", "out_dir")  # a core workload's fields that change no result
@@ -91,10 +91,9 @@ def _rows(metrics: dict) -> tuple[dict[str, Row], dict[str, dict]]:
                                 "(see trials/loaded.py)")
         margin = decl.get("margin")
         if margin is not None:
-            if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (math.isfinite(margin)
-                                                                                      and margin > 0):
-                raise WorkloadError(f"metrics.{name}.margin: a finite number > 0, got {margin!r}")
-            margins[name] = {"better": decl["better"], "margin": float(margin)}
+            if problem := margin_problem(margin):
+                raise WorkloadError(f"metrics.{name}.margin: {problem}")
+            margins[name] = {"better": decl["better"], "margin": margin if isinstance(margin, str) else float(margin)}
         rows[name] = Row(name, decl["better"], str(decl.get("unit", "")), (), "", headline=True)
     return rows, margins
 

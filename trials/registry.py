@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trials.store.record import margin_problem
+
 SPLIT_PREFIX = "split/"
 JACK_PREFIX = "jack/"
 JACK_GROUPS = 16  # an evaluation's items (prompts, batches) in at most this many jackknife groups
@@ -38,30 +40,6 @@ def jack_name(response: str, group: int) -> str:
 def jack_groups(items: int) -> int:
     """How many jackknife groups an evaluation of `items` items forms (item i in group i mod G)."""
     return max(0, min(int(items), JACK_GROUPS))
-
-
-def relative_margin(margin) -> float | None:
-    """The fraction a relative margin (`"10%"`: of the reference arm's mean, resolved by the
-    analysis) stands for; None for anything else."""
-    if not isinstance(margin, str) or not margin.strip().endswith("%"):
-        return None
-    try:
-        pct = float(margin.strip()[:-1])
-    except ValueError:
-        return None
-    return pct / 100 if math.isfinite(pct) and 0 < pct < 1000 else None
-
-
-def margin_problem(margin) -> str | None:
-    """Why a margin is unusable (None when it is a finite number > 0, or a percentage such as
-    "10%": relative to the reference arm's mean, `analysis.verdicts.margins_for`)."""
-    if margin is None:
-        return "required: the smallest effect that would change a decision"
-    if relative_margin(margin) is not None:
-        return None
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
-        return f"must be a finite number > 0 or a percentage of the reference mean such as '10%', got {margin!r}"
-    return None
 
 
 def plain_number(value):

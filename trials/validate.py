@@ -15,7 +15,8 @@ import yaml
 from . import workload as workloads
 from .design import cells, low_resolution, parse_generator
 from .expand import build, layout_trials, resolve_arms, unmeasured_responses
-from .registry import PRIMARY_FORM, margin_problem
+from .registry import PRIMARY_FORM
+from .store.record import margin_problem
 from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
 from .store.record import CONFIRMS_NUMBERS, confirms_problem
 

@@ -309,7 +309,8 @@ def test_margins_come_from_the_spec_and_the_command_line():
     both = margins_for(record, {"spec/tau": 0.2, "val/bpb": 0.01}, load("dspark").registry)  # the sweep's rules
     assert both["spec/tau"]["margin"] == 0.2 and both["val/bpb"] == {"better": "lower", "margin": 0.01}
     assert parse_margins(["spec/tau=0.05", "tf/accept@3=0.01"]) == {"spec/tau": 0.05, "tf/accept@3": 0.01}
-    for bad in ("spec/tau", "spec/tau=0", "spec/tau=nan", "=0.1", "spec/tau=-1", "spec/tau=x"):
+    for bad in ("spec/tau", "spec/tau=0", "spec/tau=nan", "=0.1", "spec/tau=-1", "spec/tau=x", "spec/tau=0%",
+                "spec/tau=inf"):
         with pytest.raises(AnalysisError, match="--margin"):
             parse_margins([bad])
 
@@ -470,7 +471,7 @@ def test_a_relative_margin_is_that_share_of_the_reference_mean_and_says_so(tmp_p
     from analysis.cli import main
     from analysis.frame import SweepRecord
     from analysis.verdicts import margins_for
-    from trials.registry import margin_problem, relative_margin
+    from trials.store.record import margin_problem, relative_margin
     from trials.tracking import open_ledger
     from trials.validate import parse
 
@@ -486,6 +487,10 @@ def test_a_relative_margin_is_that_share_of_the_reference_mean_and_says_so(tmp_p
     assert got["margin"] == pytest.approx(0.3) and got["of"] == "10% of the runs' mean 3"
     with pytest.raises(AnalysisError, match="needs a finite, non-zero mean"):
         margins_for(rec, runs=runs.assign(y=0.0))
+    # the CLI's --margin takes a share too, resolved the same way
+    assert parse_margins(["y=10%"]) == {"y": "10%"}
+    got = margins_for(SweepRecord(), parse_margins(["y=10%"]), runs=runs)["y"]
+    assert got["margin"] == pytest.approx(1.2) and got["of"] == "10% of the control's mean 12"
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = parse({"name": "rel", "base": {"preset": "tiny"}, "replicates": 4,
                   "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}},
