@@ -1,12 +1,13 @@
 """A fractional factorial design's algebra, as a spec declares it: generator words, the
 defining relation and its resolution, the cells of a fraction, and the alias structure
-(computed by `analysis.design.alias_structure` on the coded cells: one implementation for
-the spec and for the runs).
+read off its coded cells (as the statistics read the runs' cells; a test holds the two to
+one answer).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 from .spec import SweepSpec
@@ -65,15 +66,31 @@ def cells(factors: dict[str, dict], generators: dict[str, list[str]]) -> list[di
 
 def alias_structure(spec: SweepSpec, max_order: int = 2) -> list[str]:
     """The defining relation and the aliases of main effects and two-factor interactions,
-    read off the fraction's coded cells by the statistics' own `analysis.design.alias_structure`
-    (the report reads the runs' cells with it: the two cannot disagree)."""
+    read off the fraction's coded cells (-1/+1): two terms are aliased when their product
+    columns agree, or are opposite, in every cell. The statistics read the runs' cells the
+    same way (`analysis.design.alias_structure`); a test holds the two to one answer, so that
+    the engine imports no statistics for `trials validate`."""
     if not spec.generators:
         return ["full factorial: no effect is aliased"]
-    import pandas as pd  # heavy (pandas, numpy): only `trials validate` of a fraction prints this
+    names = list(spec.factors)
+    if any(len(spec.factors[f]) != 2 for f in names):
+        return ["factors of more than two levels: no alias structure is computed"]
+    coded = [[-1 if cell[f] == next(iter(spec.factors[f])) else 1 for f in names]
+             for cell in cells(spec.factors, spec.generators)]
 
-    from analysis.design import alias_structure as read_off
+    def column(term):
+        return tuple(math.prod(row[names.index(f)] for f in term) for row in coded)
 
-    coded = pd.DataFrame([{f: -1 if level == next(iter(spec.factors[f])) else 1 for f, level in cell.items()}
-                          for cell in cells(spec.factors, spec.generators)])
-    return read_off(coded, max_order)
+    def sign(a, b):
+        return "" if a == b else "-" if all(x == -y for x, y in zip(a, b)) else None
+
+    terms = [t for r in range(1, len(names) + 1) for t in itertools.combinations(names, r)]
+    ones = column(())
+    identity = [f"{sign(column(t), ones)}{':'.join(t)}" for t in terms if sign(column(t), ones) is not None]
+    lines = ["I = " + " = ".join(identity) if identity else "full factorial: no effect is aliased"]
+    for t in (t for t in terms if len(t) <= max_order) if identity else ():
+        aliases = [f"{sign(column(o), column(t))}{':'.join(o)}" for o in terms
+                   if o != t and sign(column(o), column(t)) is not None]
+        lines.append(f"{':'.join(t)} = " + " = ".join(aliases) if aliases else f"{':'.join(t)}: not aliased")
+    return lines
 

@@ -330,6 +330,18 @@ def test_alias_structure_read_off_the_runs_matches_the_spec():
     ours, theirs = parse_lines(alias_structure(coded)), parse_lines(spec_aliases(spec))
     assert ours == theirs
     assert ours["A"] == {"B:C:D"} and ours["A:B"] == {"C:D"} and ours["I"] == {"A:B:C:D"}
+    # two generators, one of them negative in its cells' coding (E's first level is "hi"): the
+    # defining relation's words and signs, and every line, still the same from both
+    knobs = {"A": ("lr", 1e-3, 2e-3), "B": ("batch_size", 4, 8), "C": ("stride", 8, 16),
+             "D": ("markov_rank", 8, 16), "E": ("aux_weight", 0.2, 0.1)}
+    factors = {f: {("hi" if f == "E" else "lo"): {k: a}, ("lo" if f == "E" else "hi"): {k: b}}
+               for f, (k, a, b) in knobs.items()}
+    spec = parse({"name": "frac2", "base": {"preset": "tiny"}, "design": {"generators": {"D": "A*B", "E": "A*C"}},
+                  "factors": factors})
+    coded = pd.DataFrame([{f: -1 if t.levels[f] == list(spec.factors[f])[0] else 1 for f in "ABCDE"}
+                          for t in spec.trials])
+    assert alias_structure(coded) == spec_aliases(spec)
+    assert parse_lines(spec_aliases(spec))["I"] == {"A:B:D", "A:C:E", "B:C:D:E"}
 
 
 def test_margins_travel_from_the_spec_to_the_parent_to_parquet(store, tmp_path):
