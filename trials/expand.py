@@ -18,6 +18,7 @@ def build(spec: SweepSpec) -> SweepSpec:
     """The spec with its trials: every cell of the design (and each control arm) resolved
     to a validated config, times the replicates, in randomised run order."""
     resolved = resolve_arms(spec)
+    named = shared_level_names(spec.factors)
     trials: list[Trial] = []
     # randomised run order: one block per replicate, the arms shuffled inside it (seeded),
     # so that drift over a sweep is not confounded with any factor
@@ -26,7 +27,7 @@ def build(spec: SweepSpec) -> SweepSpec:
         for i in run_order(spec.name, r, len(resolved)):
             cell, levels, arm, cfg = resolved[i]
             trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels),
-                                arm=arm, config=cfg.replace(seed=seed), run_order=len(trials)))
+                                arm=arm, config=cfg.replace(seed=seed), run_order=len(trials), named=named))
     check_trial_keys(trials)
     return dataclasses.replace(spec, base=dict(spec.base), controls=dict(spec.controls),
                                resources=dict(spec.resources), trials=trials)
@@ -38,14 +39,22 @@ def layout_trials(spec: SweepSpec) -> SweepSpec:
     arms = [("|".join(f"{f}={lv}" for f, lv in levels.items()), levels, "factorial")
             for levels in cells(spec.factors, spec.generators)]
     arms += [(f"control={c}", {f: "" for f in spec.factors}, f"control:{c}") for c in spec.controls]
+    named = shared_level_names(spec.factors)
     trials: list[Trial] = []
     for r in range(spec.replicates):
         seed = replicate_seed(spec.name, r)
         for i in run_order(spec.name, r, len(arms)):
             cell, levels, arm = arms[i]
             trials.append(Trial(key=f"{cell}#r{r}", cell=cell, replicate=r, seed=seed, levels=dict(levels), arm=arm,
-                                config=None, run_order=len(trials)))
+                                config=None, run_order=len(trials), named=named))
     return dataclasses.replace(spec, trials=trials)
+
+
+def shared_level_names(factors: dict[str, dict]) -> tuple[str, ...]:
+    """The factors with a level name another factor also uses ("off" and "on" for both
+    dropout and warmup): their run names say `factor=level`, since "off·on" says neither."""
+    return tuple(f for f, levels in factors.items()
+                 if any(set(levels) & set(other) for g, other in factors.items() if g != f))
 
 
 def check_trial_keys(trials: list[Trial]) -> None:

@@ -81,6 +81,7 @@ class Trial:
     arm: str  # "factorial" or "control:<name>"
     config: Any  # the workload's config
     run_order: int = 0  # launch position in the sweep (0-based), randomised inside each replicate block
+    named: tuple[str, ...] = ()  # factors whose level names another factor shares: named in the run name
 
     @property
     def tags(self) -> dict[str, str]:
@@ -93,10 +94,12 @@ class Trial:
     @property
     def run_name(self) -> str:
         """Short and unique in the sweep, readable at a glance in the MLflow runs table:
-        the levels in factor order, then the replicate (the full cell is the `cell` tag)."""
+        the levels in factor order, then the replicate (the full cell is the `cell` tag); a
+        level whose name another factor shares as `factor=level` (`dropout=off·warmup=on`)."""
         if self.arm.startswith("control:"):
             return f"control {self.arm.split(':', 1)[1]} r{self.replicate}"
-        return f"{'·'.join(self.levels.values())} r{self.replicate}"
+        parts = [f"{f}={lv}" if f in self.named else lv for f, lv in self.levels.items()]
+        return f"{'·'.join(parts)} r{self.replicate}"
 
 
 @dataclass

@@ -146,7 +146,7 @@ def test_run_names_are_short_unique_and_show_the_cell():
         s = validate.load(path)
         names = [t.run_name for t in s.trials]
         assert len(set(names)) == len(names), path.name
-        assert all(len(n) <= 40 for n in names), path.name
+        assert all(len(n) <= 48 for n in names), path.name
     t = next(t for t in parse(GOOD).trials if t.cell == "D1=aligned|D2=block" and t.replicate == 1)
     assert t.run_name == "aligned·block r1"
 
@@ -459,3 +459,20 @@ def test_an_abbreviated_option_is_not_guessed(capsys):
     with pytest.raises(SystemExit):
         analysis(["report", "x", "--track", "sqlite:///y.db"])
     assert "unrecognized arguments: --track" in capsys.readouterr().err
+
+
+def test_a_run_name_names_the_factors_whose_level_names_are_shared():
+    """Levels "off"/"on" for two factors would read "off·on r0": those factors are named in
+    the run name; a factor whose levels are its own keeps the short form; names stay unique."""
+    raw = {"name": "names", "base": {"preset": "tiny"}, "replicates": 2,
+           "factors": {"dropout": {"off": {"lr": 1e-3}, "on": {"lr": 2e-3}},
+                       "warmup": {"off": {"batch_size": 4}, "on": {"batch_size": 8}},
+                       "D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}}}
+    s = parse(raw)
+    names = {t.run_name for t in s.trials}
+    assert len(names) == len(s.trials) == 16
+    assert "dropout=off·warmup=on·aligned r1" in names
+    for t in s.trials:
+        assert t.run_name.startswith(f"dropout={t.levels['dropout']}·warmup={t.levels['warmup']}·{t.levels['D1']} ")
+    plain = parse({**raw, "factors": {k: v for k, v in raw["factors"].items() if k != "warmup"}})
+    assert {t.run_name for t in plain.trials} >= {"off·shifted r0", "on·aligned r1"}
