@@ -199,7 +199,7 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
                 step += (f"; or {k}x the {what} ({k * sp.items}) on the existing checkpoints" if k
                          else f"; {why_not_items(v, most)}")
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
-                step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None)}"
+                step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None, name=name)}"
                 if not v.term.startswith("vs "):  # the cheaper route: that question alone, two arms
                     step += f"; or that question alone: analysis plan {name} --confirm {v.term}"
             lines.append(f"    {v.term}: {step}")
@@ -210,12 +210,14 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
     return lines, blocks_all or 0, item_multiples
 
 
-def new_study(v, family: int, alpha: float, most: int = 400, what: str | None = None) -> str:
+def new_study(v, family: int, alpha: float, most: int = 400, what: str | None = None, name: str = "") -> str:
     """A new, declared study of the same cells that would decide the term on its own (80%,
     if the effect is as estimated) at `alpha` split over the same family, in one look: the
     fewest blocks with today's evaluation items; where blocks alone would not (an items x term
     part, which blocks never shrink), the fewest blocks with k times the items at the smallest
-    such k among PROMPT_FACTORS, and the fewest blocks at any k where that is fewer."""
+    such k among PROMPT_FACTORS, and the fewest blocks at any k where that is fewer. Each
+    price names what buys it: `trials run` of a copy of the sweep's spec (`name`'s) under a
+    new name with that many replicate blocks."""
     def blocks(k: float) -> int | None:
         for b in range(2, most + 1):
             se, df = v.noise.at(b, k)
@@ -225,9 +227,14 @@ def new_study(v, family: int, alpha: float, most: int = 400, what: str | None = 
 
     head = "past the plan: a new study declared for it, "
     tail = f" at alpha {alpha:g} over the same family"
+
+    def run(n: int, k: int = 1) -> str:
+        more = f" and {k}x the {what}" if k > 1 else ""
+        return f" (`trials run` a copy of sweeps/{name}.yaml under a new name with replicates: {n}{more})" if name else ""
+
     b = blocks(1.0)
     if b is not None:
-        return f"{head}{b} blocks{tail}"
+        return f"{head}{b} blocks{tail}{run(b)}"
     found = {k: n for k in PROMPT_FACTORS if what and (n := blocks(float(k))) is not None}
     if not found:
         tried = f", even with {PROMPT_FACTORS[-1]}x the {what}" if what else ""
@@ -235,7 +242,7 @@ def new_study(v, family: int, alpha: float, most: int = 400, what: str | None = 
     k = min(found)
     fewest = min(found, key=lambda j: (found[j], j))
     more = f" (or {found[fewest]} blocks with {fewest}x)" if found[fewest] < found[k] else ""
-    return f"{head}{found[k]} blocks with {k}x the {what}{more}{tail}"
+    return f"{head}{found[k]} blocks with {k}x the {what}{more}{tail}{run(found[k], k)}"
 
 
 def _blocks_step(v, check) -> str:

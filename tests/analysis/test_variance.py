@@ -441,3 +441,6 @@ def test_a_new_study_is_priced_at_the_fewest_blocks_that_decide():
     # blocks alone decide it (its items x term part is always in its se, and small beside the seeds'), so
     # the price asks for no more held-out batches
     assert new_study(v, d.family, 0.05, what="held-out batches") == plain[0]
+    # the price names what buys it: `trials run` of a copy of the spec with that many blocks
+    assert new_study(v, d.family, 0.05, name="seed-questions") == (
+        f"{plain[0]} (`trials run` a copy of sweeps/seed-questions.yaml under a new name with replicates: {plain[1]})")
