@@ -120,7 +120,8 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     if blocks_all:
         price = f", about {blocks_all * per_block * minutes:.0f} worker-minutes" if minutes else ""
         lines.append(f"every primary term decided by blocks alone (80% each, if the effects are as estimated): "
-                     f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}")
+                     f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}: "
+                     f"trials augment {record.experiment} --replicates {blocks_all}")
     lines += _items_lines(d.noise, item_multiples, len(df), decode)
     return "\n".join(fitted(lines)), look
 
@@ -192,7 +193,10 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
             "" if sp else "; timed: more prompts do not reduce the seeds' noise (re-time it with trials time, or "
             "add blocks)" if rules.is_timed(r) else "; no jackknife records: the evaluation's part is unknown"))
         for v in undecided:
-            step = v.next_step or _blocks_step(v, check)
+            step = v.next_step or _blocks_step(v, check, name)
+            if v.blocks and check.replicates >= 2:  # the price, and the command that buys it
+                step = step.replace(" trials) would decide it",
+                                    f" trials: trials augment {name} --replicates {v.blocks}) would decide it", 1)
             k = prompts_to_decide(v, alpha_at=alpha_items, most=most) if sp else None
             if sp:
                 what = WHAT[sp.kind]
@@ -245,14 +249,15 @@ def new_study(v, family: int, alpha: float, most: int = 400, what: str | None = 
     return f"{head}{found[k]} blocks with {k}x the {what}{more}{tail}{run(found[k], k)}"
 
 
-def _blocks_step(v, check) -> str:
+def _blocks_step(v, check, name: str = "NAME") -> str:
     """What more replicate blocks would do for a term the verdicts did not price (one outside
     the family), or that the sweep is unreplicated."""
     if check.replicates < 2:
         return "unreplicated: run at least 2 replicate blocks first"
     k = blocks_to_decide(v, check.replicates, check.n_cells)
-    return (f"{k} more block(s) ({k * check.n_cells} trials) would decide it ({DECISION_POWER:.0%}, if the effect is "
-            "as estimated)" if k else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
+    return (f"{k} more block(s) ({k * check.n_cells} trials: trials augment {name} --replicates {k}) would decide it "
+            f"({DECISION_POWER:.0%}, if the effect is as estimated)" if k
+            else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
 
 
 def median_minutes(df: pd.DataFrame, column: str) -> float | None:

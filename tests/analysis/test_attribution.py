@@ -305,6 +305,15 @@ def test_plan_cli_prints_the_replicates_needed(store, capsys):
     assert main(["plan", "synthetic", "--tracking-uri", store, "--margin", "spec/tau=0.01"]) == 0
     out = capsys.readouterr().out
     assert "spec/tau (primary):" in out and "more replicate block(s)" in out
+    # every price names the command that buys it, with the number it prices
+    import re
+
+    flat = " ".join(out.split())
+    priced = re.findall(r"(\d+) more block\(s\) \(\d+ trials: trials augment synthetic --replicates (\d+)\)", flat)
+    assert priced and all(a == b for a, b in priced), flat
+    every = re.search(r"(\d+) more replicate block\(s\) = \d+ trials[^:]*: trials augment synthetic --replicates (\d+)",
+                      flat)
+    assert every and every[1] == every[2], flat
 
 
 def test_alias_structure_read_off_the_runs_matches_the_spec():
