@@ -9,55 +9,34 @@ are not dropped silently: the frame's `incomplete_runs()` lists them, and report
 The table travels in a `SweepFrame` (`analysis.frame`) with the factors and the sweep's
 record from its parent run.
 
-`to_parquet`/`read_parquet` keep the runs without a store. What the analysis writes back to
-the store (a look, a report's verdicts) is `analysis.publish`.
+`to_parquet`/`read_parquet` keep the runs without a store: the engine's export
+(`trials.export`), read here with the sequential plan checked too. What the analysis writes
+back to the store (a look, a report's verdicts) is `analysis.publish`.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
-import os
-import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pandas as pd
 
 from trials.store.client import check_store, tracking_client
-from trials.store.keys import (ARM_TAG, CELL_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTOR_PREFIX, FACTORS_PARAM,
-                               PRIMARY_TERMS_TAG, CONFIRMS_TAG, CONTRASTS_TAG, REPLICATE_TAG, RESPONSES_TAG, RUN_ORDER_TAG, SEED_TAG,
-                               SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG, StoreReadError, metric_name, sweep_parent,
-                               sweep_trials)
+from trials.store.keys import (CONFIRMS_TAG, CONTRASTS_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTORS_PARAM,
+                               PRIMARY_TERMS_TAG, RESPONSES_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG,
+                               StoreReadError, sweep_parent, sweep_trials)
 
-from .frame import META_COLUMNS, SweepFrame, SweepRecord
-from trials.workload import DEFAULT as DEFAULT_WORKLOAD
-from trials.workload import WorkloadError, load
-from trials.registry import PRIMARY_FORM, from_record, recorded
-from trials.store.record import confirms_problem
+import trials.export as export
+# the export is the engine's (trials.export); its writers are named here too, where the
+# statistics' readers are
+from trials.export import (INCOMPLETE_KEY, META_COLUMNS, PARQUET_KEY, SweepFrame, SweepRecord,  # noqa: F401
+                           check_writable, finished_frame, run_row, to_parquet, type_columns)
 from trials.store.reader import reading_client
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 
-INCOMPLETE_KEY = "incomplete"
-PARQUET_KEY = b"dspark.attrs"  # the exports' metadata key, named when the record rode in pandas attrs
-
-
-
-def _typed(value: str):
-    """An MLflow param string back to a number / tuple / string."""
-    if value in ("True", "False"):
-        return value == "True"
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    if value[:1] in "[(":
-        try:
-            return str(ast.literal_eval(value))
-        except (ValueError, SyntaxError):
-            return value
-    return value
+from .sequential import plan_of
 
 
 def _factor_levels(parent) -> dict[str, list[str]]:
@@ -129,38 +108,6 @@ def _responses(parent) -> dict:
     return given if isinstance(given, dict) else {}
 
 
-def finished_frame(df: pd.DataFrame, order: dict[str, list[str]]) -> SweepFrame:
-    """Rows of runs (tags, params as strings, metrics) -> the analysis frame: the FINISHED
-    runs with typed columns, the others kept as its `incomplete` records; its record is
-    the caller's to fill. The MLflow reader and the Ray-free local runner (`trials run
-    --local`) build their frames here alike."""
-    done = df["status"] == "FINISHED"
-    inc = df.loc[~done, [c for c in META_COLUMNS if c in df.columns]].fillna("").astype(str).to_dict(orient="records")
-    df = df.loc[done].drop(columns=["error"], errors="ignore").reset_index(drop=True)
-    df, factors = type_columns(df, order)
-    for col in df.columns:  # a knob whose values mix types (decay_gamma: 4.0 | "block") stays text
-        if df[col].dtype == object and df[col].map(type).nunique() > 1:
-            df[col] = df[col].astype(str)
-    return SweepFrame(df, factors=factors, incomplete=inc)
-
-
-def run_row(run_id: str, run_name: str, status: str, tags: dict[str, str], params: dict[str, str],
-            metrics: dict[str, float]) -> dict:
-    """One run as a row: the sweep's tags, the typed params and the metrics under the trainer's names."""
-    row = {"run_id": run_id, "run_name": run_name, "status": status,
-           "cell": tags.get(CELL_TAG, ""), "replicate": int(tags.get(REPLICATE_TAG, 0)),
-           "seed": int(tags.get(SEED_TAG, 0)), "arm": tags.get(ARM_TAG, "factorial"),
-           "run_order": int(tags.get(RUN_ORDER_TAG, -1))}
-    for k, v in tags.items():
-        if k.startswith(FACTOR_PREFIX):
-            row[k] = v
-    for k, v in params.items():
-        row[k] = _typed(v)
-    for k, v in metrics.items():
-        row[metric_name(k)] = v
-    return row
-
-
 def _row(r) -> dict:
     for k, v in r.data.metrics.items():  # SQLite keeps whatever a hand edit wrote in a float column
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -171,22 +118,6 @@ def _row(r) -> dict:
     if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
         row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
     return row
-
-
-def type_columns(df: pd.DataFrame, order: dict[str, list[str]] | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """`factor.X` tag columns -> ordered categorical column X (empty = not in the factorial);
-    returns the frame and the factors' names."""
-    order = order or {}
-    factors = []
-    for col in [c for c in df.columns if c.startswith(FACTOR_PREFIX)]:
-        name = col[len(FACTOR_PREFIX):]
-        values = df[col].replace("", pd.NA)
-        seen = [v for v in order.get(name, []) if v in set(values.dropna())]
-        seen += sorted(set(values.dropna()) - set(seen))
-        df[name] = pd.Categorical(values, categories=seen, ordered=True)
-        df = df.drop(columns=[col])
-        factors.append(name)
-    return df, factors
 
 
 def report_incomplete(sweep: SweepFrame) -> str:
@@ -200,202 +131,6 @@ def report_incomplete(sweep: SweepFrame) -> str:
                                for r, w in zip(inc.itertuples(), why)) + ")")
 
 
-def to_parquet(sweep: SweepFrame, path: str | Path) -> None:
-    """The runs, factor order kept (pyarrow), with the rest of the frame as the file's
-    metadata (`SweepFrame.metadata`, as JSON under PARQUET_KEY)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    if not sweep.record.registry:  # the registry travels with the export: a reader imports no workload
-        kept = recorded(sweep.registry, [c for c in sweep.runs.columns if isinstance(c, str)])
-        sweep = replace(sweep, record=replace(sweep.record, registry=kept))
-    table = pa.Table.from_pandas(sweep.runs, preserve_index=False)
-    meta = dict(table.schema.metadata or {})
-    meta[PARQUET_KEY] = json.dumps(sweep.metadata()).encode()
-    # whole or not at all: a full disk leaves any older export, never half of one
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(table.replace_schema_metadata(meta), tmp)
-        os.replace(tmp, path)
-    except OSError as e:  # pyarrow's message names the temporary file, or none, and hides the errno in its text
-        code = e.errno or int((re.search(r"\[errno (\d+)\]", str(e)) or [0, 0])[1]) or None
-        raise OSError(code, os.strerror(code) if code else str(e), str(path)) from e
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def check_writable(path: str | Path) -> Path:
-    """Refuse, before any work, a path whose folder is missing or not writable."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"export: {path} is a folder; give a file name")
-    if not path.parent.is_dir():
-        raise ValueError(f"export: folder {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"export: {path} is not writable")
-    return path
-
-
-def read_parquet(path: str | Path) -> SweepFrame:
-    """A parquet export (`to_parquet`, `trials run --local`) back as the analysis frame. The
-    export's metadata is input like a spec: each field is checked (`check_record`) and its
-    numbers (`_numeric_columns`), so that a crafted or damaged file is refused in one line
-    naming the file and what is wrong, before any analysis."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if not Path(path).is_file():
-        raise ValueError(f"parquet: {path} is not a file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"parquet: {path} is not a parquet export ({type(e).__name__})") from None
-    try:
-        given = json.loads((table.schema.metadata or {}).get(PARQUET_KEY, b"{}"))
-    except ValueError:
-        raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not JSON") from None
-    except RecursionError:
-        raise ValueError(f"parquet: {path}: its dspark.attrs metadata nests too deep to be an export's") from None
-    if not isinstance(given, dict):
-        raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not an analysis export's (not an object)")
-    df = _numeric_columns(_without_pandas_attrs(table).to_pandas(), path)
-    try:
-        check_record(given, df.columns)
-    except ValueError as e:
-        raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
-    return SweepFrame.from_metadata(df, given)
-
-
-def _without_pandas_attrs(table):
-    """The table without the pandas attrs pyarrow stored with it: exports written while the
-    record rode in attrs hold a second copy of it there, which `to_pandas` would restore and
-    pandas would then deep-copy at every operation. The record is read from PARQUET_KEY."""
-    meta = dict(table.schema.metadata or {})
-    try:
-        described = json.loads(meta.get(b"pandas", b"{}"))
-    except (ValueError, RecursionError):
-        return table  # not ours to judge: pyarrow reads it, or says what is wrong, as before
-    if not isinstance(described, dict) or "attributes" not in described:
-        return table
-    del described["attributes"]
-    meta[b"pandas"] = json.dumps(described).encode()
-    return table.replace_schema_metadata(meta)
-
-
-TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "workload",
-               "timing")
-
-
-def _short(value) -> str:
-    return repr(value)[:60]
-
-
-def check_record(given: dict, columns) -> None:
-    """A recorded sweep's fields (a parquet export's metadata, a parent run's tags) checked as
-    a spec's are: ValueError naming the first field that is wrong. The primary responses go
-    through the workload's registry (`Registry.primary_response`), the spec's own check."""
-    factors = given.get("factors", [])
-    if not isinstance(factors, list) or not all(isinstance(f, str) for f in factors):
-        raise ValueError(f"factors: a list of column names, got {_short(factors)}")
-    missing = [f for f in factors if f not in columns]
-    if missing:
-        raise ValueError(f"factor column(s) {', '.join(missing)} missing")
-    for key in TEXT_FIELDS:
-        if not isinstance(given.get(key) or "", str):
-            raise ValueError(f"{key}: text, got {_short(given[key])}")
-    terms = given.get("primary_terms") or []
-    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
-        raise ValueError(f"primary_terms: a list of term names, got {_short(terms)}")
-    check_contrasts(given.get("contrasts") or {}, factors)
-    if given.get("confirms") and (problem := confirms_problem(given["confirms"])):
-        raise ValueError(problem)
-    responses = given.get("responses") or {}
-    if not isinstance(responses, dict):
-        raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
-    try:
-        rules = (from_record(given["registry"]) if given.get("registry")
-                 else load(given.get("workload") or DEFAULT_WORKLOAD).registry)
-    except WorkloadError as e:
-        raise ValueError(str(e)) from None
-    for name, decl in responses.items():
-        problem = rules.primary_response(name, decl, f"responses.{name}")[1]
-        if problem:
-            raise ValueError(problem)
-    _check_records(given.get(INCOMPLETE_KEY) or [], INCOMPLETE_KEY, set(META_COLUMNS), ())
-    _check_records(given.get("local_rows") or [], "local_rows", None, ("tags", "params", "metrics"))
-    if given.get("sequential"):
-        from .sequential import plan_of
-
-        plan_of(given["sequential"])  # ValueError naming the sequential record
-
-
-def check_contrasts(contrasts, factors: list[str]) -> None:
-    """A recorded sweep's named contrasts: each {from: {factor: level}, to: {...}} over the
-    same factors of the sweep; ValueError naming the first that is not."""
-    if not isinstance(contrasts, dict):
-        raise ValueError(f"contrasts: a mapping of names to {{from: {{...}}, to: {{...}}}}, got {_short(contrasts)}")
-    for name, decl in contrasts.items():
-        ok = isinstance(decl, dict) and set(decl) == {"from", "to"} and all(
-            isinstance(decl[k], dict) and decl[k] and all(isinstance(v, str) for v in decl[k].values())
-            for k in ("from", "to"))
-        if not ok or set(decl["from"]) != set(decl["to"]):
-            raise ValueError(f"contrasts.{str(name)[:60]}: {{from: {{FACTOR: LEVEL}}, to: {{FACTOR: LEVEL}}}} over "
-                             f"the same factors, got {_short(decl)}")
-        unknown = sorted(set(decl["from"]) - set(factors))
-        if unknown:
-            raise ValueError(f"contrasts.{str(name)[:60]}: {unknown[0][:60]!r} is not a factor of the sweep")
-
-
-def _check_records(records, key: str, allowed: set | None, mappings: tuple[str, ...]) -> None:
-    """A list of run records: objects (with only `allowed` keys, if given) whose values are
-    plain numbers or text, or (for the `mappings` keys) objects."""
-    if not isinstance(records, list):
-        raise ValueError(f"{key}: a list of run records, got {_short(records)}")
-    for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{key}[{i}]: a run record (an object), got {_short(rec)}")
-        unknown = sorted(set(rec) - allowed) if allowed is not None else []
-        if unknown:
-            raise ValueError(f"{key}[{i}]: unknown field(s) {', '.join(map(str, unknown))[:80]} "
-                             f"(allowed: {', '.join(sorted(allowed))})")
-        for k, v in rec.items():
-            ok = isinstance(v, dict) if k in mappings else (v is None or isinstance(v, (str, int, float)))
-            if not ok:
-                raise ValueError(f"{key}[{i}].{k}: {'an object' if k in mappings else 'a number or text'}, "
-                                 f"got {_short(v)}")
-
-
-NUMERIC_COLUMNS = ("replicate", "run_order", "seed", "run_s")
-INTEGER_COLUMNS = ("replicate", "run_order", "seed")  # a run's block, launch position and seed: whole numbers
-
-
-def _numeric_columns(df: pd.DataFrame, path) -> pd.DataFrame:
-    """Metric columns (`a/b`) and the run numbers as numbers: a column of numeric strings (a
-    parquet written by another tool) is converted; any other value is refused, named, as is
-    a run number that is missing or not whole (the design's blocks are built from them)."""
-    for c in df.columns:
-        if not isinstance(c, str) or not (("/" in c) or c in NUMERIC_COLUMNS) or pd.api.types.is_numeric_dtype(df[c]):
-            continue
-        values = df[c].replace("", None)
-        converted = pd.to_numeric(values, errors="coerce")
-        bad = values[converted.isna() & values.notna()]
-        if len(bad):
-            raise ValueError(f"parquet: {path}: column {c!r} holds {len(bad)} non-numeric value(s), "
-                             f"e.g. {str(bad.iloc[0])[:40]!r}")
-        df[c] = converted.astype(float)
-    for c in [c for c in INTEGER_COLUMNS if c in df.columns]:
-        values = pd.to_numeric(df[c], errors="coerce").astype(float)
-        bad = ~(values.map(math.isfinite) & (values == values.round()))
-        if bad.any():
-            i = bad.to_numpy().nonzero()[0][0]
-            run = f" (run {df['run_name'].iloc[i]})" if "run_name" in df.columns else ""
-            raise ValueError(f"parquet: {path}: column {c!r} holds {int(bad.sum())} value(s) that are not whole "
-                             f"numbers, e.g. {float(values.iloc[i])!r} in row {i}{run}")
-        df[c] = values.astype(int)
-    return df
-
-
 def responses(df: pd.DataFrame) -> list[str]:
     """Metric columns (the trainer's `a/b` names) that hold finite numbers."""
     out = []
@@ -405,3 +140,25 @@ def responses(df: pd.DataFrame) -> list[str]:
             if len(vals) and bool((vals.astype(float).abs() < math.inf).all()):  # vectorised: 3,200 runs x 100 metrics
                 out.append(c)
     return out
+
+
+def check_record(given: dict, columns) -> None:
+    """A recorded sweep's fields checked (`trials.export.check_record`), and its sequential
+    plan as the statistics read it (`analysis.sequential.plan_of`): ValueError naming the
+    first field that is wrong."""
+    export.check_record(given, columns)
+    if given.get("sequential"):
+        plan_of(given["sequential"])  # ValueError naming the sequential record
+
+
+def read_parquet(path: str | Path) -> SweepFrame:
+    """A parquet export back as the analysis frame (`trials.export.read_parquet`: every field
+    of its record and its numbers checked), its sequential plan checked too: a crafted or
+    damaged file is refused in one line naming the file and what is wrong."""
+    sweep = export.read_parquet(path)
+    if sweep.record.sequential:
+        try:
+            plan_of(sweep.record.sequential)
+        except ValueError as e:
+            raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
+    return sweep

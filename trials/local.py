@@ -25,14 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.frame import SweepFrame, SweepRecord
 from trials.registry import recorded, results_problem
 from trials.store.keys import ERROR_TAG
 from trials.store.runs import config_params
 
 from . import shared
 from trials.spec import SweepSpec
-from analysis.load import finished_frame, read_parquet, run_row, to_parquet
+from .export import SweepFrame, SweepRecord, finished_frame, read_parquet, run_row, to_parquet
 from .timing import TimingSettings, pass_rounds, sweep_stage
 
 DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)
