@@ -53,7 +53,7 @@ def plain(s, target: Path, tmp: str) -> tuple[float, float]:
     torch.set_num_threads(1)  # each Ray trial gets one CPU (one torch thread); so does the loop
     t0 = time.perf_counter()
     for t in s.trials:
-        train(t.config.replace(target_path=str(target), out_dir=f"{tmp}/loop/{t.replicate}"))
+        train(t.config.replace(target_path=str(target), out_dir=f"{tmp}/loop/{t.replicate}").native())
     loop = time.perf_counter() - t0
     torch.set_num_threads(threads)
     jobs = [(t.config.replace(target_path=str(target), out_dir=f"{tmp}/pool/{i}").to_dict(),)
@@ -183,7 +183,7 @@ def through_ray(s, target: Path, tmp: str, tag: str = "cold", ray_running: bool 
 
     import ray
 
-    h, _ = targets.address(s.trials[0].config)
+    h, _ = targets.address(s.trials[0].config.native())
     dest = targets.target_file(Path(tmp) / f"st-{tag}", h)
     dest.parent.mkdir(parents=True)
     shutil.copy(target, dest)  # the shared target is common to both paths: not timed
@@ -229,7 +229,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         s = spec(args.draft_steps, args.checkpoint_every_s, args.target_steps)
         target = Path(tmp) / "target.pt"
-        train_shared_target(s.trials[0].config, target)
+        train_shared_target(s.trials[0].config.native(), target)
         loop, pool_s = plain(s, target, tmp)
         r = through_ray(s, target, tmp)
         warm = warm_ray(s, target, tmp)

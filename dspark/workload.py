@@ -11,8 +11,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from . import metrics
-from .config import FIELD_NAMES, Config, from_dict, role_of, smoke_overrides
+from . import metrics as metric_registry
+from .config import Config, from_dict, roles, smoke_overrides
 
 DECODING = ("spec/", "conf/", "sched/")  # responses measured by decoding prompts
 
@@ -83,10 +83,14 @@ class Timing:
 
 
 class DSparkWorkload:
+    """The four core attributes (`name`, `config`, `train`, `metrics`) and the optional
+    capabilities DSpark has, each as `trials.workload` documents it."""
     name = "dspark"
-    fields = FIELD_NAMES
+    config = Config  # its fields and defaults (the tiny preset); `make_config` resolves a preset
+    metrics = {m.name: m.better for m in metric_registry.REGISTRY if m.better in ("higher", "lower")}
+    metric_rows = metric_registry  # the richer rows: stages, degenerate or constant arms, headline, timed
+    roles = roles()
     variant_field = "parallel_stage"
-    metrics = metrics
     sequential_fields = {"max_prompts": "spec_prompts", "max_eval_batches": "eval_batches"}
     checkpoint_file = "state.pt"
     final_checkpoint = "checkpoint"  # the folder under out_dir holding the run's last checkpoint
@@ -96,11 +100,13 @@ class DSparkWorkload:
     shared = SharedTarget()
     timing = Timing()
 
-    def config(self, values: dict) -> Config:
+    def make_config(self, values: dict) -> Config:
+        """A preset and the fields a spec sets over it (`dspark.config.from_dict`)."""
         return from_dict(values)
 
-    def role(self, field: str) -> str:
-        return role_of(field)
+    def objective(self, cfg: Config) -> dict:
+        """What a run's results depend on, each field as it resolves (`Config.objective_dict`)."""
+        return cfg.objective_dict()
 
     def smoke(self) -> dict:
         return smoke_overrides()

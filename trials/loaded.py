@@ -9,8 +9,9 @@ A workload needs four attributes (`CORE`):
               (`report(metrics, checkpoint_dir)` where it saves checkpoints)
     metrics   {metric: "higher" | "lower"} or {metric: {"better": ..., "margin": ..., "unit": ...}}
 
-Everything else is optional. A workload that has the whole interface (DSpark's, the tests'
-toy) is used as it is; one of the core alone gets, here:
+Everything else is optional (`trials.workload` lists each capability), and every workload,
+DSpark's included, comes through the same door: the core checked in one line each, then each
+capability it has. One of the core alone gets, here:
 
 - config fields from its dataclass or dict; `seed` and `out_dir` plumbing, every other field
   "objective" (`roles`, a dict, says otherwise); the replicate's seed seeds Python's, NumPy's
@@ -46,13 +47,14 @@ class WorkloadError(ValueError):
 
 
 class ConfigView:
-    """A core workload's config as the engine handles it: the values of its fields, read as
-    attributes, copied with `replace`, compared by `objective_dict`; `native()` is what its
-    `train` gets (an instance of its dataclass, or a dict). The engine's own values (a
-    replicate's `seed`, a trial's `out_dir`) ride along where the config lacks such a field."""
+    """A workload's config as the engine handles it: the values of its fields, read as
+    attributes, copied with `replace`, compared by `objective_dict`; `native()` is what the
+    workload's own code gets (an instance of its dataclass, what its `make_config` built, or
+    a dict). The engine's own values (a replicate's `seed`, a trial's `out_dir`) ride along
+    where the config lacks such a field."""
 
-    def __init__(self, wl: Loaded, values: dict):
-        self._wl, self._values = wl, dict(values)
+    def __init__(self, wl: Loaded, values: dict, native=None):
+        self._wl, self._values, self._native = wl, dict(values), native
 
     def __getattr__(self, name: str):
         try:
@@ -73,11 +75,22 @@ class ConfigView:
         return self._wl.config({**self._values, **changes})
 
     def objective_dict(self) -> dict:
+        """What a run's results depend on: the workload's `objective(config)` where it says,
+        else every field but the plumbing."""
+        if hasattr(self._wl.obj, "objective"):
+            return dict(self._wl.obj.objective(self.native()))
         return {k: v for k, v in self._values.items() if self._wl.role(k) != "plumbing"}
 
     def native(self):
-        kept = {k: v for k, v in self._values.items() if k in self._wl.own_fields}
-        return self._wl.native_config(**kept) if self._wl.native_config is not None else kept
+        if self._native is None:
+            kept = {k: v for k, v in self._values.items() if k in self._wl.own_fields}
+            self._native = self._wl.build(kept)
+        return self._native
+
+
+def own(cfg):
+    """The workload's own config for one of its hooks: a ConfigView's `native()`, else as given."""
+    return cfg.native() if isinstance(cfg, ConfigView) else cfg
 
 
 def _rows(metrics: dict) -> tuple[dict[str, Row], dict[str, dict]]:
@@ -114,8 +127,9 @@ class _Metrics:
 
 
 class Loaded:
-    """A workload with its defaults filled (module docstring); `full` where the object
-    carries the whole interface itself, which is then used as it is."""
+    """A workload with its defaults filled (module docstring). Every workload comes through
+    the same door: the four core attributes, checked here in one line each, then each
+    optional capability it has, checked where it has one."""
 
     def __init__(self, obj: Any, name: str):
         missing = [a for a in CORE if not hasattr(obj, a)]
@@ -124,20 +138,32 @@ class Loaded:
                                 "and metrics (see trials/loaded.py)")
         self.obj, self.path = obj, name
         self.name = str(obj.name)
-        self.full = callable(obj.config) and not dataclasses.is_dataclass(obj.config) and hasattr(obj, "fields")
         self.native_config = None
-        self.margins: dict[str, dict] = {}
-        if self.full:
-            self.fields, self.metrics = tuple(obj.fields), obj.metrics
-        else:
-            self._core(obj)
-        for attr, default in (("variant_field", ""), ("sequential_fields", {}), ("shared", None), ("timing", None),
+        self._core(obj)
+        self._metric_rows(obj)
+        for attr, default in (("variant_field", ""), ("sequential_fields", {}), ("timing", None),
                               ("questions", {}), ("reeval_counts", {}), ("reeval_limits", {}), ("checkpoint_file", ""),
                               ("final_checkpoint", "")):
             setattr(self, attr, getattr(obj, attr, default))
+        self.shared = _Shared(self, obj.shared) if getattr(obj, "shared", None) is not None else None
         self.registry = Registry(self.metrics, self.variant_field)
         self._check_reeval()
         self._check_timing()
+
+    def _metric_rows(self, obj: Any) -> None:
+        """`metric_rows`, where a workload gives them: registry rows richer than `metrics` says
+        (measured by some variants only, degenerate or constant in some, headline, timed)."""
+        given = getattr(obj, "metric_rows", None)
+        if given is None:
+            return
+        lacking = [a for a in ("lookup", "REGISTRY", "DEFAULT_RESPONSES") if not hasattr(given, a)]
+        if lacking:
+            raise WorkloadError(f"workload {self.name!r}: metric_rows lacks {', '.join(lacking)} (see "
+                                "trials/registry.py)")
+        unknown = [m for m in self.metrics.names() if given.lookup(m) is None]
+        if unknown:
+            raise WorkloadError(f"workload {self.name!r}: metrics names {unknown[0]!r}, which its metric_rows lack")
+        self.metrics = given
 
     def _check_timing(self) -> None:
         """A timing pass names, for each variant it times, its response and what a repetition
@@ -188,6 +214,9 @@ class Loaded:
         else:
             raise WorkloadError(f"workload {self.name!r}: config must be a dataclass or a dict of defaults, got "
                                 f"{type(given).__name__}")
+        self._make = getattr(obj, "make_config", None)
+        if self._make is not None and not callable(self._make):
+            raise WorkloadError(f"workload {self.name!r}: make_config must be a function make_config(values)")
         if not callable(getattr(obj, "train", None)):
             raise WorkloadError(f"workload {self.name!r}: train must be a function train(config, report)")
         try:
@@ -213,9 +242,10 @@ class Loaded:
         self._roles = {**{k: "plumbing" for k in PLUMBING}, **roles}
 
     # ---- the interface, each part the object's own where it has one, else its default
-    def config(self, values: dict):
-        if self.full:
-            return self.obj.config(values)
+    def config(self, values: dict) -> ConfigView:
+        """The config of a spec's values: each checked against its field's type, built by the
+        workload's `make_config` where it resolves its settings as a whole (DSpark: a preset
+        sets many fields) and read back field by field, else its defaults with the values."""
         unknown = sorted(set(values) - set(self.fields))
         if unknown:
             raise ValueError(f"unknown config field {unknown[0]!r}")
@@ -223,16 +253,26 @@ class Loaded:
             wrong = _type_problem(k, v, self._types.get(k))
             if wrong:
                 raise ValueError(wrong)
-        view = ConfigView(self, {**self.defaults, **values})
-        if self.native_config is not None:
-            try:
+        if self._make is None:
+            view = ConfigView(self, {**self.defaults, **values})
+            if self.native_config is not None:
                 view.native()  # the dataclass's own checks (__post_init__), one line
-            except (TypeError, ValueError) as e:
-                raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-        return view
+            return view
+        native = self.build({k: v for k, v in values.items() if k in self.own_fields})
+        engine = {k: v for k, v in values.items() if k not in self.own_fields}
+        return ConfigView(self, {**self.defaults, **engine, **_plain(native, self.own_fields)}, native)
+
+    def build(self, values: dict):
+        """The workload's own config of its own fields' values, one line on error."""
+        try:
+            if self._make is not None:
+                return self._make(dict(values))
+            return self.native_config(**values) if self.native_config is not None else dict(values)
+        except (TypeError, ValueError) as e:
+            raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
     def role(self, field: str) -> str:
-        return self.obj.role(field) if self.full else self._roles.get(field, "objective")
+        return self._roles.get(field, "objective")
 
     def has(self, part: str) -> bool:
         """Whether the workload has an optional part: "smoke", "checkpoints", "reeval", "timing",
@@ -248,27 +288,27 @@ class Loaded:
         return self.obj.smoke()
 
     def variant(self, cfg) -> str:
-        return self.obj.variant(cfg) if hasattr(self.obj, "variant") else ""
+        return self.obj.variant(own(cfg)) if hasattr(self.obj, "variant") else ""
 
     def unmeasured(self, cfg, name: str) -> str | None:
-        return self.obj.unmeasured(cfg, name) if hasattr(self.obj, "unmeasured") else None
+        return self.obj.unmeasured(own(cfg), name) if hasattr(self.obj, "unmeasured") else None
 
     def config_problems(self, cfg) -> list[str]:
-        return self.obj.config_problems(cfg) if hasattr(self.obj, "config_problems") else []
+        return self.obj.config_problems(own(cfg)) if hasattr(self.obj, "config_problems") else []
 
     def checkpoint_bytes(self, cfg) -> int:
-        return self.obj.checkpoint_bytes(cfg) if hasattr(self.obj, "checkpoint_bytes") else 0
+        return self.obj.checkpoint_bytes(own(cfg)) if hasattr(self.obj, "checkpoint_bytes") else 0
 
     def checkpoint_problem(self, folder) -> str | None:
         return self.obj.checkpoint_problem(folder) if hasattr(self.obj, "checkpoint_problem") else None
 
     def finished_problem(self, folder, cfg) -> str | None:
-        return self.obj.finished_problem(folder, cfg) if hasattr(self.obj, "finished_problem") else None
+        return self.obj.finished_problem(folder, own(cfg)) if hasattr(self.obj, "finished_problem") else None
 
     def reeval_problem(self, cfg, counts: dict[str, int]) -> str | None:
         if not self.has("reeval"):
             return f"workload {self.name!r} has no re-evaluation (a `reevaluate` of a finished trial's checkpoint)"
-        return self.obj.reeval_problem(cfg, dict(counts)) if hasattr(self.obj, "reeval_problem") else None
+        return self.obj.reeval_problem(own(cfg), dict(counts)) if hasattr(self.obj, "reeval_problem") else None
 
     def reevaluate(self, cfg, checkpoint, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
         metrics, files = self.obj.reevaluate(cfg, checkpoint, dict(counts))
@@ -279,17 +319,52 @@ class Loaded:
         return dict(metrics), dict(files or {})
 
     def train(self, cfg, report=None, resume_from=None, before_step=None):
-        """One trial. A full workload's own train; a core one's `train(config, report)`, given
+        """One trial: the workload's `train(config, report)` with its own config, given
         `resume_from`/`before_step` only where its signature takes them, its reports numbered
         where they carry no `step`, and the replicate's seed set where its config has none."""
-        if self.full:
-            return self.obj.train(cfg, report, resume_from=resume_from, before_step=before_step)
         if "seed" not in self.own_fields and cfg.seed is not None:
             _seed_everything(int(cfg.seed))
         takes = inspect.signature(self.obj.train).parameters
         extra = {k: v for k, v in (("resume_from", resume_from), ("before_step", before_step))
                  if v is not None and k in takes}
         return self.obj.train(cfg.native(), _numbered(report), **extra)
+
+
+class _Shared:
+    """A workload's shared artifacts (`SharedArtifacts`) as the engine calls them: its hooks
+    get the workload's own config, and `bind` hands the engine's config back."""
+
+    def __init__(self, wl: Loaded, art: Any):
+        self._wl, self._art = wl, art
+
+    def needed(self, cfg) -> bool:
+        return bool(self._art.needed(own(cfg)))
+
+    def address(self, cfg, cache: dict):
+        return self._art.address(own(cfg), cache)
+
+    def describe(self, cfg) -> str:
+        return self._art.describe(own(cfg))
+
+    def bind(self, cfg, path: str) -> ConfigView:
+        bound = self._art.bind(own(cfg), path)
+        return self._wl.config({**cfg.to_dict(), **_plain(bound, self._wl.own_fields)})
+
+    def file(self, storage, key: str):
+        return self._art.file(storage, key)
+
+    def read(self, path) -> dict:
+        return self._art.read(path)
+
+    def train(self, config: dict, path: str, progress_file: str | None = None) -> dict:
+        return self._art.train(config, path, progress_file)
+
+
+def _plain(native, names) -> dict:
+    """A workload's own config read back field by field, sequences as lists (the values a
+    spec, a run's params and the sweep's fingerprint hold)."""
+    values = dict(native) if isinstance(native, dict) else {k: getattr(native, k) for k in names}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 
 def _field_types(given, defaults: dict) -> dict:

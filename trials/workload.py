@@ -22,10 +22,21 @@ Required, four attributes (a whole example: `examples/mlp_sweep.py`, 39 lines):
     ...     def train(self, config, report):
     ...         report({"val/loss": 1.0 / config["steps"]})
 
-Optional, each with its default where absent:
+Optional, each with its default where absent (DSpark's `dspark.workload` and the tests' toy
+use them through the same door as any workload: nothing else is looked for):
 
-    roles                {field: role}: "objective" (default), "budget", "evaluation" or
-                         "plumbing" (changes no result; `seed` and `out_dir` are, by default)
+    roles                {field: role}: "objective" (default), "budget", "evaluation",
+                         "target" or "plumbing" (changes no result; `seed` and `out_dir` are,
+                         by default)
+    make_config(values)  the workload's own config of a spec's values, where its settings
+                         resolve as a whole (DSpark: a preset sets many fields); read back field
+                         by field (default: the dataclass, or dict, of its defaults and values)
+    objective(config)    what a run's results depend on, to find levels that train the same
+                         thing (default: every field but the plumbing)
+    metric_rows          registry rows richer than `metrics` (`lookup(name)`, `REGISTRY`,
+                         `DEFAULT_RESPONSES`: which variants measure a metric, where it is
+                         degenerate or constant, headline, timed; `trials/registry.py`); each
+                         name of `metrics` needs a row (default: a row per `metrics` entry)
     variant(config), variant_field
                          which row set of the registry a trial measures (default: one)
     unmeasured(config, name), config_problems(config), sequential_fields
@@ -52,9 +63,9 @@ Optional, each with its default where absent:
                          `trials time` says so)
     questions            {variant: the question a sweep of it answers} (default: none)
 
-A workload that defines the whole interface itself (DSpark's, the tests' toy: `fields`,
-`config(values)` and the rest) is used as it is. Where a core workload's config has no `seed`
-field, the replicate's seed seeds Python's, NumPy's and torch's generators before `train`.
+Every hook gets the workload's own config (an instance of its dataclass, what `make_config`
+built, or a dict). Where a workload's config has no `seed` field, the replicate's seed seeds
+Python's, NumPy's and torch's generators before `train`.
 
 No code runs from data. A workload is imported only where the user names it: on the command
 line or in the spec file they pass (`trials run`, `validate`: trusted), or as an installed

@@ -108,9 +108,11 @@ def _evaluate(model, batches: int, seed: int) -> dict:
 
 class ToyWorkload:
     name = "toy"
-    fields = tuple(f.name for f in dataclasses.fields(ToyConfig))
+    config = ToyConfig
+    metrics = {"val/acc": "higher", "val/loss": "lower", "train/loss": "lower"}
+    metric_rows = Metrics()
+    roles = ROLES
     variant_field = ""  # one variant: every arm measures every response
-    metrics = Metrics()
     sequential_fields = {"max_eval_batches": "eval_batches"}
     checkpoint_file = "state.pt"
     final_checkpoint = "checkpoint"
@@ -118,18 +120,6 @@ class ToyWorkload:
     shared = None
     timing = None
     questions = {"mlp": "does LayerNorm or label smoothing move a tiny MLP's held-out accuracy?"}
-
-    def config(self, values: dict) -> ToyConfig:
-        unknown = sorted(set(values) - set(self.fields))
-        if unknown:
-            raise ValueError(f"unknown config field {unknown[0]!r}")
-        try:
-            return ToyConfig(**values)
-        except TypeError as e:
-            raise ValueError(str(e)) from None
-
-    def role(self, field: str) -> str:
-        return ROLES[field]
 
     def smoke(self) -> dict:
         return {"steps": 20, "eval_interval": 10}
@@ -207,7 +197,7 @@ class ToyWorkload:
     def reevaluate(self, config: dict, checkpoint_dir: str, counts: dict[str, int]):
         import torch
 
-        cfg = self.config(config)
+        cfg = ToyConfig(**config)
         model = _model(cfg)
         model.load_state_dict(torch.load(Path(checkpoint_dir) / self.checkpoint_file, weights_only=True)["model"])
         return _evaluate(model, counts["eval_batches"], cfg.seed), {}

@@ -51,7 +51,7 @@ def test_crashed_trial_resumes_from_its_checkpoint(tmp_path, corpus_dir, monkeyp
     # and its shared target, ends with the same metrics
     torch.set_num_threads(1)
     trial = next(t for t in spec.trials if t.levels["D1"] == "shifted")
-    cfg = trial.config.replace(target_path=by["shifted"].data.params["target_path"], out_dir=str(tmp_path / "ref"))
+    cfg = trial.config.replace(target_path=by["shifted"].data.params["target_path"], out_dir=str(tmp_path / "ref")).native()
     ref = {store_key(k): v for k, v in train(cfg).items()
            if not is_timing_metric(k) and math.isfinite(v) and k != "step"}
     got = {k: v for k, v in by["shifted"].data.metrics.items() if k in ref}

@@ -27,6 +27,10 @@ def test_the_core_four_load_with_no_reevaluation():
     ({"reevaluate": lambda self, c, k, n: ({}, {}), "reeval_counts": {"batches": "held-out batches"}},
      "workload 'core': reeval_counts names 'batches', not a config field"),
     ({"metrics": {"val/loss": "smaller"}}, "metrics.val/loss: \"higher\", \"lower\" or {better, margin, unit}"),
+    ({"make_config": 3}, "workload 'core': make_config must be a function make_config(values)"),
+    ({"metric_rows": object()}, "workload 'core': metric_rows lacks lookup, REGISTRY, DEFAULT_RESPONSES"),
+    ({"metric_rows": type("Rows", (), {"REGISTRY": (), "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: None})()},
+     "workload 'core': metrics names 'val/loss', which its metric_rows lack"),
 ])
 def test_a_malformed_part_is_named_in_one_line(extra, says):
     obj = type("Bad", (Core,), extra)()
@@ -99,3 +103,33 @@ def test_a_timing_pass_must_say_what_a_repetition_holds_in_the_passs_words():
     del Hooks.values
     with pytest.raises(WorkloadError, match="its timing lacks values"):
         Loaded(Timed(), "core")
+
+
+def test_dspark_comes_through_the_same_door_with_the_same_configs():
+    """DSpark's workload is loaded by the core's code path (its capabilities: make_config,
+    metric_rows, roles, objective): every shipped spec's trials get the configs the trainer's
+    own `from_dict` builds, value for value (the runs' params and the sweeps' fingerprints do
+    not move), its hooks get its own Config, and a bad value is refused in one line."""
+    from pathlib import Path
+
+    from dspark.config import Config, from_dict
+    from trials import validate
+    from trials.loaded import ConfigView
+    from trials.workload import load
+
+    wl = load("dspark")
+    assert type(wl) is Loaded and not hasattr(wl, "full") and wl.native_config is Config
+    for path in sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml")):
+        for t in validate.load(path).trials:
+            assert isinstance(t.config, ConfigView) and isinstance(t.config.native(), Config)
+            assert t.config.to_dict() == from_dict(t.config.to_dict()).to_dict(), (path.name, t.key)
+            assert t.config.objective_dict() == t.config.native().objective_dict()
+    cfg = wl.config({"preset": "small", "decay_gamma": "block", "block_size": 4})
+    assert cfg.d_model == 256 and cfg.context_layers == [1, 3] and cfg.to_dict() == from_dict(
+        {"preset": "small", "decay_gamma": "block", "block_size": 4}).to_dict()
+    assert cfg.objective_dict()["decay_gamma"] == 4.0  # the workload's own rule: "block" resolves
+    assert cfg.replace(out_dir="x").native().out_dir == "x" and cfg.replace(out_dir="x").d_model == 256
+    assert wl.variant(cfg) == "drafter" and wl.role("d_model") == "target"
+    with pytest.raises(ValueError) as e:
+        wl.config({"preset": "small", "block_size": "four"})
+    assert "block_size" in str(e.value) and "\n" not in str(e.value)

@@ -190,7 +190,7 @@ def _check_against_the_checkpoint(spec, storage, runs):
     trial = next(t for t in spec.trials if t.replicate == 1)
     ckpt = layout.latest_checkpoints(root / spec.name, [trial], spec.wl)[trial.key]
     run = next(r for r in runs if r.data.tags["trial_key"] == trial.key)
-    trainer = Trainer(trial.config.replace(out_dir=str(root / "direct")))
+    trainer = Trainer(trial.config.replace(out_dir=str(root / "direct")).native())
     trainer.load_checkpoint(ckpt)
     batches = trainer.held_out(4)
     assert all((a == b).all() for a, b in zip(batches[:2], trainer.val_batches))  # the trial's own first

@@ -50,7 +50,7 @@ def test_seed_backbone_has_the_pure_ce_control():
     assert all(t.config.head == "rnn" and t.config.block_size == 4 and t.config.anchors == "strided"
                and t.config.stride == 16 and t.config.aux_weight == 0.1 for t in factorial)
     # D2 is alive: the two levels resolve to different decay denominators
-    assert {t.config.decay_denominator for t in factorial} == {4.0, 7.0}
+    assert {t.config.native().decay_denominator for t in factorial} == {4.0, 7.0}
     assert "seed's system" in s.description
 
 
