@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import workload as workloads
 from .design import cells
+from .loaded import Loaded
 from .registry import Registry
 from .spec import MAX_RUN_NAME, MAX_TRIALS, SpecError, SweepSpec, Trial, replicate_seed, run_order
 
@@ -171,7 +171,7 @@ def columns(spec: SweepSpec, limit: int = 3) -> list[str]:
     return [n for n in names if not unmeasured_responses({n: None}, configs, spec.wl)][:limit]
 
 
-def unmeasured_responses(responses: dict, configs: list, wl: workloads.Workload) -> list[str]:
+def unmeasured_responses(responses: dict, configs: list, wl: Loaded) -> list[str]:
     """Primary responses that some factorial arm cannot measure: not measured, degenerate or
     constant in its variant (the registry), or what the workload says it cannot give (DSpark:
     a decoding response where no prompt is decoded)."""

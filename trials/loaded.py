@@ -37,6 +37,7 @@ from .store.record import margin_problem
 CORE = ("name", "config", "train", "metrics")
 PLUMBING = ("seed", "out_dir")  # a core workload's fields that change no result
 ROLES = ("objective", "budget", "evaluation", "plumbing", "target")
+SHARED_HOOKS = ("needed", "address", "file", "read", "train", "describe", "bind")  # SharedArtifacts
 TIMING_SIZES = ("prompts", "steps")  # what a timing repetition holds: `trials time --prompts N | --steps N`
 RESERVED_COUNTS = ("name", "address", "tracking_uri", "storage", "help")  # `trials reeval`'s own options
 FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation's file, under the run's eval/
@@ -146,6 +147,7 @@ class Loaded:
                               ("final_checkpoint", "")):
             setattr(self, attr, getattr(obj, attr, default))
         self.shared = _Shared(self, obj.shared) if getattr(obj, "shared", None) is not None else None
+        self._check_shared()
         self.registry = Registry(self.metrics, self.variant_field)
         self._check_reeval()
         self._check_timing()
@@ -164,6 +166,15 @@ class Loaded:
         if unknown:
             raise WorkloadError(f"workload {self.name!r}: metrics names {unknown[0]!r}, which its metric_rows lack")
         self.metrics = given
+
+    def _check_shared(self) -> None:
+        """Shared artifacts name each hook the engine calls (`SharedArtifacts`)."""
+        if self.shared is None:
+            return
+        missing = [a for a in SHARED_HOOKS if not callable(getattr(self.shared._art, a, None))]
+        if missing:
+            raise WorkloadError(f"workload {self.name!r}: its shared lacks {', '.join(missing)} "
+                                "(see SharedArtifacts in trials/workload.py)")
 
     def _check_timing(self) -> None:
         """A timing pass names, for each variant it times, its response and what a repetition

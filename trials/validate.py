@@ -15,6 +15,7 @@ import yaml
 from . import workload as workloads
 from .design import cells, low_resolution, parse_generator
 from .expand import build, layout_trials, resolve_arms, unmeasured_responses
+from .loaded import Loaded
 from .registry import PRIMARY_FORM
 from .store.record import margin_problem
 from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
@@ -173,7 +174,7 @@ def parse_layout(raw: Any) -> SweepSpec:
     return layout_trials(spec)
 
 
-def _parse_workload(raw: dict, trusted: bool) -> workloads.Workload:
+def _parse_workload(raw: dict, trusted: bool) -> Loaded:
     """The workload the spec names (the default where it names none); a name that does not
     load stops the check here, since every config field depends on it."""
     name = raw.get("workload", workloads.DEFAULT)

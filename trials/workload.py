@@ -91,7 +91,7 @@ import os
 import sys
 from pathlib import Path
 from importlib.metadata import entry_points
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from .loaded import CORE, Loaded, WorkloadError
 
@@ -140,36 +140,6 @@ class TimingHooks(Protocol):
     def values(self, variant: str, rounds: list[dict]) -> dict[str, float]: ...
 
     def jack_values(self, variant: str, rounds: list[dict]) -> dict[str, dict[str, float]]: ...
-
-
-@runtime_checkable
-class Workload(Protocol):
-    name: str
-    fields: tuple[str, ...]
-    variant_field: str
-    metrics: Any
-    sequential_fields: dict[str, str]
-    checkpoint_file: str
-    final_checkpoint: str
-    shared: SharedArtifacts | None
-    reeval_counts: dict[str, str]
-    reeval_limits: dict[str, int]
-    timing: TimingHooks | None
-    questions: dict[str, str]
-    config: Callable[[dict], Any]
-    role: Callable[[str], str]
-    smoke: Callable[[], dict]
-    variant: Callable[[Any], str]
-    unmeasured: Callable[[Any, str], str | None]
-    config_problems: Callable[[Any], list[str]]
-    train: Callable[..., dict]
-    checkpoint_bytes: Callable[[Any], int]
-    checkpoint_problem: Callable[[Any], str | None]
-    finished_problem: Callable[[Any, Any], str | None]
-    reeval_problem: Callable[..., str | None]
-    reevaluate: Callable[..., tuple]
-
-
 
 
 def installed() -> dict[str, str]:

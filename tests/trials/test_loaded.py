@@ -28,6 +28,8 @@ def test_the_core_four_load_with_no_reevaluation():
      "workload 'core': reeval_counts names 'batches', not a config field"),
     ({"metrics": {"val/loss": "smaller"}}, "metrics.val/loss: \"higher\", \"lower\" or {better, margin, unit}"),
     ({"make_config": 3}, "workload 'core': make_config must be a function make_config(values)"),
+    ({"shared": type("Half", (), {"needed": lambda self, c: True})()},
+     "workload 'core': its shared lacks address, file, read, train, describe, bind (see SharedArtifacts"),
     ({"metric_rows": object()}, "workload 'core': metric_rows lacks lookup, REGISTRY, DEFAULT_RESPONSES"),
     ({"metric_rows": type("Rows", (), {"REGISTRY": (), "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: None})()},
      "workload 'core': metrics names 'val/loss', which its metric_rows lack"),
