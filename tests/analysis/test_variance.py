@@ -404,6 +404,16 @@ def test_plan_prices_more_prompts_against_more_blocks():
     joined = re.sub(r"\n {6,}", " ", text)
     a = next(line for line in joined.splitlines() if line.startswith("    A: "))
     assert "more block(s) (" in a and "x the prompts (" in a and ") on the existing checkpoints" in a
+    # each price names the command that buys it, with the count it prices
+    n = re.search(r"x the prompts \((\d+)\) on the existing checkpoints: trials reeval constructed --spec-prompts (\d+)", a)
+    assert n and n[1] == n[2], a
+    from types import SimpleNamespace
+
+    from analysis.plan import _items_lines
+
+    noise = {"val/bpb": SimpleNamespace(kind="eval_batches", items=8)}
+    assert _items_lines(noise, {("val/bpb", "D1"): 2, ("val/bpb", "D9"): 4}, 10, None, "seedq") == [
+        "every primary term decided by items alone: trials reeval seedq --eval-batches 32"]
     assert "more items alone would not" in next(line for line in joined.splitlines() if line.startswith("    B: "))
     assert "no sequential plan declared: a next look would be post hoc" in text
     assert "blocks at 2 min per trial" in text
