@@ -33,7 +33,7 @@ import trials.export as export
 # statistics' readers are
 from trials.export import (INCOMPLETE_KEY, META_COLUMNS, PARQUET_KEY, SweepFrame, SweepRecord,  # noqa: F401
                            check_writable, finished_frame, run_row, to_parquet, type_columns)
-from trials.store.reader import reading_client
+from trials.store.reader import reading_client, run_items
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 
 from .sequential import plan_of
@@ -60,7 +60,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
         raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")
     parent = sweep_parent(client, exp.experiment_id)
     order = _factor_levels(parent)
-    df = pd.DataFrame([_row(r) for r in sweep_trials(client, exp.experiment_id)])
+    df = pd.DataFrame([_row(r, client) for r in sweep_trials(client, exp.experiment_id)])
     if df.empty:
         return SweepFrame(pd.DataFrame(columns=list(META_COLUMNS)), record=SweepRecord(experiment=experiment))
     sweep = finished_frame(df, order)
@@ -108,11 +108,15 @@ def _responses(parent) -> dict:
     return given if isinstance(given, dict) else {}
 
 
-def _row(r) -> dict:
+def _row(r, client) -> dict:
+    """A run as a row; a finished run's items (its `items.json`, or, recorded before it, its
+    `jack/` and `split/` metrics) as their columns."""
     for k, v in r.data.metrics.items():  # SQLite keeps whatever a hand edit wrote in a float column
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise StoreReadError(f"run {r.info.run_id}: metric {k!r} holds {str(v)[:40]!r}, not a number")
     row = run_row(r.info.run_id, r.info.run_name, r.info.status, r.data.tags, r.data.params, r.data.metrics)
+    if r.info.status == "FINISHED":
+        row.update(run_items(client, r))
     if r.info.status != "FINISHED" and r.data.tags.get(ERROR_TAG):  # why it failed: its error's last line
         row["error"] = [line for line in r.data.tags[ERROR_TAG].splitlines() if line.strip()][-1][:300]
     if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with

@@ -56,7 +56,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from trials.registry import UNKNOWN, Registry, jack_groups, jack_name, split_name
+from trials.store.items import count_name, jack_groups, jack_name, split_name
+from trials.registry import UNKNOWN, Registry
 
 from .model import Fit, block_interaction
 from .power import p_decided
@@ -104,7 +105,7 @@ def item_records(data: pd.DataFrame, response: str, rules: Registry | None = Non
     Runs recorded before the jackknife keep each prompt group's own value (`split/`), which
     are its pseudo-values for a mean response (spec/tau) only."""
     kind = kind_of(response, rules)
-    count = COUNTS[kind]
+    count = COUNTS[kind] if COUNTS[kind] in data.columns else count_name(response)  # a workload's own `items`
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:
         return None
     # the groups of the runs' latest evaluation: a smaller reeval leaves older groups' values behind

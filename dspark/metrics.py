@@ -157,7 +157,8 @@ REGISTRY: tuple[Metric, ...] = (
            "evaluations' record of their own noise, valid for mean responses only"),
     Metric("jack/<response>@g", "", "", BOTH,
            "an evaluation-derived response recomputed without evaluation group g (delete-a-group jackknife "
-           "over prompts, or over held-out batches): the evaluation's share of the noise, for any response"),
+           "over prompts, or over held-out batches): the evaluation's share of the noise, for any response; kept, "
+           "with every split/ record, in the run's items.json, not as metrics"),
     Metric("target/loss", "lower", "nats", DRAFTER, "the shared target's training loss"),
     Metric("target/tokens_per_s", "higher", "tokens/s", DRAFTER, "the shared target's training throughput"),
 )

@@ -20,6 +20,7 @@ SMALLEST = {
                   "tiny400"),
     "error_rates": (["--studies", "10", "--check"], "the default rule (own)"),
     "eta": (["{tmp}/run.log"], "predicted / actual total time"),
+    "items_read": (["--runs", "4", "--repeats", "1"], "same frame: yes"),
     "reading_commands": (["--repeats", "1"], "trials validate"),
     "speculative": (["--preset", "tiny", "--prompts", "2", "--repeats", "1", "--new-tokens", "8",
                      "--set", "target_steps=20", "--set", "draft_steps=20"], "greedy   tau"),

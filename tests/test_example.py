@@ -39,6 +39,17 @@ def test_the_forty_line_example_goes_through_every_command(tmp_path):
     a = _cli(tmp_path, "report", "mlp", *store[:2], "--out", str(tmp_path / "rep"), package="analysis")
     assert a.returncode == 0 and "val/mse (lower is better; margin +-0.005)" in a.stdout, a.stdout + a.stderr
     assert "decay" in a.stdout and "norm" in a.stdout
+    # its held-out errors (`report(..., items=)`): one artifact per run, not metrics, and the planner prices items
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store[1])
+    kids = [r for r in client.search_runs([client.get_experiment_by_name("mlp").experiment_id])
+            if r.data.tags.get("trial_key")]
+    assert len(kids) == 12 and not any(k.startswith(("jack/", "split/")) for r in kids for k in r.data.metrics)
+    assert all("items.json" in {f.path for f in client.list_artifacts(r.info.run_id)} for r in kids)
+    plan = _cli(tmp_path, "plan", "mlp", *store[:2], package="analysis")
+    assert plan.returncode == 0 and "items alone" in plan.stdout and "no jackknife records" not in plan.stdout, \
+        plan.stdout + plan.stderr
     local = _cli(tmp_path, "run", "examples/mlp.yaml", "--local", "--out", str(tmp_path / "local.parquet"),
                  "--storage", str(tmp_path / "st-local"))
     assert local.returncode == 0, (local.stdout + local.stderr)[-3000:]
@@ -48,7 +59,7 @@ def test_the_forty_line_example_goes_through_every_command(tmp_path):
     # every command these printed is whole on one line, and its --help runs
     from tests.analysis.test_commands import assert_helps_run, whole_commands
 
-    out = "\n".join(c.stdout + c.stderr for c in (v, r, again, s, t, a, local, p))
+    out = "\n".join(c.stdout + c.stderr for c in (v, r, again, s, t, a, plan, local, p))
     seen = whole_commands(out)
     assert any(c.startswith("analysis ") for c in seen), seen
     assert_helps_run(seen)

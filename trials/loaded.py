@@ -6,7 +6,8 @@ A workload needs four attributes (`CORE`):
     name      its name
     config    its settings: a dataclass (its fields and defaults) or a dict of defaults
     train     train(config, report): one trial; `report(metrics)` after each evaluation
-              (`report(metrics, checkpoint_dir)` where it saves checkpoints)
+              (`report(metrics, checkpoint_dir)` where it saves checkpoints; `items=` its
+              evaluation's per-item values, `trials.store.items`)
     metrics   {metric: "higher" | "lower"} or {metric: {"better": ..., "margin": ..., "unit": ...}}
 
 Everything else is optional (`trials.workload` lists each capability), and every workload,
@@ -20,7 +21,8 @@ capability it has. One of the core alone gets, here:
   response where a spec declares none;
 - no checkpoints (a stopped trial starts again), no shared artifacts, no re-evaluation, no
   timing pass, no smoke settings: a command that needs one says so in one line;
-- `report(metrics)` gets a `step` (1, 2, ...) where the workload gives none.
+- `report(metrics)` gets a `step` (1, 2, ...) where the workload gives none; its `items`
+  become the run's items artifact.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import random
 import re
 from typing import Any
 
+from .store.items import encode as encode_items
 from .registry import Registry, Row
 from .store.record import margin_problem
 
@@ -420,15 +423,19 @@ def _named(t) -> str:
 
 
 def _numbered(report):
-    """`report(metrics[, checkpoint_dir])` for a core workload: a `step` added where it gives
-    none (the store logs a metric once per step)."""
+    """`report(metrics[, checkpoint_dir][, items=...])` for a workload: a `step` added where it
+    gives none (the store logs a metric once per step), its `items` (`trials.store.items`) as their
+    columns, a report whose items cannot be refused naming the response (the trial fails)."""
     if report is None:
-        return lambda metrics, checkpoint_dir=None: None
+        return lambda metrics, checkpoint_dir=None, items=None: None
     count = {"n": 0}
 
-    def numbered(metrics: dict, checkpoint_dir: str | None = None) -> None:
+    def numbered(metrics: dict, checkpoint_dir: str | None = None, items: dict | None = None) -> None:
         count["n"] += 1
-        report({"step": count["n"], **metrics} if "step" not in metrics else dict(metrics), checkpoint_dir)
+        metrics = {"step": count["n"], **metrics} if "step" not in metrics else dict(metrics)
+        if items:
+            metrics.update(encode_items(items, metrics))  # ValueError naming the response: the trial fails
+        report(metrics, checkpoint_dir)
     return numbered
 
 

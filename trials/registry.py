@@ -8,9 +8,9 @@ rules here are the engine's, the same for every workload. A row has: `name`, `be
 ('higher', 'lower' or ''), `unit`, `stages` (the variants that measure it), `meaning`,
 `degenerate_in` and `constant_in` (variant -> why), `headline` and `timed`.
 
-The names of an evaluation's jackknife and per-group metrics are the engine's convention
-too (`jack/<response>@g<k>`, `split/<response>@g<k>`): a workload that reports them uses
-these forms (DSpark's `dspark.metrics` writes the same; a test holds them equal).
+An evaluation's item records are not metrics: a workload reports them as `items`
+(`trials.store.items`, where their column names live; DSpark's `dspark.metrics` writes the same
+columns, a test holds them equal).
 Plain Python: importing it loads no workload, torch or MLflow.
 """
 
@@ -19,27 +19,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trials.store.items import JACK_GROUPS, JACK_PREFIX, SPLIT_PREFIX, jack_groups, jack_name, split_name  # noqa: F401 (their home)
 from trials.store.record import margin_problem
 
-SPLIT_PREFIX = "split/"
-JACK_PREFIX = "jack/"
-JACK_GROUPS = 16  # an evaluation's items (prompts, batches) in at most this many jackknife groups
 PRIMARY_FORM = "{better: higher|lower, margin: NUMBER or PERCENT such as 10%}"
-
-
-def split_name(response: str, group: int) -> str:
-    """The metric holding a response's value on one evaluation group."""
-    return f"{SPLIT_PREFIX}{response}@g{group}"
-
-
-def jack_name(response: str, group: int) -> str:
-    """The metric holding a response recomputed without evaluation group `group`."""
-    return f"{JACK_PREFIX}{response}@g{group}"
-
-
-def jack_groups(items: int) -> int:
-    """How many jackknife groups an evaluation of `items` items forms (item i in group i mod G)."""
-    return max(0, min(int(items), JACK_GROUPS))
 
 
 def plain_number(value):

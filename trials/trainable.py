@@ -24,6 +24,7 @@ from trials.store.keys import DONE_KEY, ERROR_KEY, NODE_KEY, TRAINER_ERROR_FILE,
 
 ENGINE_PREFIX = "trial/"  # the engine's own metrics (trial/done, trial/import_s): never the trainer's
 
+from .store.items import is_item_column
 from .registry import plain_number, results_problem
 
 
@@ -149,7 +150,7 @@ def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         metrics = {k: (_number(run, k, v) if is_metric(k) or k == "step" else v) for k, v in metrics.items()}
         unknown = sorted(k for k in metrics if is_metric(k) and not k.startswith(ENGINE_PREFIX)
-                         and registry.lookup(k) is None)
+                         and not is_item_column(k) and registry.lookup(k) is None)
         if unknown:
             raise TrialResultsError(f"run {run}: reported {', '.join(map(repr, unknown[:3]))}"
                                     f"{f' and {len(unknown) - 3} more' if len(unknown) > 3 else ''}, not among the "

@@ -5,13 +5,19 @@ the trainer being swept. A workload need not import this module (DSpark's,
 with every optional part filled by its default (`trials.loaded.Loaded`); the engine and the
 statistics take that object, never a name.
 
-Required, four attributes (a whole example: `examples/mlp_sweep.py`, 39 lines):
+Required, four attributes (a whole example: `examples/mlp_sweep.py`, 40 lines):
 
     name       str: the workload's name
     config     a dataclass (its fields and their defaults) or a dict of defaults
     train      train(config, report) -> None: one trial, `config` an instance of that
                dataclass (or a dict); `report(metrics)` after each evaluation, or
-               `report(metrics, checkpoint_dir)` where it saves a checkpoint there
+               `report(metrics, checkpoint_dir)` where it saves a checkpoint there;
+               `report(metrics, items={response: per-item values})` hands over the
+               evaluation's items too, from which the statistics split a response's
+               noise into the seeds' part and the items' (their mean is the response; a
+               response that is no mean: {"items": n, "without": [the response
+               recomputed without each group]}; `trials.store.items`). The store keeps them as
+               one artifact per run, `items.json`, not as metrics
     metrics    {metric: "higher" | "lower"}, or {metric: {"better": ..., "margin": ...,
                "unit": ...}}: a metric with a margin is a primary response where a spec
                declares none

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from trials import expand, runner, saved, spec as specmod, validate
 from trials.augment import augment
+from trials.store.reader import run_items
 from tests.trials.conftest import D1_D9, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,15 +179,15 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
     spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     _, before = kids(uri, "again")
-    old = {r.data.tags["trial_key"]: (r.data.metrics["spec/tau"], r.data.metrics["split/prompts"]) for r in before}
+    client = MlflowClient(uri)
+    old = {r.data.tags["trial_key"]: (r.data.metrics["spec/tau"], run_items(client, r)["split/prompts"]) for r in before}
     assert {p for _, p in old.values()} == {2.0}
     said = []
     out = reeval("again", storage, {"spec_prompts": 6}, say=said.append)
     assert out == {"done": 4, "skipped": 0, "refused": []}
-    client = MlflowClient(uri)
     _, after = kids(uri, "again")
     for r in after:
-        assert r.data.tags[reeval_tag("spec_prompts")] == "6" and r.data.metrics["split/prompts"] == 6.0
+        assert r.data.tags[reeval_tag("spec_prompts")] == "6" and run_items(client, r)["split/prompts"] == 6.0
         history = client.get_metric_history(r.info.run_id, "spec/tau")
         assert len(history) == 2 and history[0].step < history[1].step  # the old evaluation kept apart
         assert history[0].value == old[r.data.tags["trial_key"]][0]

@@ -11,6 +11,7 @@ import psutil
 from mlflow.tracking import MlflowClient
 
 from trials import expand, runner, validate
+from trials.store.reader import run_items
 from tests.trials.conftest import D1_D9, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +85,11 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
         assert "tf/tau" in r.data.metrics and "spec/tau" in r.data.metrics and "tf/accept:1" in r.data.metrics
         assert len(c.get_metric_history(r.info.run_id, "tf/tau")) >= 2  # metrics carry their steps
         arts = {a.path for a in c.list_artifacts(r.info.run_id)}
-        assert {"config.json", "final_metrics.json", "plots"} <= arts
+        assert {"config.json", "final_metrics.json", "plots", "items.json"} <= arts
+        # the evaluation's items are that one artifact, not hundreds of jack/ and split/ metrics
+        assert not any(k.startswith(("jack/", "split/")) for k in r.data.metrics)
+        items = run_items(c, r)
+        assert items["split/prompts"] == float(p["spec_prompts"]) and "jack/spec/tau@g1" in items
     # one shared target, trained once, and reused by a later sweep with the same hash
     targets = list((tmp_path / "st" / "targets").glob("*.pt"))
     assert len(targets) == 1

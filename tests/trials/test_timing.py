@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from trials import runner, validate
 from trials.reeval import reeval
 from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
+from trials.store.reader import run_items
 from dspark.timed import values
 from trials.timing import TimingSettings, round_order, schedule, time_sweep
 from tests.trials.conftest import D1_D9, write_spec
@@ -192,7 +193,8 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
         if key != "parent":  # the re-evaluation and the second pass are each run's latest
             assert held["tags"][reeval_tag("spec_prompts")] == "4" and set(held["eval"]) == {"eval/per_prompt_4.json",
                                                                          "eval/rounds_4.npz"}
-            assert len(held["points"]["spec/speedup"]) == 2 and held["points"]["split/prompts"][-1][1] == 4.0
+            assert len(held["points"]["spec/speedup"]) == 2 and held["items"]["split/prompts"] == 4.0
+            assert "jack/spec/speedup@g0" in held["items"] and "jack/spec/tau@g3" in held["items"]
     assert set(load_runs("timed", rebuilt).runs["split/prompts"]) == {4.0}
 
 
@@ -213,7 +215,8 @@ def _held(uri, dest) -> dict:
             "tags": {k: r.data.tags.get(k) for k in (reeval_tag("spec_prompts"), PASS_TAG)},
             "points": {m: sorted((h.step, h.value) for h in client.get_metric_history(run_id, m))
                        for m in r.data.metrics},
-            "eval": {a.path: content(run_id, a.path) for a in client.list_artifacts(run_id, "eval")}}
+            "eval": {a.path: content(run_id, a.path) for a in client.list_artifacts(run_id, "eval")},
+            "items": run_items(client, r)}
     return out
 
 

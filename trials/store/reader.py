@@ -27,6 +27,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .items import ITEMS_FILE, ITEMS_TAG, columns, document
+
 from .client import SQLITE, STORE_TIMEOUT_S, sqlite_path, store_error, tracking_client
 from .keys import StoreReadError
 from .kept import bounded_json
@@ -121,12 +123,22 @@ class RestReader:
             self.session.headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
 
     def _call(self, endpoint: str, body: dict | None = None, query: dict | None = None) -> dict | None:
+        """One request to the REST API, its answer's JSON object (`_raw`)."""
+        content = self._raw(self.base + endpoint, body, query)
+        return None if content is None else _json_object(content, self.base + endpoint)
+
+    def read_artifact(self, run_id: str, path: str) -> bytes | None:
+        """A run's artifact file, as the server hands it to its UI (`/get-artifact`); None
+        where the run has none at `path`."""
+        return self._raw(self.uri.rstrip("/") + "/get-artifact", None, {"run_id": run_id, "path": path},
+                         missing=(404,))
+
+    def _raw(self, url: str, body: dict | None, query: dict | None, missing=()) -> bytes | None:
         """One request, retried as MLflow's client retries (a few times on 429 and 5xx, with a
-        doubling wait); None for MLflow's RESOURCE_DOES_NOT_EXIST; StoreReadError, in one
-        line, otherwise."""
+        doubling wait); None for MLflow's RESOURCE_DOES_NOT_EXIST (or a status in `missing`);
+        StoreReadError, in one line, otherwise."""
         import requests
 
-        url = self.base + endpoint
         retries = int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3"))
         wait = float(os.environ.get("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"))
         for attempt in range(retries + 1):
@@ -139,9 +151,9 @@ class RestReader:
             except requests.RequestException as e:
                 raise StoreReadError(f"{url}: {_one_line(_cause(e))}") from None
             if answer.ok:
-                return _json_object(content, url)
+                return content
             detail = _one_line(content.decode(errors="replace"))
-            if answer.status_code == 404 and "RESOURCE_DOES_NOT_EXIST" in detail:
+            if answer.status_code in missing or (answer.status_code == 404 and "RESOURCE_DOES_NOT_EXIST" in detail):
                 return None
             if answer.status_code not in RETRY_CODES or attempt == retries:
                 raise StoreReadError(f"HTTP {answer.status_code} from {url}: {_mlflow_message(detail)}")
@@ -250,6 +262,58 @@ def _rest_run(r: dict) -> Run:
                        int(end) if end is not None else None, str(info.get("experiment_id", ""))),
                RunData(tags, _pairs(data.get("params")),
                        {m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics") or []}))
+
+
+def run_items(client, run) -> dict[str, float]:
+    """The item columns (`trials.store.items`) of a run's items artifact; {} for a run without one
+    (recorded before it, whose item columns are its metrics). StoreReadError, in one line,
+    where the tagged artifact is missing or is not one."""
+    if not run.data.tags.get(ITEMS_TAG):
+        return {}
+    run_id = run.info.run_id
+    try:
+        raw = client.read_artifact(run_id, ITEMS_FILE) if hasattr(client, "read_artifact") else \
+            _downloaded(client, run, ITEMS_FILE)
+    except StoreReadError:
+        raise
+    except Exception as e:  # MLflow's artifact repositories raise many kinds
+        raise StoreReadError(f"run {run_id}: its {ITEMS_FILE} could not be read ({type(e).__name__}: "
+                             f"{_one_line(str(e), 120)})") from None
+    if raw is None:
+        raise StoreReadError(f"run {run_id}: tagged {ITEMS_TAG} but it has no {ITEMS_FILE}")
+    try:
+        return columns(json.loads(raw))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise StoreReadError(f"run {run_id}: {ITEMS_FILE}: {_one_line(str(e), 120)}") from None
+
+
+def run_item_document(client, run) -> dict | None:
+    """A run's items artifact as a document, for a writer to merge into; None where it has none."""
+    found = run_items(client, run)
+    return document(found) if found or run.data.tags.get(ITEMS_TAG) else None
+
+
+def _downloaded(client, run, path: str) -> bytes | None:
+    """An artifact's bytes: read in place from a local artifact root, otherwise through
+    MLflow's client (any artifact store it speaks), without its progress bar."""
+    import tempfile
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    root = getattr(run.info, "artifact_uri", "") or ""
+    if root.startswith("file:") or root.startswith("/"):
+        local = Path(unquote(urlparse(root).path) if root.startswith("file:") else root) / path
+        return local.read_bytes() if local.is_file() else None
+    before = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a bar per run on a reading command's stderr
+    try:
+        with tempfile.TemporaryDirectory(prefix="items-") as tmp:
+            return Path(client.download_artifacts(run.info.run_id, path, tmp)).read_bytes()
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
 
 
 def _cause(e: BaseException) -> str:

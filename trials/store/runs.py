@@ -13,8 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from .items import FORMAT, ITEMS_FILE, ITEMS_TAG, document, is_item_column
+
 from .keys import ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING, store_key
 from .client import tracking_client
+from .reader import run_item_document
 
 
 def git_commit() -> str:
@@ -56,13 +59,28 @@ def log_params(client, run_id: str, params: dict[str, str]) -> None:
 
 
 def log_metrics(client, run_id: str, metrics: dict, step: int) -> None:
-    """One batch per report; a NaN (not measured) is not logged."""
+    """One batch per report; a NaN (not measured) is not logged. The item columns
+    (`trials.store.items`: `jack/...`, `split/...`) go to the run's items artifact, not its metrics."""
     from mlflow.entities import Metric
 
     ts = int(time.time() * 1000)
-    batch = [Metric(store_key(k), float(v), ts, step) for k, v in metrics.items() if finite(v)]
+    batch = [Metric(store_key(k), float(v), ts, step) for k, v in metrics.items()
+             if finite(v) and not is_item_column(k)]
     for i in range(0, len(batch), 900):
         client.log_batch(run_id, metrics=batch[i:i + 900])
+    items = {k: v for k, v in metrics.items() if is_item_column(k)}
+    if items:
+        log_items(client, run_id, items)
+
+
+def log_items(client, run_id: str, columns: dict) -> None:
+    """The run's items artifact (`items.json`) with `columns` merged in (a response's groups
+    replace its earlier ones), then its tag: the readers read the artifact of a tagged run."""
+    doc = document(columns, run_item_document(client, client.get_run(run_id)))
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, ITEMS_FILE).write_text(json.dumps(doc, sort_keys=True))
+        client.log_artifact(run_id, str(Path(tmp, ITEMS_FILE)))
+    client.set_tag(run_id, ITEMS_TAG, FORMAT)
 
 
 def log_run_files(client, run_id: str, config: dict, final: dict, artifacts_dir: Path | None) -> None:

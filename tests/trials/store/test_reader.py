@@ -10,7 +10,8 @@ import pytest
 
 from trials.store.keys import StoreReadError
 from trials.store.keys import SWEEP_PARENT_TAG, TRIAL_KEY_TAG, sweep_parent, sweep_trials
-from trials.store.reader import RestReader, parse_filter, reading_client
+from trials.store.reader import RestReader, parse_filter, reading_client, run_items
+from trials.store.runs import log_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -35,6 +36,9 @@ def populate(client) -> None:
             metrics += [Metric("tf/accept:3", float("nan") if i == 3 else 0.5 * i, 2000, 10)]
             client.log_batch(rid, metrics=metrics, params=[Param("lr", str(1e-3 * (i + 1))), Param("window", "aligned")],
                              tags=[RunTag("seed", str(i))])
+            if i in (0, 2):  # two runs' evaluation items: their artifact, read through each client
+                log_metrics(client, rid, {"tf/tau": 0.5, "jack/tf/tau@g0": 0.4 + i, "jack/tf/tau@g1": 0.6,
+                                          "split/eval_batches": 2.0}, 10)
             if i < 4:
                 client.set_terminated(rid, ["FINISHED", "FAILED", "FINISHED", "KILLED"][i])
         client.delete_run(rid)  # the last trial: deleted runs are not the sweep's
@@ -68,6 +72,10 @@ def assert_reads_alike(reader, client) -> None:
         assert len(trials) == 6 and "not a trial" not in [r.info.run_name for r in trials]
         assert {r.info.status for r in trials} == {"FINISHED", "FAILED", "KILLED", "RUNNING"}
         assert trials[0].data.metrics["spec/tau"] in {2.0 + i + 1.0 for i in range(6)}  # the latest step
+        items = [run_items(reader, r) for r in trials]
+        assert items == [run_items(client, r) for r in sweep_trials(client, ref.experiment_id)]
+        assert sorted(x.get("jack/tf/tau@g0", -1) for x in items) == [-1, -1, -1, -1, 0.4, 2.4]
+        assert not any(k.startswith(("jack/", "split/")) for r in trials for k in r.data.metrics)
         _same_runs([sweep_parent(reader, exp.experiment_id)], [sweep_parent(client, ref.experiment_id)])
 
 

@@ -1,0 +1,116 @@
+"""A run's evaluation items: what `report(..., items=)` takes, the leave-out groups the engine
+forms, one `items.json` artifact per run (not metrics) that a later evaluation merges into,
+the statistics' columns read back from it, and stores and exports from before it still read."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from analysis.load import load_runs, read_parquet
+from analysis.variance import item_records
+from trials.store.items import FORMAT, ITEMS_FILE, ITEMS_TAG, columns, document, encode
+from trials.store.keys import StoreReadError, SWEEP_PARENT_TAG, TRIAL_KEY_TAG
+from trials.store.reader import run_items
+from trials.store.runs import log_metrics
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_per_item_values_become_each_groups_leave_out_mean_and_bad_items_name_the_response():
+    values = [1.0, 2.0, 3.0, 6.0, 8.0]  # G = 5: item i alone in group i
+    got = encode({"val/loss": values}, {"val/loss": 4.0})
+    assert [got[f"jack/val/loss@g{g}"] for g in range(5)] == [np.mean(np.delete(values, g)) for g in range(5)]
+    assert got["jack/val/loss@n"] == 5.0 and "jack/val/loss@g5" not in got
+    many = encode({"r/x": list(range(40))}, {})  # 40 items in 16 groups: item i in group i mod 16
+    assert len([k for k in many if "@g" in k]) == 16
+    assert many["jack/r/x@g0"] == pytest.approx(np.mean([i for i in range(40) if i % 16 != 0]))
+    recomputed = encode({"val/ece": {"items": 3, "without": [0.1, 0.2, 0.3]}}, {})
+    assert recomputed == {"jack/val/ece@g0": 0.1, "jack/val/ece@g1": 0.2, "jack/val/ece@g2": 0.3, "jack/val/ece@n": 3.0}
+    for bad, said in (({"val/loss": [1.0]}, "needs at least 2"),
+                      ({"val/loss": [1.0, "a"]}, "'a' is not a number"),
+                      ({"val/loss": [1.0, 3.0]}, "average 2, but its reported value is 4"),
+                      ({"val/ece": {"items": 5, "without": [0.1]}}, "min(items, 16) values"),
+                      ([1.0], "a dict of response")):
+        with pytest.raises(ValueError, match=f"{'items' if isinstance(bad, dict) else ''}.*{said.split('(')[0]}"):
+            encode(bad, {"val/loss": 4.0})
+
+
+def test_the_artifact_holds_every_item_column_and_gives_them_back():
+    cols = {"jack/tf/accept@1@g0": 0.25, "jack/tf/accept@1@g1": 0.5, "jack/val/bpb@n": 2.0,
+            "split/spec/tau@g0": 3.0, "split/prompts": 24.0, "split/decode_s_per_prompt": 0.5}
+    doc = document(cols)
+    assert doc["format"] == FORMAT and doc["jackknife"] == {"tf/accept@1": [0.25, 0.5]}  # '@' in a name is kept
+    assert doc["evaluation"] == {"prompts": 24.0, "decode_s_per_prompt": 0.5} and doc["groups"] == {"spec/tau": [3.0]}
+    assert columns(json.loads(json.dumps(doc))) == cols
+    assert "jack/x@g1" not in columns(document({"jack/x@g0": 1.0, "jack/x@g1": float("nan")}))  # not measured
+    with pytest.raises(ValueError, match="not an item column"):
+        document({"val/bpb": 1.0})
+    with pytest.raises(ValueError, match="not a trials-items/1 document"):
+        columns({"jackknife": {}})
+
+
+def _sweep(client) -> tuple[str, list[str]]:
+    eid = client.create_experiment("items")
+    parent = client.create_run(eid, tags={SWEEP_PARENT_TAG: "true"})
+    client.set_terminated(parent.info.run_id, "FINISHED")
+    ids = []
+    for i in range(2):
+        run = client.create_run(eid, tags={TRIAL_KEY_TAG: f"k{i}", "factor.head": ["markov", "rnn"][i],
+                                           "mlflow.parentRunId": parent.info.run_id})
+        ids.append(run.info.run_id)
+    return eid, ids
+
+
+def test_a_run_keeps_its_items_in_one_artifact_merged_per_response_and_the_frame_reads_them(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    _, (a, b) = _sweep(client)
+    four = {f"jack/val/bpb@g{g}": 2.0 + g / 10 for g in range(4)}
+    log_metrics(client, a, {"val/bpb": 2.15, **four, "split/eval_batches": 4.0}, 1)
+    log_metrics(client, a, {"spec/speedup": 1.5, "jack/spec/speedup@g0": 1.4, "jack/spec/speedup@g1": 1.6}, 2)
+    run = client.get_run(a)
+    assert set(run.data.metrics) == {"val/bpb", "spec/speedup"}  # no jack/ or split/ metric
+    assert [f.path for f in client.list_artifacts(a)] == [ITEMS_FILE] and run.data.tags[ITEMS_TAG] == FORMAT
+    assert run_items(client, run) == {**four, "split/eval_batches": 4.0, "jack/spec/speedup@g0": 1.4,
+                                      "jack/spec/speedup@g1": 1.6}  # the second evaluation merged in
+    # a re-evaluation on fewer groups replaces the response's groups as a whole
+    log_metrics(client, a, {"jack/val/bpb@g0": 9.0, "jack/val/bpb@g1": 8.0, "split/eval_batches": 2.0}, 3)
+    now = run_items(client, client.get_run(a))
+    assert now["jack/val/bpb@g1"] == 8.0 and "jack/val/bpb@g2" not in now and now["jack/spec/speedup@g1"] == 1.6
+    # a run recorded before the artifact holds its items as metrics: they read as the same columns
+    client.log_batch(b, metrics=[__import__("mlflow").entities.Metric("jack/val/bpb:g0", 7.0, 0, 1)])
+    for rid in (a, b):
+        client.set_terminated(rid, "FINISHED")
+    df = load_runs("items", uri).runs.set_index("head")
+    assert df.loc["markov", "jack/val/bpb@g1"] == 8.0 and df.loc["rnn", "jack/val/bpb@g0"] == 7.0
+    assert df.loc["markov", "split/eval_batches"] == 2.0
+
+
+def test_an_unreadable_artifact_is_one_line_naming_the_run(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    _, (a, _) = _sweep(client)
+    log_metrics(client, a, {"jack/val/bpb@g0": 1.0, "jack/val/bpb@g1": 2.0}, 1)
+    stored = Path(client.get_run(a).info.artifact_uri) / ITEMS_FILE
+    stored.write_text("{not json")
+    with pytest.raises(StoreReadError, match=f"run {a}: {ITEMS_FILE}: ") as e:
+        run_items(client, client.get_run(a))
+    assert "\n" not in str(e.value)
+    stored.unlink()
+    with pytest.raises(StoreReadError, match=f"run {a}: tagged {ITEMS_TAG} but it has no {ITEMS_FILE}"):
+        run_items(client, client.get_run(a))
+
+
+def test_the_committed_exports_still_carry_their_item_records():
+    """Exports written before the artifact hold the item columns under the old names; the
+    statistics read the same records from them (the seed's questions: a jackknife over the
+    held-out batches for val/bpb)."""
+    sweep = read_parquet(ROOT / "results" / "seed-questions" / "runs.parquet")
+    got = item_records(sweep.runs, "val/bpb")
+    assert got is not None and got.groups >= 2 and got.pseudo.shape[0] == len(sweep.runs)
+    full = pd.to_numeric(sweep.runs["val/bpb"]).to_numpy()
+    assert np.allclose(got.pseudo.mean(axis=1), full, rtol=1e-6)  # pseudo-values average to the response
