@@ -16,10 +16,10 @@ from statsmodels.stats.multitest import multipletests
 from trials.registry import Registry
 
 from .anova import AnalysisError, anova_with_fit, check_design, is_balanced
-from .design import factorial_rows, levels, with_value, without_value
+from .coded_design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
 from .model import control_contrast as contrast
-from .types import ResponseResult
+from .result_types import ResponseResult
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 

@@ -36,7 +36,7 @@ from .anova import AnalysisError
 from .frame import SweepFrame
 from .power import p_decided
 from .sequential import MIN_DF
-from .types import UNDECIDED, Verdict
+from .result_types import UNDECIDED, Verdict
 
 MOST_BLOCKS = 5000
 GROWTH = 1.25  # the plan's maximum over the fixed-sample blocks

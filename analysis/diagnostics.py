@@ -17,8 +17,8 @@ from trials.registry import UNKNOWN
 from . import power
 from .anova import AnalysisError, check_design
 from .attribution import control_contrast, dunnett_vs_control, stage_of
-from .types import ResponseResult
-from .design import alias_structure, design_matrix, factorial_rows, with_value
+from .result_types import ResponseResult
+from .coded_design import alias_structure, design_matrix, factorial_rows, with_value
 from .load import responses as metric_columns
 
 

@@ -22,7 +22,7 @@ from statsmodels.regression.linear_model import OLS
 from scipy import stats
 
 from .anova import AnalysisError, check_design
-from .design import factorial_rows, levels as factor_levels
+from .coded_design import factorial_rows, levels as factor_levels
 
 CONVENTIONAL = [("-", "+"), ("-1", "1"), ("-1", "+1"), ("low", "high"), ("lo", "hi"), ("0", "1"),
                 ("False", "True"), ("off", "on"), ("no", "yes")]

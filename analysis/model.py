@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from .anova import AnalysisError, estimable_terms, model_formula, safe_names
-from .design import levels
+from .coded_design import levels
 from .effects import default_levels
-from .types import BlockTest, Contrast
+from .result_types import BlockTest, Contrast
 
 POOLED_FALLBACK = "pooled (HC2 undefined: a cell seen once)"
 

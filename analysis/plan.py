@@ -19,13 +19,13 @@ from .anova import AnalysisError
 from .attribution import analyse
 from trials.registry import Registry
 
-from .design import factorial_rows
+from .coded_design import factorial_rows
 from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
 from .power import p_decided
 from .text import wrap_text
 from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
-from .types import DECISION_POWER, UNDECIDED, UNSURE
+from .result_types import DECISION_POWER, UNDECIDED, UNSURE
 from .variance import PROMPT_FACTORS, WHAT, prompts_to_decide, why_not_items
 from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_all, margins_for, response_models
 

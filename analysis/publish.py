@@ -18,7 +18,7 @@ from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQ
 from .anova import AnalysisError
 from .frame import SweepFrame
 from .render import parent_note
-from .types import Report
+from .result_types import Report
 from .verdicts import COUNT_METRICS
 
 

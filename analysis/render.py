@@ -22,8 +22,8 @@ from trials.store.ui import TRAINING_VIEW, UI_URL, md_text, run_url
 from . import plots
 from .sequential import LookResult
 from .text import BRIEF_WIDTH, wrap_text
-from .types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
-from .design import alias_structure, design_matrix, factorial_rows, without_value
+from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
+from .coded_design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .frame import SweepFrame
 from .load import report_incomplete

@@ -51,7 +51,7 @@ from .anova import AnalysisError
 from .boundaries import MIN_STEP, nominal_levels, spent
 from .frame import SweepFrame
 
-MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.types.MIN_DF)
+MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.result_types.MIN_DF)
 
 RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information scale; exact group-sequential "
         "boundaries; binding looks")
@@ -94,7 +94,7 @@ class Plan:
     post_hoc: str = ""
     looks: list[Look] = field(default_factory=list)
     rule: str = RULE
-    block_errors: str = "own"  # how block x term enters a term's error (analysis.types.BLOCK_ERRORS)
+    block_errors: str = "own"  # how block x term enters a term's error (analysis.result_types.BLOCK_ERRORS)
     look_every: int | None = None  # blocks `trials augment --until-decided` adds between looks (None: one)
 
     def __post_init__(self):

@@ -61,7 +61,7 @@ from trials.registry import UNKNOWN, Registry
 
 from .model import Fit, block_interaction
 from .power import p_decided
-from .types import BLOCK_ALPHA, BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
+from .result_types import BLOCK_ALPHA, BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value

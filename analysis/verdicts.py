@@ -55,13 +55,13 @@ from trials.store.record import margin_problem, relative_margin
 
 from . import power, variance
 from .anova import AnalysisError
-from .design import factorial_rows, with_value
+from .coded_design import factorial_rows, with_value
 from .frame import SweepRecord
 from .model import (Fit, control_contrast, fit_response, named_contrast, simple_effects,
                     term_contrasts)
 from .power import p_decided
 from .sequential import PlanPrices
-from .types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, WIDE, Contrast, Decision,
+from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, WIDE, Contrast, Decision,
                     ResponseCheck, SimpleEffect, Split, Verdict)
 
 ADJUSTMENTS = ("bonferroni", "none")

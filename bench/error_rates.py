@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.sequential import LookResult, Plan, information_fraction, information_fractions
-from analysis.types import NEGLIGIBLE, UNDECIDED
+from analysis.result_types import NEGLIGIBLE, UNDECIDED
 from analysis.verdicts import decide_all, response_models
 from trials.registry import jack_groups, jack_name
 

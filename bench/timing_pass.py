@@ -26,7 +26,7 @@ def residual_sigmas(df, factors: list[str]) -> list[dict]:
     and the residual df, fitted on the same runs."""
     import pandas as pd
 
-    from analysis.design import factorial_rows
+    from analysis.coded_design import factorial_rows
     from analysis.model import fit_response
 
     data = factorial_rows(df, factors)

@@ -110,7 +110,7 @@ def test_the_engine_and_the_statistics_import_no_workload():
     statistics import of the engine only its interface, the sweep's record and export
     (`trials.export`) and the store; the store imports
     nothing of the project outside it; the interface, of the engine, only the sweep record."""
-    allowed_in_analysis = ("trials.store", "trials.workload", "trials.registry", "trials.loaded", "trials.export")
+    allowed_in_analysis = ("trials.store", "trials.workload", "trials.registry", "trials.workload_defaults", "trials.export")
     bad = []
     for name, path in _modules().items():
         for module, _, line in _imports(name, path):
@@ -125,7 +125,7 @@ def test_the_engine_and_the_statistics_import_no_workload():
             if name.startswith("trials.store") and module.split(".")[0] in ("trials", "analysis", "dspark") and \
                     not module.startswith("trials.store"):
                 bad.append(where)
-            interface = ("trials.workload", "trials.registry", "trials.loaded")
+            interface = ("trials.workload", "trials.registry", "trials.workload_defaults")
             # the interface's one import of the engine: the sweep record's checks (a leaf module)
             if name in interface and module.split(".")[0] in ("analysis", "dspark") or \
                     name in interface and module.startswith("trials") and module not in interface + RECORD:

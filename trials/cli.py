@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import design, expand, layout, saved, spec as specmod, validate
+from . import fraction, expand, layout, saved, spec as specmod, validate
 from .timing import SIGTERMED, Terminated, TimingSettings, TimingSettings as S, stop_on_sigterm, time_sweep
 from .augment import augment
 from .recover import recover
@@ -56,7 +56,7 @@ def cmd_validate(args) -> int:
         print(f"  {spec.description or question}")
     for f, levels in spec.factors.items():
         print(f"  {f}: {', '.join(levels)}")
-    for line in design.alias_structure(spec):
+    for line in fraction.alias_structure(spec):
         print("  " + line)
     for name, sides in spec.contrasts.items():
         show = {k: ", ".join(f"{f}={lv}" for f, lv in v.items()) for k, v in sides.items()}
@@ -72,7 +72,7 @@ def cmd_validate(args) -> int:
     return 0
 
 
-MIN_DF = 3  # analysis.types.MIN_DF: a term's own error on fewer df says too little
+MIN_DF = 3  # analysis.result_types.MIN_DF: a term's own error on fewer df says too little
 
 
 def own_error_line(spec) -> str:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .design import cells
-from .loaded import Loaded
+from .fraction import cells
+from .workload_defaults import Loaded
 from .registry import Registry
 from .spec import MAX_RUN_NAME, MAX_TRIALS, SpecError, SweepSpec, Trial, replicate_seed, run_order
 

@@ -29,7 +29,7 @@ from trials.registry import recorded, results_problem
 from trials.store.keys import ERROR_TAG
 from trials.store.runs import config_params
 
-from . import shared
+from . import shared_artifacts
 from trials.spec import SweepSpec
 from .export import SweepFrame, SweepRecord, finished_frame, read_parquet, run_row, to_parquet
 from .timing import TimingSettings, pass_rounds, sweep_stage
@@ -92,16 +92,16 @@ def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print
 
 def bind_targets(spec: SweepSpec, storage: Path, say=print) -> dict:
     """trial key -> its config, pointing at its shared artifact (trained here once if absent)."""
-    art, found = spec.wl.shared, shared.addresses(spec)
-    paths = shared.in_storage(spec, storage, found)
-    for h, cfg in shared.needed(spec, found).items():
+    art, found = spec.wl.shared, shared_artifacts.addresses(spec)
+    paths = shared_artifacts.in_storage(spec, storage, found)
+    for h, cfg in shared_artifacts.needed(spec, found).items():
         if h not in paths:
             say(f"{spec.name}: training the shared target {h}")
             path = art.file(storage, h)
             path.parent.mkdir(parents=True, exist_ok=True)
             art.train(cfg.to_dict(), str(path))
             paths[h] = str(path)
-    return {t.key: t.config for t in shared.bound(spec, found, paths)[0].trials}
+    return {t.key: t.config for t in shared_artifacts.bound(spec, found, paths)[0].trials}
 
 
 def _train_one(spec: SweepSpec, t, cfg, storage: Path) -> dict:

@@ -27,7 +27,7 @@ from trials.store.keys import (DONE_KEY, GIT_COMMIT_TAG, KILLED_REASON_TAG, RECO
                                is_metric, sweep_trials)
 from trials.store.runs import finite, git_commit, log_run_files
 
-from . import layout, shared
+from . import layout, shared_artifacts
 from .layout import read_results
 from .identity import check_same_sweep, identity_tags
 from trials.spec import SweepSpec, Trial
@@ -127,8 +127,8 @@ def recover(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -> dict[str, int]
         raise ValueError(f"recover: no trial of sweep {spec.name!r} has results in {exp_dir}")
     kept = read_records(exp_dir, [t.key for t in spec.trials])
     identity = identity_tags(spec, exp_dir.parent)
-    found = shared.addresses(spec)
-    spec = shared.bound(spec, found, shared.in_storage(spec, exp_dir.parent, found))[0]  # each trial as it ran
+    found = shared_artifacts.addresses(spec)
+    spec = shared_artifacts.bound(spec, found, shared_artifacts.in_storage(spec, exp_dir.parent, found))[0]  # each trial as it ran
     ledger = open_ledger(tracking_uri, spec, identity)
     commit = git_commit()
     tags = {t.key: {**found.get(t.key, ("", {}))[1], GIT_COMMIT_TAG: commit} for t in spec.trials}

@@ -40,7 +40,7 @@ from trials.store.keys import TRIAL_KEY_TAG, reeval_tag, sweep_parent, sweep_tri
 from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
-from . import cluster, layout, saved, shared
+from . import cluster, layout, saved, shared_artifacts
 from .registry import plain_number
 from .lease import Lease
 from .identity import check_same_sweep
@@ -241,10 +241,10 @@ def _log_evaluation(client, run, exp_dir: Path, metrics: dict, files: dict[str, 
 def bind_existing_targets(spec, root: Path, command: str = "reeval") -> dict:
     """trial key -> its config pointing at the shared artifact in storage; refused with one
     line (naming `command`) when one is gone (re-evaluating or timing must not train one)."""
-    found = shared.addresses(spec)
-    paths = shared.in_storage(spec, root, found)
-    for h in shared.needed(spec, found):
+    found = shared_artifacts.addresses(spec)
+    paths = shared_artifacts.in_storage(spec, root, found)
+    for h in shared_artifacts.needed(spec, found):
         if h not in paths:
             raise ValueError(f"{command}: the shared target {h} is gone from {spec.wl.shared.file(root, h).parent}; "
                              f"{command} never trains one")
-    return {t.key: t.config for t in shared.bound(spec, found, paths)[0].trials}
+    return {t.key: t.config for t in shared_artifacts.bound(spec, found, paths)[0].trials}

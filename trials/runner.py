@@ -35,7 +35,7 @@ from .cluster import (DEFAULT_RESOURCE_WAIT_S, check_gcs_reachable, check_local_
 from .identity import check_same_sweep, claim, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock, failure_lines
-from . import layout, shared
+from . import layout, shared_artifacts
 from .recover import missing_records, replay
 from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
@@ -48,13 +48,13 @@ from trials.store.runs import git_commit
 def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,
                  addresses: dict[str, tuple[str, dict[str, str]]] | None = None
                  ) -> tuple[SweepSpec, dict[str, dict[str, str]], dict[str, dict]]:
-    """Address every trial's shared artifact (or take `addresses`, `shared.addresses(spec)`),
+    """Address every trial's shared artifact (or take `addresses`, `shared_artifacts.addresses(spec)`),
     train those that storage lacks, and point each trial that uses one at its file.
     Returns a new spec (the one given is left as it is), each trial's tags (DSpark:
     `target_hash`, `data_sha256`) and the shared artifacts by hash."""
-    found = addresses if addresses is not None else shared.addresses(spec)
-    made = ensure_targets(spec.wl, shared.needed(spec, found), storage, spec.resources, cpus)
-    spec, tags = shared.bound(spec, found, {h: meta["path"] for h, meta in made.items()})
+    found = addresses if addresses is not None else shared_artifacts.addresses(spec)
+    made = ensure_targets(spec.wl, shared_artifacts.needed(spec, found), storage, spec.resources, cpus)
+    spec, tags = shared_artifacts.bound(spec, found, {h: meta["path"] for h, meta in made.items()})
     return spec, tags, made
 
 
@@ -292,7 +292,7 @@ def _run_leased(spec: SweepSpec, *, tracking_uri: str, root: Path, exp_dir: Path
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
     # for a large one) and let a new SQLite store create its tables (seconds too)
     background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweep-setup")
-    addressing = background.submit(shared.addresses, spec)
+    addressing = background.submit(shared_artifacts.addresses, spec)
     warming = background.submit(_warm_store, tracking_uri)
     identity = identity_tags(spec, root)  # of the spec as saved: bound targets lie in this storage
     started_ray = init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces

@@ -1,6 +1,6 @@
 """Sweep specs, the data model: a sweep (`SweepSpec`) and its trials (`Trial`). YAML comes in
 through `trials.validate` (every check, one line per problem), the design's algebra is
-`trials.design`, and `trials.expand` resolves a spec into its trials.
+`trials.fraction`, and `trials.expand` resolves a spec into its trials.
 
 ```yaml
 name: d1-d2-d9

@@ -13,9 +13,9 @@ from typing import Any
 import yaml
 
 from . import workload as workloads
-from .design import cells, low_resolution, parse_generator
+from .fraction import cells, low_resolution, parse_generator
 from .expand import build, layout_trials, resolve_arms, unmeasured_responses
-from .loaded import Loaded
+from .workload_defaults import Loaded
 from .registry import PRIMARY_FORM
 from .store.record import margin_problem
 from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec

@@ -2,7 +2,7 @@
 the trainer being swept. A workload need not import this module (DSpark's,
 `dspark.workload.WORKLOAD`, does not: the layers import one way). A spec names it
 (`workload: dspark`, the default, or `package.module:object`), and `load` returns it, once,
-with every optional part filled by its default (`trials.loaded.Loaded`); the engine and the
+with every optional part filled by its default (`trials.workload_defaults.Loaded`); the engine and the
 statistics take that object, never a name.
 
 Required, four attributes (a whole example: `examples/mlp_sweep.py`, 40 lines):
@@ -99,14 +99,14 @@ from pathlib import Path
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
-from .loaded import CORE, Loaded, WorkloadError
+from .workload_defaults import CORE, Loaded, WorkloadError
 
 DEFAULT = "dspark"
 BUILTIN = {"dspark": "dspark.workload:WORKLOAD"}  # known without installed metadata (a source checkout)
 GROUP = "dspark_sweeps.workloads"  # the entry point group of installed workloads
 TRUST_ENV = "DSPARK_SWEEPS_WORKLOADS"  # comma-separated `package.module:object` paths the user allows
 SHOWN = 120  # characters of a workload's name a message quotes
-REQUIRED = CORE  # the rest has defaults (trials/loaded.py)
+REQUIRED = CORE  # the rest has defaults (trials/workload_defaults.py)
 
 
 class SharedArtifacts(Protocol):
@@ -243,7 +243,7 @@ def shown(name: str) -> str:
 
 
 def load(name: str = DEFAULT, trusted: bool = False) -> Loaded:
-    """The workload named, loaded once with its defaults filled (`trials.loaded.Loaded`).
+    """The workload named, loaded once with its defaults filled (`trials.workload_defaults.Loaded`).
 
     Args:
         name: an installed short name (`dspark`), or `package.module:object`.

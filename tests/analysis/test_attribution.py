@@ -321,8 +321,8 @@ def test_alias_structure_read_off_the_runs_matches_the_spec():
     the one `trials validate` derives from the generators (2^(4-1), D = A*B*C)."""
     import pandas as pd
 
-    from analysis.design import alias_structure
-    from trials.design import alias_structure as spec_aliases
+    from analysis.coded_design import alias_structure
+    from trials.fraction import alias_structure as spec_aliases
     from trials.validate import parse
 
     spec = parse({"name": "frac", "base": {"preset": "tiny"},
@@ -402,7 +402,7 @@ def test_the_model_fit_is_stated_per_response_as_statsmodels_fits_it():
     assert fit.s == pytest.approx(np.sqrt(ref.mse_resid)) and fit.r2 == pytest.approx(ref.rsquared)
     assert fit.r2_adj == pytest.approx(ref.rsquared_adj)
     assert np.allclose(fit.resid + fit.fitted, df["y"])
-    from analysis.types import ResponseResult
+    from analysis.result_types import ResponseResult
 
     t = model_fit_table({"y": ResponseResult("y", table, None, 2, True, fit=fit)})
     assert list(t.columns) == ["n", "df_resid", "S", "R2", "R2_adj"] and t.loc["y", "R2"] == pytest.approx(ref.rsquared)

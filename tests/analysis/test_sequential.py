@@ -23,7 +23,7 @@ import pytest
 
 from analysis.sequential import (LEGACY, Plan, fingerprint, information_fraction, information_fractions, look_for,
                                  plan_of, spent)
-from analysis.types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
+from analysis.result_types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
 from analysis.model import fit_response, term_contrasts
 from analysis.verdicts import classify, response_models
 from dspark.metrics import jack_name

@@ -27,7 +27,7 @@ from scipy import stats
 from analysis import variance
 from analysis.model import fit_response, term_contrasts
 from analysis.power import p_decided
-from analysis.types import UNDECIDED, Contrast, TermNoise
+from analysis.result_types import UNDECIDED, Contrast, TermNoise
 from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide
 from analysis.verdicts import decide, decide_all, response_models
 from dspark import calibration
@@ -434,7 +434,7 @@ def test_a_new_study_is_priced_at_the_fewest_blocks_that_decide():
     from analysis.plan import new_study
     from analysis.power import p_decided
     from analysis.report import build_report
-    from analysis.types import DECISION_POWER
+    from analysis.result_types import DECISION_POWER
 
     sweep = read_parquet(Path(__file__).resolve().parents[2] / "results" / "seed-questions" / "runs.parquet")
     d = build_report(sweep, None).decision

@@ -16,7 +16,7 @@ from statsmodels.stats.weightstats import ttost_ind
 
 from analysis.anova import AnalysisError
 from analysis.effects import factorial_effects
-from analysis.types import BEYOND, Contrast, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE
+from analysis.result_types import BEYOND, Contrast, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE
 from analysis.model import bm_df, fit_response, term_contrasts
 from analysis.power import p_decided
 from analysis.verdicts import (blocks_to_decide, decide, decide_all, distance_to_boundary, margins_for, parse_margins,
@@ -317,7 +317,7 @@ def test_margins_come_from_the_spec_and_the_command_line():
 
 def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
     from analysis.render import VERDICT_COLOURS, verdict_colour
-    from analysis.types import Verdict
+    from analysis.result_types import Verdict
 
     def v(verdict, estimate, better):
         return Verdict(response="r", term="D1", label="D1", verdict=verdict, estimate=estimate, se=0.1, df=10,

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from trials import expand, spec as specmod, validate
-from trials.design import alias_structure
+from trials.fraction import alias_structure
 from trials.spec import SpecError, replicate_seed
 from trials.validate import parse
 

@@ -1,9 +1,9 @@
-"""What `trials.loaded.Loaded` checks when a workload loads: each missing or malformed part in
+"""What `trials.workload_defaults.Loaded` checks when a workload loads: each missing or malformed part in
 one line naming the attribute and the fix, before any command works with it."""
 
 import pytest
 
-from trials.loaded import Loaded, WorkloadError
+from trials.workload_defaults import Loaded, WorkloadError
 
 
 class Core:
@@ -116,7 +116,7 @@ def test_dspark_comes_through_the_same_door_with_the_same_configs():
 
     from dspark.config import Config, from_dict
     from trials import validate
-    from trials.loaded import ConfigView
+    from trials.workload_defaults import ConfigView
     from trials.workload import load
 
     wl = load("dspark")

@@ -1,0 +1,455 @@
+"""A workload as the engine holds it: the object a spec names, with every optional part of
+the interface filled in by its documented default (`trials.workload`'s docstring lists them).
+
+A workload needs four attributes (`CORE`):
+
+    name      its name
+    config    its settings: a dataclass (its fields and defaults) or a dict of defaults
+    train     train(config, report): one trial; `report(metrics)` after each evaluation
+              (`report(metrics, checkpoint_dir)` where it saves checkpoints; `items=` its
+              evaluation's per-item values, `trials.store.items`)
+    metrics   {metric: "higher" | "lower"} or {metric: {"better": ..., "margin": ..., "unit": ...}}
+
+Everything else is optional (`trials.workload` lists each capability), and every workload,
+DSpark's included, comes through the same door: the core checked in one line each, then each
+capability it has. One of the core alone gets, here:
+
+- config fields from its dataclass or dict; `seed` and `out_dir` plumbing, every other field
+  "objective" (`roles`, a dict, says otherwise); the replicate's seed seeds Python's, NumPy's
+  and torch's generators before `train` where the config has no `seed` field;
+- one variant; every metric measured by every arm; a metric with a margin is a primary
+  response where a spec declares none;
+- no checkpoints (a stopped trial starts again), no shared artifacts, no re-evaluation, no
+  timing pass, no smoke settings: a command that needs one says so in one line;
+- `report(metrics)` gets a `step` (1, 2, ...) where the workload gives none; its `items`
+  become the run's items artifact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import random
+import re
+from typing import Any
+
+from .store.items import encode as encode_items
+from .registry import Registry, Row
+from .store.record import margin_problem
+
+CORE = ("name", "config", "train", "metrics")
+PLUMBING = ("seed", "out_dir")  # a core workload's fields that change no result
+ROLES = ("objective", "budget", "evaluation", "plumbing", "target")
+SHARED_HOOKS = ("needed", "address", "file", "read", "train", "describe", "bind")  # SharedArtifacts
+TIMING_SIZES = ("prompts", "steps")  # what a timing repetition holds: `trials time --prompts N | --steps N`
+RESERVED_COUNTS = ("name", "address", "tracking_uri", "storage", "help")  # `trials reeval`'s own options
+FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation's file, under the run's eval/
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be loaded, or lacks part of the interface (one line)."""
+
+
+class ConfigView:
+    """A workload's config as the engine handles it: the values of its fields, read as
+    attributes, copied with `replace`, compared by `objective_dict`; `native()` is what the
+    workload's own code gets (an instance of its dataclass, what its `make_config` built, or
+    a dict). The engine's own values (a replicate's `seed`, a trial's `out_dir`) ride along
+    where the config lacks such a field."""
+
+    def __init__(self, wl: Loaded, values: dict, native=None):
+        self._wl, self._values, self._native = wl, dict(values), native
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ConfigView) and other._values == self._values
+
+    def __repr__(self) -> str:
+        return f"{self._wl.name}({self._values})"
+
+    def to_dict(self) -> dict:
+        return dict(self._values)
+
+    def replace(self, **changes) -> ConfigView:
+        return self._wl.config({**self._values, **changes})
+
+    def objective_dict(self) -> dict:
+        """What a run's results depend on: the workload's `objective(config)` where it says,
+        else every field but the plumbing."""
+        if hasattr(self._wl.obj, "objective"):
+            return dict(self._wl.obj.objective(self.native()))
+        return {k: v for k, v in self._values.items() if self._wl.role(k) != "plumbing"}
+
+    def native(self):
+        if self._native is None:
+            kept = {k: v for k, v in self._values.items() if k in self._wl.own_fields}
+            self._native = self._wl.build(kept)
+        return self._native
+
+
+def own(cfg):
+    """The workload's own config for one of its hooks: a ConfigView's `native()`, else as given."""
+    return cfg.native() if isinstance(cfg, ConfigView) else cfg
+
+
+def _rows(metrics: dict) -> tuple[dict[str, Row], dict[str, dict]]:
+    """A core workload's `metrics` as registry rows, and the margins it gives."""
+    rows, margins = {}, {}
+    for name, decl in metrics.items():
+        decl = {"better": decl} if isinstance(decl, str) else decl
+        if not isinstance(name, str) or not isinstance(decl, dict) or decl.get("better") not in ("higher", "lower") \
+                or set(decl) - {"better", "margin", "unit"}:
+            raise WorkloadError(f"metrics.{str(name)[:60]}: \"higher\", \"lower\" or {{better, margin, unit}} "
+                                "(see trials/workload_defaults.py)")
+        margin = decl.get("margin")
+        if margin is not None:
+            if problem := margin_problem(margin):
+                raise WorkloadError(f"metrics.{name}.margin: {problem}")
+            margins[name] = {"better": decl["better"], "margin": margin if isinstance(margin, str) else float(margin)}
+        rows[name] = Row(name, decl["better"], str(decl.get("unit", "")), (), "", headline=True)
+    return rows, margins
+
+
+class _Metrics:
+    """A core workload's metric registry (the interface of a workload's `metrics`)."""
+
+    def __init__(self, rows: dict[str, Row]):
+        self._rows = rows
+        self.REGISTRY = tuple(rows.values())
+        self.DEFAULT_RESPONSES = {"": tuple(rows)}
+
+    def lookup(self, name: str):
+        return self._rows.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._rows)
+
+
+class Loaded:
+    """A workload with its defaults filled (module docstring). Every workload comes through
+    the same door: the four core attributes, checked here in one line each, then each
+    optional capability it has, checked where it has one."""
+
+    def __init__(self, obj: Any, name: str):
+        missing = [a for a in CORE if not hasattr(obj, a)]
+        if missing:
+            raise WorkloadError(f"workload {name!r} lacks {', '.join(missing)}: a workload needs name, config, train "
+                                "and metrics (see trials/workload_defaults.py)")
+        self.obj, self.path = obj, name
+        self.name = str(obj.name)
+        self.native_config = None
+        self._core(obj)
+        self._metric_rows(obj)
+        for attr, default in (("variant_field", ""), ("sequential_fields", {}), ("timing", None),
+                              ("questions", {}), ("reeval_counts", {}), ("reeval_limits", {}), ("checkpoint_file", ""),
+                              ("final_checkpoint", "")):
+            setattr(self, attr, getattr(obj, attr, default))
+        self.shared = _Shared(self, obj.shared) if getattr(obj, "shared", None) is not None else None
+        self._check_shared()
+        self.registry = Registry(self.metrics, self.variant_field)
+        self._check_reeval()
+        self._check_timing()
+
+    def _metric_rows(self, obj: Any) -> None:
+        """`metric_rows`, where a workload gives them: registry rows richer than `metrics` says
+        (measured by some variants only, degenerate or constant in some, headline, timed)."""
+        given = getattr(obj, "metric_rows", None)
+        if given is None:
+            return
+        lacking = [a for a in ("lookup", "REGISTRY", "DEFAULT_RESPONSES") if not hasattr(given, a)]
+        if lacking:
+            raise WorkloadError(f"workload {self.name!r}: metric_rows lacks {', '.join(lacking)} (see "
+                                "trials/registry.py)")
+        unknown = [m for m in self.metrics.names() if given.lookup(m) is None]
+        if unknown:
+            raise WorkloadError(f"workload {self.name!r}: metrics names {unknown[0]!r}, which its metric_rows lack")
+        self.metrics = given
+
+    def _check_shared(self) -> None:
+        """Shared artifacts name each hook the engine calls (`SharedArtifacts`)."""
+        if self.shared is None:
+            return
+        missing = [a for a in SHARED_HOOKS if not callable(getattr(self.shared._art, a, None))]
+        if missing:
+            raise WorkloadError(f"workload {self.name!r}: its shared lacks {', '.join(missing)} "
+                                "(see SharedArtifacts in trials/workload.py)")
+
+    def _check_timing(self) -> None:
+        """A timing pass names, for each variant it times, its response and what a repetition
+        holds: one of the pass's two sizes (`trials time --prompts N` or `--steps N`)."""
+        hooks = self.timing
+        if hooks is None:
+            return
+        missing = [a for a in ("response", "size", "needs_checkpoints", "arms", "values", "jack_values")
+                   if not hasattr(hooks, a)]
+        if missing:
+            raise WorkloadError(f"workload {self.name!r}: its timing lacks {', '.join(missing)} "
+                                "(see TimingHooks in trials/workload.py)")
+        sizes = hooks.size if isinstance(hooks.size, dict) else {}
+        bad = [(v, k) for v, k in sizes.items() if k not in TIMING_SIZES]
+        if not sizes or bad or set(sizes) != set(hooks.response):
+            raise WorkloadError(f"workload {self.name!r}: timing.size maps each timed variant to "
+                                f"{' or '.join(map(repr, TIMING_SIZES))}, got {hooks.size!r}")
+
+    def _check_reeval(self) -> None:
+        """A `reevaluate` needs the config fields it counts (`reeval_counts`), each a field."""
+        counts = self.reeval_counts
+        if not hasattr(self.obj, "reevaluate"):
+            return
+        if not isinstance(counts, dict) or not counts:
+            raise WorkloadError(f"workload {self.name!r} has `reevaluate` but no reeval_counts: give "
+                                "{config field: what it counts}, e.g. {\"eval_batches\": \"held-out batches\"}")
+        unknown = [f for f in counts if f not in self.fields]
+        if unknown:
+            raise WorkloadError(f"workload {self.name!r}: reeval_counts names {unknown[0]!r}, not a config field")
+        taken = [f for f in counts if f in RESERVED_COUNTS]
+        if taken:
+            raise WorkloadError(f"workload {self.name!r}: reeval_counts names {taken[0]!r}, which `trials reeval` "
+                                "takes as its own option: count another field")
+
+    def _core(self, obj: Any) -> None:
+        given = obj.config
+        if isinstance(given, dict):
+            defaults = dict(given)
+        elif dataclasses.is_dataclass(given):
+            cls = given if isinstance(given, type) else type(given)
+            self.native_config = cls
+            defaults = {f.name: (getattr(given, f.name) if not isinstance(given, type) else f.default)
+                        for f in dataclasses.fields(cls)}
+            lacking = [k for k, v in defaults.items() if v is dataclasses.MISSING]
+            if lacking:
+                raise WorkloadError(f"workload {self.name!r}: config field(s) {', '.join(lacking)} need a default "
+                                    "(a spec sets only what it varies)")
+        else:
+            raise WorkloadError(f"workload {self.name!r}: config must be a dataclass or a dict of defaults, got "
+                                f"{type(given).__name__}")
+        self._make = getattr(obj, "make_config", None)
+        if self._make is not None and not callable(self._make):
+            raise WorkloadError(f"workload {self.name!r}: make_config must be a function make_config(values)")
+        if not callable(getattr(obj, "train", None)):
+            raise WorkloadError(f"workload {self.name!r}: train must be a function train(config, report)")
+        try:
+            inspect.signature(obj.train).bind(None, None)  # train(config, report), as the engine calls it
+        except TypeError:
+            raise WorkloadError(f"workload {self.name!r}: train must take (config, report); its signature is "
+                                f"train{inspect.signature(obj.train)}") from None
+        except ValueError:
+            pass  # no signature to read (a builtin): found when called
+        if not isinstance(obj.metrics, dict) or not obj.metrics:
+            raise WorkloadError(f"workload {self.name!r}: metrics must map metric names to \"higher\" or \"lower\"")
+        self.own_fields = tuple(defaults)
+        self._types = _field_types(given, defaults)
+        self.defaults = {**{k: None for k in PLUMBING}, **defaults}
+        self.fields = tuple(self.defaults)
+        rows, self.margins = _rows(obj.metrics)
+        self.metrics = _Metrics(rows)
+        roles = getattr(obj, "roles", {}) or {}
+        bad = {k: v for k, v in roles.items() if k not in self.fields or v not in ROLES}
+        if bad:
+            raise WorkloadError(f"workload {self.name!r}: roles: {next(iter(bad))!r} is not a config field with a "
+                                f"role among {', '.join(ROLES)}")
+        self._roles = {**{k: "plumbing" for k in PLUMBING}, **roles}
+
+    # ---- the interface, each part the object's own where it has one, else its default
+    def config(self, values: dict) -> ConfigView:
+        """The config of a spec's values: each checked against its field's type, built by the
+        workload's `make_config` where it resolves its settings as a whole (DSpark: a preset
+        sets many fields) and read back field by field, else its defaults with the values."""
+        unknown = sorted(set(values) - set(self.fields))
+        if unknown:
+            raise ValueError(f"unknown config field {unknown[0]!r}")
+        for k, v in values.items():
+            wrong = _type_problem(k, v, self._types.get(k))
+            if wrong:
+                raise ValueError(wrong)
+        if self._make is None:
+            view = ConfigView(self, {**self.defaults, **values})
+            if self.native_config is not None:
+                view.native()  # the dataclass's own checks (__post_init__), one line
+            return view
+        native = self.build({k: v for k, v in values.items() if k in self.own_fields})
+        engine = {k: v for k, v in values.items() if k not in self.own_fields}
+        return ConfigView(self, {**self.defaults, **engine, **_plain(native, self.own_fields)}, native)
+
+    def build(self, values: dict):
+        """The workload's own config of its own fields' values, one line on error."""
+        try:
+            if self._make is not None:
+                return self._make(dict(values))
+            return self.native_config(**values) if self.native_config is not None else dict(values)
+        except (TypeError, ValueError) as e:
+            raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+
+    def role(self, field: str) -> str:
+        return self._roles.get(field, "objective")
+
+    def has(self, part: str) -> bool:
+        """Whether the workload has an optional part: "smoke", "checkpoints", "reeval", "timing",
+        "shared"."""
+        return {"smoke": hasattr(self.obj, "smoke"), "checkpoints": bool(self.checkpoint_file),
+                "reeval": hasattr(self.obj, "reevaluate"), "timing": self.timing is not None,
+                "shared": self.shared is not None}[part]
+
+    def smoke(self) -> dict:
+        if not self.has("smoke"):
+            raise ValueError(f"--smoke-test: workload {self.name!r} declares no smoke settings (a `smoke()` giving the "
+                             "overrides that make a trial seconds long)")
+        return self.obj.smoke()
+
+    def variant(self, cfg) -> str:
+        return self.obj.variant(own(cfg)) if hasattr(self.obj, "variant") else ""
+
+    def unmeasured(self, cfg, name: str) -> str | None:
+        return self.obj.unmeasured(own(cfg), name) if hasattr(self.obj, "unmeasured") else None
+
+    def config_problems(self, cfg) -> list[str]:
+        return self.obj.config_problems(own(cfg)) if hasattr(self.obj, "config_problems") else []
+
+    def checkpoint_bytes(self, cfg) -> int:
+        return self.obj.checkpoint_bytes(own(cfg)) if hasattr(self.obj, "checkpoint_bytes") else 0
+
+    def checkpoint_problem(self, folder) -> str | None:
+        return self.obj.checkpoint_problem(folder) if hasattr(self.obj, "checkpoint_problem") else None
+
+    def finished_problem(self, folder, cfg) -> str | None:
+        return self.obj.finished_problem(folder, own(cfg)) if hasattr(self.obj, "finished_problem") else None
+
+    def reeval_problem(self, cfg, counts: dict[str, int]) -> str | None:
+        if not self.has("reeval"):
+            return f"workload {self.name!r} has no re-evaluation (a `reevaluate` of a finished trial's checkpoint)"
+        return self.obj.reeval_problem(own(cfg), dict(counts)) if hasattr(self.obj, "reeval_problem") else None
+
+    def reevaluate(self, cfg, checkpoint, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
+        metrics, files = self.obj.reevaluate(cfg, checkpoint, dict(counts))
+        bad = [n for n in (files or {}) if not isinstance(n, str) or not FILE_NAME.fullmatch(n)]
+        if bad:
+            raise WorkloadError(f"workload {self.name!r}: reevaluate returned the file name {bad[0]!r}: a plain "
+                                "name (letters, digits, . _ -), kept under the run's eval/")
+        return dict(metrics), dict(files or {})
+
+    def train(self, cfg, report=None, resume_from=None, before_step=None):
+        """One trial: the workload's `train(config, report)` with its own config, given
+        `resume_from`/`before_step` only where its signature takes them, its reports numbered
+        where they carry no `step`, and the replicate's seed set where its config has none."""
+        if "seed" not in self.own_fields and cfg.seed is not None:
+            _seed_everything(int(cfg.seed))
+        takes = inspect.signature(self.obj.train).parameters
+        extra = {k: v for k, v in (("resume_from", resume_from), ("before_step", before_step))
+                 if v is not None and k in takes}
+        return self.obj.train(cfg.native(), _numbered(report), **extra)
+
+
+class _Shared:
+    """A workload's shared artifacts (`SharedArtifacts`) as the engine calls them: its hooks
+    get the workload's own config, and `bind` hands the engine's config back."""
+
+    def __init__(self, wl: Loaded, art: Any):
+        self._wl, self._art = wl, art
+
+    def needed(self, cfg) -> bool:
+        return bool(self._art.needed(own(cfg)))
+
+    def address(self, cfg, cache: dict):
+        return self._art.address(own(cfg), cache)
+
+    def describe(self, cfg) -> str:
+        return self._art.describe(own(cfg))
+
+    def bind(self, cfg, path: str) -> ConfigView:
+        bound = self._art.bind(own(cfg), path)
+        return self._wl.config({**cfg.to_dict(), **_plain(bound, self._wl.own_fields)})
+
+    def file(self, storage, key: str):
+        return self._art.file(storage, key)
+
+    def read(self, path) -> dict:
+        return self._art.read(path)
+
+    def train(self, config: dict, path: str, progress_file: str | None = None) -> dict:
+        return self._art.train(config, path, progress_file)
+
+
+def _plain(native, names) -> dict:
+    """A workload's own config read back field by field, sequences as lists (the values a
+    spec, a run's params and the sweep's fingerprint hold)."""
+    values = dict(native) if isinstance(native, dict) else {k: getattr(native, k) for k in names}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+def _field_types(given, defaults: dict) -> dict:
+    """Each config field's type: a dataclass's annotations (resolved), else its default's type."""
+    import typing
+
+    if isinstance(given, dict):
+        return {k: type(v) for k, v in defaults.items() if v is not None}
+    cls = given if isinstance(given, type) else type(given)
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001  an annotation that cannot be resolved: left unchecked
+        return {}
+
+
+def _type_problem(name: str, value, want) -> str | None:
+    """Why a spec's value does not fit a config field's type (None where it does, or where the
+    type is one this check does not read): a number for a float (not a bool), an int for an
+    int, true/false for a bool, text for a str, one of a Literal's values, any arm of a Union."""
+    import typing
+
+    if want is None or want is typing.Any:
+        return None
+    args = typing.get_args(want)
+    origin = typing.get_origin(want)
+    if origin is typing.Literal:
+        return None if value in args else f"{name}: one of {', '.join(map(repr, args))}, got {value!r}"
+    if origin is typing.Union or type(want).__name__ == "UnionType":
+        fits = [a for a in args if (a is type(None) and value is None) or
+                (a is not type(None) and _type_problem(name, value, a) is None)]
+        return None if fits else f"{name}: {_named(want)}, got {value!r} ({type(value).__name__})"
+    simple = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), str: lambda v: isinstance(v, str)}
+    ok = simple.get(origin or want)
+    if ok is None or ok(value):
+        return None
+    return f"{name}: {_named(want)}, got {value!r} ({type(value).__name__})"
+
+
+def _named(t) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(t, str(t).replace("typing.", ""))
+
+
+def _numbered(report):
+    """`report(metrics[, checkpoint_dir][, items=...])` for a workload: a `step` added where it
+    gives none (the store logs a metric once per step), its `items` (`trials.store.items`) as their
+    columns, a report whose items cannot be refused naming the response (the trial fails)."""
+    if report is None:
+        return lambda metrics, checkpoint_dir=None, items=None: None
+    count = {"n": 0}
+
+    def numbered(metrics: dict, checkpoint_dir: str | None = None, items: dict | None = None) -> None:
+        count["n"] += 1
+        metrics = {"step": count["n"], **metrics} if "step" not in metrics else dict(metrics)
+        if items:
+            metrics.update(encode_items(items, metrics))  # ValueError naming the response: the trial fails
+        report(metrics, checkpoint_dir)
+    return numbered
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2 ** 32)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:
+        pass
