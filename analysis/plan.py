@@ -27,7 +27,7 @@ from .text import wrap_text
 from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
 from .variance import PROMPT_FACTORS, WHAT, prompts_to_decide, why_not_items
-from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_all, margins_for, response_models
+from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_look, margins_for, response_models
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:
@@ -101,10 +101,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     look.unrecorded = unrecorded
     prices = plan_prices(look, models, chosen, declared, rules)
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
-    d = decide_all(df, chosen, factors, declared, look.family_alpha, control=controls[0] if controls else None,
-                   primary_terms=record.primary_terms or None, rules=rules, contrasts=record.contrasts,
-                   models=models, plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "own",
-                   levels=look.levels, binding=look.binding())
+    d = decide_look(sweep, chosen, declared, look, models, prices)
     look.record(d.verdicts)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)

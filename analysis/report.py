@@ -24,7 +24,7 @@ from .load import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .sequential import look_for, look_shares, plan_prices
 from .result_types import Report
-from .verdicts import decide_all, margins_for, response_models
+from .verdicts import decide_look, margins_for, response_models
 
 
 def _refuse_empty(sweep: SweepFrame) -> None:
@@ -68,11 +68,8 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if=what_if or bool(margins))
     look.unrecorded = unrecorded
     controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
-    decision = decide_all(df, chosen, factors, declared, look.family_alpha, adjust,
-                          controls[0] if controls else None, record.primary_terms or None, rules=rules,
-                          contrasts=record.contrasts, models=models, plan=plan_prices(look, models, chosen, declared, rules),
-                          block_errors=look.plan.block_errors if look.plan is not None else "own",
-                          levels=look.levels, binding=look.binding())
+    decision = decide_look(sweep, chosen, declared, look, models, plan_prices(look, models, chosen, declared, rules),
+                           adjust)
     look.record(decision.verdicts)
     noise = decision.noise
     drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}

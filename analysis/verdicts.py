@@ -56,11 +56,11 @@ from trials.store.record import margin_problem, relative_margin
 from . import power, variance
 from .anova import AnalysisError
 from .coded_design import factorial_rows, with_value
-from .frame import SweepRecord
+from .frame import SweepFrame, SweepRecord
 from .model import (Fit, control_contrast, fit_response, named_contrast, simple_effects,
                     term_contrasts)
 from .power import p_decided
-from .sequential import PlanPrices
+from .sequential import LookResult, PlanPrices
 from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, WIDE, Contrast, Decision,
                     ResponseCheck, SimpleEffect, Split, Verdict)
 
@@ -292,6 +292,20 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
         _noise_and_caveats(decision, r, rows[r], ms.models[r], rules, block_errors == "pooled" and bool(block)
                            and r in primary)
     return decision
+
+
+def decide_look(sweep: SweepFrame, responses: list[str], declared: dict[str, dict], look: LookResult,
+                models: Models, prices: PlanPrices | None, adjust: str = "bonferroni") -> Decision:
+    """A sweep's verdicts at a look, from its record: `decide_all` over the family the record
+    declares (its primary terms, named contrasts and pure-CE control), on the plan's block
+    errors, at the look's levels and with its earlier looks' decisions binding. `declared`:
+    the primary responses' margins (`margins_for`)."""
+    df, record = sweep.runs, sweep.record
+    control = min((c for c in df["cell"].unique() if str(c).startswith("control=")), default=None)
+    return decide_all(df, responses, list(sweep.factors), declared, look.family_alpha, adjust, control,
+                      record.primary_terms or None, rules=sweep.registry, contrasts=record.contrasts, models=models,
+                      plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "own",
+                      levels=look.levels, binding=look.binding())
 
 
 def _family(found: dict[str, list[Contrast]], responses: list[str], margins: dict,
