@@ -361,8 +361,8 @@ class _Shared:
         return self._art.describe(own(cfg))
 
     def bind(self, cfg, path: str) -> ConfigView:
-        bound = self._art.bind(own(cfg), path)
-        return self._wl.config({**cfg.to_dict(), **_plain(bound, self._wl.own_fields)})
+        bound = self._art.bind(own(cfg), path)  # the workload's own config, built (and checked) by it once
+        return ConfigView(self._wl, {**cfg.to_dict(), **_plain(bound, self._wl.own_fields)}, bound)
 
     def file(self, storage, key: str):
         return self._art.file(storage, key)
