@@ -15,7 +15,7 @@ from trials.store.reader import probe_store, reading_client
 from .text import wrap_text
 from . import links
 from .anova import AnalysisError
-from .load import check_writable, load_runs, read_parquet, to_parquet
+from .sweep_reader import check_writable, load_runs, read_parquet, to_parquet
 from .notebook import answer, execute
 from .results import rebuild, study_folders
 

@@ -19,7 +19,7 @@ from .anova import AnalysisError, check_design
 from .attribution import control_contrast, dunnett_vs_control, stage_of
 from .result_types import ResponseResult
 from .coded_design import alias_structure, design_matrix, factorial_rows, with_value
-from .load import responses as metric_columns
+from .sweep_reader import responses as metric_columns
 
 
 POWER = 0.8

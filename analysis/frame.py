@@ -2,7 +2,7 @@
 a table cannot say itself (the factors, the sweep's record, the runs left out, the rows
 `trials run --local` resumes from), and `SweepRecord`. Both are the engine's
 (`trials.export`, where the sweep's record and its export live): the statistics read them.
-`analysis.load` builds a frame from the MLflow store or a parquet export; every function
+`analysis.sweep_reader` builds a frame from the MLflow store or a parquet export; every function
 that needs more than the table is handed the frame.
 """
 

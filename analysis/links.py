@@ -18,7 +18,7 @@ from trials.store.keys import CONFIRMS_TAG, SWEEP_PARENT_TAG, SWEEP_TAG
 
 from .anova import AnalysisError
 from .frame import SweepFrame
-from .load import load_runs, read_parquet
+from .sweep_reader import load_runs, read_parquet
 
 
 def confirmation_lines(found: list[SweepFrame]) -> list[str]:

@@ -1,7 +1,7 @@
 """What the analysis writes back to a sweep's store: a look's record on the parent run
 (`record_look`, kept in storage first so that `trials recover` rebuilds it) and a report's
 verdicts (note, table artifact and counts) and files (`log_to_parent`). The store's reading side is
-`analysis.load`.
+`analysis.sweep_reader`.
 """
 
 from __future__ import annotations

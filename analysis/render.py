@@ -26,7 +26,7 @@ from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decisio
 from .coded_design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .frame import SweepFrame
-from .load import report_incomplete
+from .sweep_reader import report_incomplete
 
 
 def _fmt(x, digits=4):

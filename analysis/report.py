@@ -20,7 +20,7 @@ from .attribution import analyse, stage_of
 from .coded_design import factorial_rows
 from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
 from .frame import SweepFrame, busy_timing
-from .load import report_incomplete
+from .sweep_reader import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .sequential import look_for, look_shares, plan_prices
 from .result_types import Report

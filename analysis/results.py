@@ -15,7 +15,7 @@ from pathlib import Path
 from trials.store.kept import write_atomic
 
 from .anova import AnalysisError
-from .load import read_parquet, to_parquet
+from .sweep_reader import read_parquet, to_parquet
 from .sequential import plan_of
 
 RUNS = "runs.parquet"

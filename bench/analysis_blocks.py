@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.frame import SweepFrame  # noqa: E402
-from analysis.load import read_parquet, to_parquet  # noqa: E402
+from analysis.sweep_reader import read_parquet, to_parquet  # noqa: E402
 from analysis.plan import plan_text  # noqa: E402
 from analysis.report import build_report  # noqa: E402
 

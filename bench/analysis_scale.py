@@ -1,5 +1,5 @@
 """Analysis at scale: 10,000 runs in a SQLite MLflow store. Prints the time to load them
-(`analysis.load.load_runs`) and to analyse three responses, as ratios to the time
+(`analysis.sweep_reader.load_runs`) and to analyse three responses, as ratios to the time
 `mlflow.search_runs` alone takes on the same store.
 
     python bench/analysis_scale.py [--runs 10000] [--keep STORE_DIR]
@@ -18,7 +18,7 @@ from mlflow.entities import Metric, Param, RunTag
 from trials.store.client import tracking_client
 
 from analysis.attribution import analyse
-from analysis.load import load_runs
+from analysis.sweep_reader import load_runs
 
 LEVELS = {"D1": ("shifted", "aligned"), "D2": ("const4", "block"), "D9": ("hidden", "markov")}
 
@@ -73,7 +73,7 @@ def main() -> None:
     med = {k: float(np.median(v)) for k, v in timings.items()}
     print(f"{len(raw)} runs in the store, {len(sweep.runs)} loaded; medians of 3")
     print(f"mlflow.search_runs alone   {med['search']:7.2f} s   1.00")
-    print(f"analysis.load.load_runs    {med['load']:7.2f} s   {med['load'] / med['search']:.2f}")
+    print(f"analysis.sweep_reader.load_runs    {med['load']:7.2f} s   {med['load'] / med['search']:.2f}")
     print(f"ANOVA+effects, 3 responses {med['analyse']:7.2f} s   {med['analyse'] / med['search']:.2f}")
     print(f"analysis adds {100 * (med['load'] + med['analyse'] - med['search']) / med['search']:+.0f}% to the load "
           "(goal < 50%)")

@@ -53,7 +53,7 @@ class Log:
 
 
 def study_spec(cpu: bool, replicates: int, draft_steps: int, overrides: dict):
-    spec = validate.load(ROOT / "sweeps" / "d1-d2-d9.yaml")
+    spec = validate.load_spec(ROOT / "sweeps" / "d1-d2-d9.yaml")
     base = {"draft_steps": draft_steps, "eval_interval": max(1, draft_steps // 4), "checkpoint_every_s": 1e9,
             **overrides}
     if cpu:

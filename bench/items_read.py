@@ -1,6 +1,6 @@
 """Reading a sweep whose runs keep their evaluation items in one artifact (`items.json`),
 against the same sweep stored the old way (the items as `jack/` and `split/` metrics): two
-SQLite stores of the same runs, each read by `analysis.load.load_runs`. Prints both
+SQLite stores of the same runs, each read by `analysis.sweep_reader.load_runs`. Prints both
 medians and their ratio (artifact / metrics: at most 1 is "no slower"), and checks that both
 give the same frame.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from mlflow.entities import Metric, RunTag
 
-from analysis.load import load_runs
+from analysis.sweep_reader import load_runs
 from trials.store.client import tracking_client
 from trials.store.items import jack_name
 from trials.store.keys import store_key

@@ -43,7 +43,7 @@ def build(folder: Path) -> tuple[str, Path, Path]:
     import json
 
     from trials.saved import save_sweep_files
-    from trials.validate import load
+    from trials.validate import load_spec as load
     from trials.tracking import open_ledger
 
     raw = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())

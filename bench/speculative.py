@@ -36,7 +36,7 @@ from dspark.train import Trainer
 
 def sweep_cell(path: str, cell: str):
     """The config of one cell of a sweep (replicate 0) and its bench folder name."""
-    from trials.validate import load
+    from trials.validate import load_spec as load
 
     spec = load(path)
     want = dict(kv.split("=", 1) for kv in cell.split(",")) if cell else {}

@@ -164,7 +164,7 @@ def analysis_seconds(s, uri: str) -> float:
     """How long the attribution of the sweep takes (load + ANOVA), after it."""
     from analysis.anova import AnalysisError
     from analysis.attribution import analyse
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
 
     t0 = time.perf_counter()
     try:

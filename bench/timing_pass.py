@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracking-uri", default="sqlite:///mlflow.db", help="the sweep's MLflow store")
     args = ap.parse_args(argv)
     from analysis.anova import AnalysisError
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
 
     try:
         sweep = load_runs(args.name, args.tracking_uri)

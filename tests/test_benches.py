@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # name -> (its smallest arguments, text its output must hold); "{tmp}" is the test's folder
 SMALLEST = {
     "analysis_blocks": (["--blocks", "3"], "3 blocks (   24 runs): report"),
-    "analysis_scale": (["--runs", "24", "--keep", "{tmp}/store"], "analysis.load.load_runs"),
+    "analysis_scale": (["--runs", "24", "--keep", "{tmp}/store"], "analysis.sweep_reader.load_runs"),
     "aux_step": (["--repeats", "2", "--d-model", "32", "--seq-len", "32"], "of pure CE"),
     "bpb_noise": (["--settings", "tiny400", "--seeds", "2", "--steps-scale", "0.05", "--out", "{tmp}/noise"],
                   "tiny400"),

@@ -62,7 +62,7 @@ def test_report_md_keeps_every_cell_in_its_column(tmp_path):
     import re
     from pathlib import Path
 
-    from analysis.load import read_parquet
+    from analysis.sweep_reader import read_parquet
     from analysis.report import build_report
 
     sweep = read_parquet(Path(__file__).resolve().parents[1] / "results" / "seed-backbone" / "runs.parquet")

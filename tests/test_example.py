@@ -63,6 +63,6 @@ def test_the_forty_line_example_goes_through_every_command(tmp_path):
     seen = whole_commands(out)
     assert any(c.startswith("analysis ") for c in seen), seen
     assert_helps_run(seen)
-    from analysis.load import read_parquet
+    from analysis.sweep_reader import read_parquet
 
     assert read_parquet(tmp_path / "local.parquet").record.workload == "examples.mlp_sweep:WORKLOAD"

@@ -25,7 +25,7 @@ def test_gpu_study_runs_on_cpu(tmp_path):
     for needle in ("gpu_check: target stage", "gpu_check: speculative greedy: tau", "probe: 6 drafter steps",
                    "sizing: fixed at 6 drafter steps each for 16 trials", "gpu_study: done"):
         assert needle in log, log
-    from analysis.load import read_parquet
+    from analysis.sweep_reader import read_parquet
     from analysis.report import build_report
 
     sweep = read_parquet(out / "runs.parquet")

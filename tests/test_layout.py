@@ -26,8 +26,8 @@ def test_the_reading_side_loads_no_ray_torch_or_renderer():
     """`trials status` and `list` answer from storage through trials.saved (no Ray, Tune,
     torch or MLflow; the DSpark workload's registry is loaded without torch); the REST reader
     loads no MLflow; `analysis plan` imports statistics only (no matplotlib, no renderer)."""
-    code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.load, trials.store.reader\n"
-            "import trials.workload; trials.workload.load('dspark').registry\n"
+    code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.sweep_reader, trials.store.reader\n"
+            "import trials.workload; trials.workload.load_workload('dspark').registry\n"
             "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.render', 'analysis.plots') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

@@ -150,7 +150,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
                    alpha: float, say, post_hoc: bool, pending: dict | None = None,
                    look_every: int | None = None) -> dict:
     from analysis.anova import AnalysisError
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
 
     from . import runner
 

@@ -40,7 +40,7 @@ def summary_counts(rows) -> str:
 
 
 def cmd_validate(args) -> int:
-    spec = validate.load(args.spec)
+    spec = validate.load_spec(args.spec)
     if not args.address:  # a local Ray is this machine: check now what it cannot give
         problems = validate.local_problems(spec)
         if problems:
@@ -180,7 +180,7 @@ def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None
 
 
 def cmd_run(args) -> int:
-    spec = validate.load(args.spec)  # the whole spec is validated before anything starts
+    spec = validate.load_spec(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
         spec = expand.smoke(spec)
     if args.local:

@@ -2,8 +2,8 @@
 parent run, or for `trials run --local` its spec, says of it), its finished runs as one
 table (`SweepFrame`), and the parquet export that carries both without a store
 (`to_parquet`, `read_parquet`), each field checked where a record is read (`check_record`).
-The engine writes it (`trials run --local`, `analysis export` through `analysis.load`); the
-statistics read it. The MLflow reader is `analysis.load.load_runs`.
+The engine writes it (`trials run --local`, `analysis export` through `analysis.sweep_reader`); the
+statistics read it. The MLflow reader is `analysis.sweep_reader.load_runs`.
 
 Not pandas `DataFrame.attrs`: pandas deep-copies attrs at every operation (in the verdicts'
 refit loops that cost more than the fits), keeps them through some operations and not
@@ -28,7 +28,7 @@ from trials.store.keys import (ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, 
                                metric_name)
 from trials.store.record import confirms_problem
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
-from trials.workload import WorkloadError, load
+from trials.workload import WorkloadError, load_workload
 
 # a run's identity and outcome: the columns of an incomplete run's record
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order", "error")
@@ -54,7 +54,7 @@ class SweepRecord:
     @classmethod
     def of(cls, given: Mapping) -> SweepRecord:
         """From a mapping (a parquet export's metadata, checked first by
-        `analysis.load.check_record`); a field it lacks, or holds empty, keeps its default."""
+        `analysis.sweep_reader.check_record`); a field it lacks, or holds empty, keeps its default."""
         blank = cls()
         return cls(**{f.name: given.get(f.name) or getattr(blank, f.name) for f in fields(cls)})
 
@@ -73,10 +73,10 @@ class SweepFrame:
     def registry(self) -> Registry:
         """The rules over the swept workload's metrics (better direction, degenerate, timed):
         the record's own copy where it keeps one (a parquet export: no workload imported),
-        else the installed or allowed workload's (`trials.workload.load`)."""
+        else the installed or allowed workload's (`trials.workload.load_workload`)."""
         if self.record.registry:
             return from_record(self.record.registry)
-        return load(self.record.workload).registry  # the one name lookup: installed or allowed only
+        return load_workload(self.record.workload).registry  # the one name lookup: installed or allowed only
 
     def with_runs(self, runs: pd.DataFrame) -> SweepFrame:
         """The same sweep over other rows (a subset, or columns changed): the rest kept."""
@@ -88,7 +88,7 @@ class SweepFrame:
 
     def metadata(self) -> dict:
         """Everything but the table, as plain JSON data: what a parquet export keeps beside
-        it (`analysis.load.to_parquet`), in the keys exports have always used."""
+        it (`analysis.sweep_reader.to_parquet`), in the keys exports have always used."""
         return {"factors": list(self.factors), **asdict(self.record), "local_rows": list(self.local_rows),
                 "incomplete": list(self.incomplete)}
 
@@ -265,7 +265,7 @@ def check_record(given: dict, columns) -> None:
     """A recorded sweep's fields (a parquet export's metadata, a parent run's tags) checked as
     a spec's are: ValueError naming the first field that is wrong. The primary responses go
     through the workload's registry (`Registry.primary_response`), the spec's own check. Its
-    sequential plan is the statistics' to read (`analysis.load.check_record` adds it)."""
+    sequential plan is the statistics' to read (`analysis.sweep_reader.check_record` adds it)."""
     factors = given.get("factors", [])
     if not isinstance(factors, list) or not all(isinstance(f, str) for f in factors):
         raise ValueError(f"factors: a list of column names, got {_short(factors)}")
@@ -286,7 +286,7 @@ def check_record(given: dict, columns) -> None:
         raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
     try:
         rules = (from_record(given["registry"]) if given.get("registry")
-                 else load(given.get("workload") or DEFAULT_WORKLOAD).registry)
+                 else load_workload(given.get("workload") or DEFAULT_WORKLOAD).registry)
     except WorkloadError as e:
         raise ValueError(str(e)) from None
     for name, decl in responses.items():

@@ -216,7 +216,7 @@ def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: s
     """Run (or resume) a validated sweep, as its one driver (`trials.lease`).
 
     Args:
-        spec: the sweep, as `trials.validate.load` made it (its workload loaded).
+        spec: the sweep, as `trials.validate.load_spec` made it (its workload loaded).
         tracking_uri: the MLflow store every trial is a run of.
         storage: Tune's storage root (shared on a cluster); None: `ray_results`.
         address: a Ray cluster (`auto` or HOST:PORT); None: a local Ray of this sweep's own.
@@ -238,7 +238,7 @@ def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: s
         Tune's results of the trials run now.
 
     Example:
-        >>> spec = trials.validate.load("sweeps/demo.yaml")      # doctest: +SKIP
+        >>> spec = trials.validate.load_spec("sweeps/demo.yaml")      # doctest: +SKIP
         >>> run(spec, tracking_uri="sqlite:///mlflow.db")["finished"]  # doctest: +SKIP
         16
     """

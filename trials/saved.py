@@ -46,7 +46,7 @@ def load_saved(name: str, storage: str | None, command: str = "resume",
 def saved_spec(path: Path, command: str, layout: bool = False) -> SweepSpec:
     """A sweep's saved spec, or one line naming the file and its first problem."""
     try:
-        return validate.load(path, trusted=False, layout=layout)  # storage's workload: never imported on its say-so
+        return validate.load_spec(path, trusted=False, layout=layout)  # storage's workload: never imported on its say-so
     except specmod.SpecError as e:
         first = e.problems[0]
         more = f" (and {len(e.problems) - 1} more problem(s))" if len(e.problems) > 1 else ""

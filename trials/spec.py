@@ -107,7 +107,7 @@ class SweepSpec:
     name: str
     base: dict[str, Any]
     factors: dict[str, dict[str, dict[str, Any]]]
-    workload: str = DEFAULT_WORKLOAD  # the trainer swept, by name (`trials.workload.load`)
+    workload: str = DEFAULT_WORKLOAD  # the trainer swept, by name (`trials.workload.load_workload`)
     replicates: int = 1
     generators: dict[str, list[str]] = field(default_factory=dict)  # empty = full factorial
     controls: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -124,7 +124,7 @@ class SweepSpec:
     # it): {study, term, response, estimate, low, high, verdict}; {} = not a confirmation
     confirms: dict[str, Any] = field(default_factory=dict)
     trials: list[Trial] = field(default_factory=list)
-    # the workload itself, loaded once where the spec was read (`trials.workload.load`): the
+    # the workload itself, loaded once where the spec was read (`trials.workload.load_workload`): the
     # engine takes it from here; `workload` is its name, for storage
     loaded: Any = field(default=None, repr=False, compare=False)
 

@@ -37,7 +37,7 @@ MAX_YAML_DEPTH = 32  # a spec's deepest nesting is about 6 (factors: level: fiel
 MAX_YAML_NODES = 100_000  # the spec's YAML with every alias expanded (refuses alias bombs)
 
 
-def load(path: str | Path, trusted: bool = True, layout: bool = False) -> SweepSpec:
+def load_spec(path: str | Path, trusted: bool = True, layout: bool = False) -> SweepSpec:
     """A spec file: the user's own (`trusted`: its workload may be imported by path), or one
     read back from storage (not trusted: only an installed or allowed workload loads);
     `layout`: read as `parse_layout` reads it (no workload at all)."""
@@ -106,7 +106,7 @@ def _no_duplicate_keys(node) -> None:
 def parse(raw: Any, trusted: bool = True) -> SweepSpec:
     """Validate a whole spec; raise SpecError listing every problem found, in every part
     of it and in the configs of its cells. `trusted`: the spec is the user's own, so its
-    workload may be imported by path (`trials.workload.load`)."""
+    workload may be imported by path (`trials.workload.load_workload`)."""
     if not isinstance(raw, dict):
         raise SpecError(["spec: the top level must be a mapping"])
     problems: list[str] = [f"spec: unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})"
@@ -181,7 +181,7 @@ def _parse_workload(raw: dict, trusted: bool) -> Loaded:
     if not isinstance(name, str) or not name:
         raise SpecError([f"workload: a workload's name or `package.module:object`, got {str(name)[:60]!r}"])
     try:
-        return workloads.load(name, trusted)
+        return workloads.load_workload(name, trusted)
     except workloads.WorkloadError as e:
         raise SpecError([str(e)]) from None
 
@@ -572,3 +572,5 @@ def sequential_problems(spec: "SweepSpec") -> list[str]:
             out.append(f"sequential.{key}: {spec.sequential[key]} is fewer than the trials' {field_name} ({now})")
     return out
 
+
+load = load_spec  # its old name

@@ -1,7 +1,7 @@
 """What a workload gives the engine: the one interface between `trials` (and `analysis`) and
 the trainer being swept. A workload need not import this module (DSpark's,
 `dspark.workload.WORKLOAD`, does not: the layers import one way). A spec names it
-(`workload: dspark`, the default, or `package.module:object`), and `load` returns it, once,
+(`workload: dspark`, the default, or `package.module:object`), and `load_workload` returns it, once,
 with every optional part filled by its default (`trials.workload_defaults.Loaded`); the engine and the
 statistics take that object, never a name.
 
@@ -242,7 +242,7 @@ def shown(name: str) -> str:
     return repr(name if len(name) <= SHOWN else name[:SHOWN] + "...")
 
 
-def load(name: str = DEFAULT, trusted: bool = False) -> Loaded:
+def load_workload(name: str = DEFAULT, trusted: bool = False) -> Loaded:
     """The workload named, loaded once with its defaults filled (`trials.workload_defaults.Loaded`).
 
     Args:
@@ -256,7 +256,7 @@ def load(name: str = DEFAULT, trusted: bool = False) -> Loaded:
         whatever importing it does.
 
     Example:
-        >>> load("dspark").name
+        >>> load_workload("dspark").name
         'dspark'
     """
     if not isinstance(name, str) or not name:
@@ -316,3 +316,5 @@ def _import(name: str, path: str, known: tuple[str, ...]) -> Loaded:
     except WorkloadError as e:
         raise WorkloadError(f"workload: {shown(name)}: {e}") from None
 
+
+load = load_workload  # its old name

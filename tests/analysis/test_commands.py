@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import read_parquet
+from analysis.sweep_reader import read_parquet
 from analysis.plan import plan_text
 from analysis.text import COMMAND
 from analysis.report import build_report

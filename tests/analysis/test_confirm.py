@@ -11,7 +11,7 @@ import yaml
 from analysis.anova import AnalysisError
 from analysis.cli import main
 from analysis.confirm import blocks_for, confirm, paired_noise
-from analysis.load import read_parquet
+from analysis.sweep_reader import read_parquet
 from analysis.report import build_report
 from trials import validate
 
@@ -32,7 +32,7 @@ def test_the_operating_point_is_confirmed_by_two_arms_sized_at_the_measured_nois
                  "val/bpb", "--spec", str(SPEC), "--out-spec", str(out), "--at", "head=rnn"]) == 0
     said = capsys.readouterr().out
     assert f"run it: trials run {out} && trials augment seed-questions-confirm-operating-point --until-decided" in said
-    spec = validate.load(out)  # what `trials validate` accepts
+    spec = validate.load_spec(out)  # what `trials validate` accepts
     assert spec.name == "seed-questions-confirm-operating-point" and list(spec.factors) == ["operating_point"]
     assert list(spec.factors["operating_point"]) == ["K4-decay4", "K7-decay7"]
     raw = yaml.safe_load(out.read_text())
@@ -66,7 +66,7 @@ def test_a_factor_is_confirmed_by_its_two_levels_and_bad_asks_are_one_line(scree
     sweep, d = screening
     said = confirm(sweep, d, "head", "val/bpb", spec=str(SPEC), out=str(tmp_path / "h.yaml"))
     assert "arms: head = rnn vs markov" in said
-    assert list(validate.load(tmp_path / "h.yaml").factors["head"]) == ["rnn", "markov"]
+    assert list(validate.load_spec(tmp_path / "h.yaml").factors["head"]) == ["rnn", "markov"]
     for term, at, match in (("nosuch", {}, "no such term"), ("head", {"D9": "nosuch"}, "--at D9=nosuch"),
                             ("head", {"head": "rnn"}, "--at head: not a factor held fixed")):
         with pytest.raises(AnalysisError, match=match) as e:
@@ -84,7 +84,7 @@ def test_a_confirmation_names_its_screening_study_and_the_screening_report_lists
     import numpy as np
 
     from analysis import links
-    from analysis.load import load_runs, to_parquet
+    from analysis.sweep_reader import load_runs, to_parquet
     from tests.analysis.conftest import synthetic_sweep
     from trials.tracking import open_ledger
     from trials.validate import parse

@@ -9,12 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from trials.registry import recorded
-from trials.workload import load
+from trials.workload import load_workload as load
 import pyarrow.parquet as pq
 import pytest
 
 from analysis.frame import SweepFrame, SweepRecord
-from analysis.load import PARQUET_KEY, read_parquet, to_parquet
+from analysis.sweep_reader import PARQUET_KEY, read_parquet, to_parquet
 from analysis.sequential import Plan
 
 from .test_inputs import _sweep

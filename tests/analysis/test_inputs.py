@@ -12,7 +12,7 @@ import pytest
 from analysis import power
 from analysis.anova import AnalysisError
 from analysis.frame import SweepFrame, SweepRecord
-from analysis.load import read_parquet, to_parquet
+from analysis.sweep_reader import read_parquet, to_parquet
 from analysis.report import build_report
 from tests.conftest import fill_up
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import read_parquet
+from analysis.sweep_reader import read_parquet
 from analysis.report import build_report
 from analysis.results import rebuild, study_folders
 
@@ -89,7 +89,7 @@ def test_the_terminal_answer_of_a_committed_study_fits_a_screen_and_agrees_with_
     """`analysis report`'s answer: at most about 40 lines of at most 120 characters; every row's
     state agrees with its interval and the response's margin; each sentence names a term in
     the state its row gives."""
-    from analysis.load import read_parquet
+    from analysis.sweep_reader import read_parquet
     from analysis.report import build_report
 
     brief = build_report(read_parquet(folder / "runs.parquet"), None).brief

@@ -260,7 +260,7 @@ def test_a_legacy_plan_reads_as_post_hoc_and_finds_its_looks_by_blocks():
 def test_the_report_says_post_hoc_on_the_committed_paper_study():
     from pathlib import Path
 
-    from analysis.load import read_parquet
+    from analysis.sweep_reader import read_parquet
 
     sweep = read_parquet(Path(__file__).resolve().parents[2] / "results" / "paper-drafter-v1" / "runs.parquet")
     res = look_for(sweep, {})

@@ -274,7 +274,7 @@ def test_a_term_with_block_by_term_variation_is_judged_against_it():
 
 
 def test_without_records_or_for_a_timed_response_there_is_no_split():
-    from trials.workload import load
+    from trials.workload import load_workload as load
 
     rules = load("dspark").registry  # spec/speedup is DSpark's timed response
 
@@ -430,7 +430,7 @@ def test_a_new_study_is_priced_at_the_fewest_blocks_that_decide():
     asks for no more held-out batches where blocks alone decide."""
     from pathlib import Path
 
-    from analysis.load import read_parquet
+    from analysis.sweep_reader import read_parquet
     from analysis.plan import new_study
     from analysis.power import p_decided
     from analysis.report import build_report

@@ -302,7 +302,7 @@ def test_p_decided_matches_simulation_and_blocks_reach_the_target():
 def test_margins_come_from_the_spec_and_the_command_line():
     from analysis.frame import SweepRecord
 
-    from trials.workload import load
+    from trials.workload import load_workload as load
 
     record = SweepRecord(responses={"spec/tau": {"better": "higher", "margin": 0.1}})
     assert margins_for(record) == {"spec/tau": {"better": "higher", "margin": 0.1}}

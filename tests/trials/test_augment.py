@@ -34,7 +34,7 @@ def kids(uri, name):
 def test_augment_adds_blocks_with_new_seeds_and_order_rerunning_nothing(ray_local, tmp_path, corpus_dir):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "aug", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "aug", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     _, before = kids(uri, "aug")
     ended = {r.data.tags["trial_key"]: r.info.end_time for r in before}
@@ -73,7 +73,7 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "look", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "look", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     said = []
     out = augment("look", storage, until_decided=True, max_replicates=2, say=said.append)
@@ -96,7 +96,7 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
     history = MlflowClient(uri).get_metric_history(parent.info.run_id, "augment/undecided")
     assert sorted(m.step for m in history) == list(range(1, len(looks) + 1))
     # the report reads the plan: the current look's alpha, said in the summary
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
     from analysis.report import build_report
 
     rep = build_report(load_runs("look", uri), None, responses=["tf/tau"])
@@ -176,7 +176,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "again", D1_D9, base=QUICK, responses=PRIMARY))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     _, before = kids(uri, "again")
     client = MlflowClient(uri)
@@ -195,7 +195,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
                                                                                   "eval/rounds_6.npz"}
         assert r.info.status == "FINISHED"
     # the analysis reads the new evaluation, with its prompt groups
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
 
     df = load_runs("again", uri).runs
     # the new evaluation's jackknife groups: G = min(6 prompts, 16), and no split/ groups any more
@@ -269,7 +269,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     uri, root = f"sqlite:///{tmp_path / 'm.db'}", (tmp_path / "st").resolve()
     path = write_spec(tmp_path / "s.yaml", corpus_dir, "grow", {"D1": D1_D9["D1"]}, base=BACKBONE, replicates=2,
                       responses={"val/bpb": {"better": "lower", "margin": 0.01}}, sequential={"max_replicates": 3})
-    spec = expand.with_replicates(validate.load(path), 3)
+    spec = expand.with_replicates(validate.load_spec(path), 3)
     exp_dir = root / "grow"
     exp_dir.mkdir(parents=True)
     saved.save_sweep_files(exp_dir, spec, uri, None)
@@ -314,7 +314,7 @@ def test_a_plan_that_looks_every_few_blocks_adds_them_between_looks(ray_local, t
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "every", D1_D9, base=QUICK, responses=PRIMARY,
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "every", D1_D9, base=QUICK, responses=PRIMARY,
                                     sequential={"max_replicates": 3, "look_every": 2}))
     assert spec.sequential["look_every"] == 2
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
@@ -340,5 +340,5 @@ def test_a_plan_that_looks_every_few_blocks_adds_them_between_looks(ray_local, t
     with pytest.raises(ValueError, match="--look-every: an integer >= 1, with --until-decided"):
         augment("every", storage, replicates=1, look_every=2)
     with pytest.raises(specmod.SpecError, match="sequential.look_every: an integer >= 1"):
-        validate.load(write_spec(tmp_path / "b.yaml", corpus_dir, "bad", D1_D9, base=QUICK, responses=PRIMARY,
+        validate.load_spec(write_spec(tmp_path / "b.yaml", corpus_dir, "bad", D1_D9, base=QUICK, responses=PRIMARY,
                                  sequential={"max_replicates": 3, "look_every": 0}))

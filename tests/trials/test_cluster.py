@@ -17,7 +17,7 @@ def test_two_nodes_spread_and_survive_losing_one(tmp_path, corpus_dir):
     worker = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "nodes", D1_D9, max_failures=2,
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "nodes", D1_D9, max_failures=2,
                                    base={"target_steps": 10, "draft_steps": 150, "eval_interval": 10,
                                          "eval_batches": 1, "spec_prompts": 2, "spec_new_tokens": 16,
                                          "spec_prompt_len": 16}))

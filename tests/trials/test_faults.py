@@ -24,7 +24,7 @@ WINDOWS = {"D1": {w: {"window": w} for w in ("shifted", "ids_only", "aligned")}}
 def test_crashed_trial_resumes_from_its_checkpoint(tmp_path, corpus_dir, monkeypatch):
     ray.shutdown()
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "fault", WINDOWS, max_failures=1,
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "fault", WINDOWS, max_failures=1,
                                    base={"target_steps": 10, "draft_steps": 12, "eval_interval": 5,
                                          "eval_batches": 1, "spec_prompts": 2, "spec_new_tokens": 16,
                                          "spec_prompt_len": 16}))

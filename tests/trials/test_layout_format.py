@@ -80,7 +80,7 @@ def test_the_saved_view_fits_factors_replicate_and_primary_responses_at_1600_px(
     from trials.store.keys import store_key
     from trials.store.ui import CHECKBOX_PX, TABLE_PX
 
-    spec = validate.load(Path(__file__).resolve().parents[2] / "sweeps" / f"{sweep}.yaml")
+    spec = validate.load_spec(Path(__file__).resolve().parents[2] / "sweeps" / f"{sweep}.yaml")
     responses = list(spec.responses)
     state = json.loads(json.loads(runs_view(list(spec.factors), responses, ("arm",) if spec.controls else (),
                                             now_ms=0, levels=spec.factors))["state"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.load import load_runs, read_parquet
+from analysis.sweep_reader import load_runs, read_parquet
 from analysis.report import build_report
 from tests.conftest import is_timing_metric
 from tests.trials.conftest import D1_D9, write_spec
@@ -22,7 +22,7 @@ QUICK = {"target_steps": 8, "draft_steps": 6, "eval_interval": 3, "eval_batches"
 def test_local_run_matches_a_ray_sweep_of_the_same_spec(ray_local, tmp_path, corpus_dir):
     path = write_spec(tmp_path / "s.yaml", corpus_dir, "same", D1_D9, base=QUICK, replicates=2,
                       responses={"tf/tau": {"margin": 0.05}})
-    spec = validate.load(path)
+    spec = validate.load_spec(path)
     out = tmp_path / "runs.parquet"
     said = []
     local = run_local(spec, out, tmp_path / "local-st", deadline_s=0.0, say=said.append)  # stops after one

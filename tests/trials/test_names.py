@@ -27,7 +27,7 @@ def _first_sweep(tmp_path, corpus_dir, uri):
     A, its parent (with a shared target's tag) and four FINISHED runs in the store."""
     path = write_spec(tmp_path / "first.yaml", corpus_dir, "same", D1_D9, base=BACKBONE,
                       responses={"val/bpb": {"better": "lower", "margin": 0.01}})
-    spec, root = validate.load(path), (tmp_path / "A").resolve()
+    spec, root = validate.load_spec(path), (tmp_path / "A").resolve()
     (root / "same").mkdir(parents=True)
     saved.save_sweep_files(root / "same", spec, uri, None)
     ledger = open_ledger(uri, spec, identity_tags(spec, root))
@@ -126,7 +126,7 @@ def test_status_of_a_sweep_without_responses_shows_its_workloads_defaults(tmp_pa
     sweep's: val/bpb) in sweep.json, and status shows them; a file from before shows none,
     and one whose list is not names is refused in one line."""
     path = write_spec(tmp_path / "nores.yaml", corpus_dir, "nores", D1_D9, base=BACKBONE)
-    spec, root = validate.load(path), (tmp_path / "A").resolve()
+    spec, root = validate.load_spec(path), (tmp_path / "A").resolve()
     assert not spec.responses
     (root / "nores").mkdir(parents=True)
     uri = f"sqlite:///{tmp_path / 'm.db'}"

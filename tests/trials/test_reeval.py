@@ -81,7 +81,7 @@ def _finished_without_ray(tmp_path, corpus_dir, name="fin"):
     from trials.tracking import open_ledger
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, name, {"D1": {
         "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE))
     exp_dir = tmp_path / "st" / name
     exp_dir.mkdir(parents=True)
@@ -152,7 +152,7 @@ def test_a_refused_reeval_names_the_command_that_holds_the_sweep_and_says_nothin
 def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path, corpus_dir, capsys):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "bb", {"D1": {
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "bb", {"D1": {
         "a": {"window": "shifted"}, "b": {"window": "aligned"}}}, base=BACKBONE, replicates=2))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     before = {r.data.tags["trial_key"]: r.data.metrics["val/bpb"] for r in trials_of(uri, "bb")}
@@ -178,7 +178,7 @@ def test_eval_batches_remeasure_a_backbone_sweep_and_resume(ray_local, tmp_path,
     assert "0 trial(s) re-evaluated (--eval-batches 4), 4 already were" in capsys.readouterr().out
     # a block added afterwards is evaluated like the rest: no look mixes 2 and 4 batches
     augment("bb", storage, uri, replicates=1)
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
 
     df = load_runs("bb", uri).runs
     assert len(df) == 6 and set(df["split/eval_batches"]) == {4.0} and "jack/val/bpb@g3" in df.columns

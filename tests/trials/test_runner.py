@@ -28,7 +28,7 @@ def children(uri, name):
 
 def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, capsys):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec = expand.smoke(validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "smoke", D1_D9)))
+    spec = expand.smoke(validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "smoke", D1_D9)))
     assert spec.name == "smoke-smoke"  # a smoke test never mixes with the real sweep's runs
     out = runner.run(spec, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=2)
     assert out == {**out, "finished": 4, "failed": 0}
@@ -62,7 +62,7 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
     order = {r.data.tags["cell"]: int(r.data.tags["run_order"]) for r in kids}
     assert sorted(order.values()) == [0, 1, 2, 3]
     assert order == {t.cell: t.run_order for t in spec.trials}
-    assert order == {t.cell: t.run_order for t in expand.smoke(validate.load(tmp_path / "s.yaml")).trials}
+    assert order == {t.cell: t.run_order for t in expand.smoke(validate.load_spec(tmp_path / "s.yaml")).trials}
     standard = [f"D1={a}|D9={b}" for a in ("shifted", "aligned") for b in ("hidden", "markov")]
     assert sorted(order, key=order.get) != standard
     # the driver creates each child run when Tune starts its trial, so creation order is
@@ -94,7 +94,7 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
     targets = list((tmp_path / "st" / "targets").glob("*.pt"))
     assert len(targets) == 1
     mtime = targets[0].stat().st_mtime_ns
-    spec2 = expand.smoke(validate.load(write_spec(tmp_path / "s2.yaml", corpus_dir, "smoke2",
+    spec2 = expand.smoke(validate.load_spec(write_spec(tmp_path / "s2.yaml", corpus_dir, "smoke2",
                                                   {"D1": D1_D9["D1"]})))
     runner.run(spec2, tracking_uri=uri, storage=str(tmp_path / "st"), verbose=0)
     assert targets[0].stat().st_mtime_ns == mtime
@@ -182,7 +182,7 @@ def test_a_shared_target_says_where_its_training_is_while_it_trains(ray_local, t
     monkeypatch.setattr(runner, "TARGET_PROGRESS_S", 0.1)
     cfg = tiny(data=(str(corpus_dir),), target_steps=100, eval_interval=20)
     h = address(cfg)[0]
-    from trials.workload import load
+    from trials.workload import load_workload as load
 
     out = runner.ensure_targets(load("dspark"), {h: cfg}, tmp_path, {"cpu": 1}, 2)
     lines = capsys.readouterr().out.splitlines()

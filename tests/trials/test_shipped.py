@@ -20,7 +20,7 @@ def test_the_four_sweeps_ship():
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
 def test_shipped_spec_validates(path):
-    s = validate.load(path)
+    s = validate.load_spec(path)
     assert s.name == path.stem
     assert len(s.trials) == len({t.key for t in s.trials})
 
@@ -28,11 +28,11 @@ def test_shipped_spec_validates(path):
 def test_demo_is_the_seed_factorial_on_cpu():
     """`make demo` answers both questions: the paper's architecture (demo) and the seed's
     system (demo-seed), each on CPU."""
-    seed = validate.load(ROOT / "sweeps" / "demo-seed.yaml")
+    seed = validate.load_spec(ROOT / "sweeps" / "demo-seed.yaml")
     assert all(t.config.parallel_stage == "backbone" and t.config.head == "rnn" and t.config.block_size == 4
                for t in seed.trials)
     assert any(t.arm.startswith("control") and t.config.aux_weight == 0 for t in seed.trials)
-    s = validate.load(ROOT / "sweeps" / "demo.yaml")
+    s = validate.load_spec(ROOT / "sweeps" / "demo.yaml")
     # 4 blocks: a term's own block x term error needs 3 df; a half fraction keeps make demo short
     assert set(s.factors) == {"D1", "D2", "D9"} and s.replicates == 4 and s.design == "2^(3-1)"
     assert seed.replicates == 4 and len({t.cell for t in s.trials}) == 4
@@ -41,7 +41,7 @@ def test_demo_is_the_seed_factorial_on_cpu():
 
 
 def test_seed_backbone_has_the_pure_ce_control():
-    s = validate.load(ROOT / "sweeps" / "seed-backbone.yaml")
+    s = validate.load_spec(ROOT / "sweeps" / "seed-backbone.yaml")
     controls = [t for t in s.trials if t.arm.startswith("control")]
     assert controls and all(t.config.aux_weight == 0 for t in controls)
     assert set(s.factors["D1"]) == {"shifted", "ids_only", "aligned"}
@@ -90,5 +90,5 @@ def test_the_cluster_path_has_what_it_needs():
 def test_the_demo_specs_declare_a_sequential_plan_before_their_first_look():
     """The report's printed next step (augment) must not turn the demo's next look post hoc."""
     for name in ("demo.yaml", "demo-seed.yaml", "seed-questions.yaml", "head-and-block.yaml"):
-        s = validate.load(ROOT / "sweeps" / name)
+        s = validate.load_spec(ROOT / "sweeps" / name)
         assert s.sequential.get("max_replicates", 0) > s.replicates and s.responses, name

@@ -143,7 +143,7 @@ def test_run_names_are_short_unique_and_show_the_cell():
     from pathlib import Path
 
     for path in sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml")):
-        s = validate.load(path)
+        s = validate.load_spec(path)
         names = [t.run_name for t in s.trials]
         assert len(set(names)) == len(names), path.name
         assert all(len(n) <= 48 for n in names), path.name
@@ -317,14 +317,14 @@ def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
     lines.append(f"description: [{', '.join(['*l8'] * 9)}]")  # 9**10 strings once expanded
     (tmp_path / "bomb.yaml").write_text("\n".join(lines))
     with pytest.raises(SpecError, match="expands to more than 100000 nodes"):
-        validate.load(tmp_path / "bomb.yaml")
+        validate.load_spec(tmp_path / "bomb.yaml")
     (tmp_path / "big.yaml").write_text("#" * (validate.MAX_SPEC_BYTES + 1))
     with pytest.raises(SpecError, match="a spec may hold at most"):
-        validate.load(tmp_path / "big.yaml")
+        validate.load_spec(tmp_path / "big.yaml")
     # ordinary aliases still load
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(GOOD) + "x_anchor: &w {window: shifted}\n")
     with pytest.raises(SpecError, match="unknown key 'x_anchor'"):
-        validate.load(tmp_path / "ok.yaml")
+        validate.load_spec(tmp_path / "ok.yaml")
 
 
 def test_a_device_this_machine_lacks_is_refused_by_validate_and_run(tmp_path):
@@ -427,17 +427,17 @@ def test_a_key_given_twice_or_absurd_nesting_is_refused_in_one_line(tmp_path, ca
     dup.write_text("name: d\nreplicates: 2\nfactors: {D1: {a: {window: shifted}, b: {window: aligned}}}\n"
                    "replicates: 50\n")
     with pytest.raises(SpecError) as e:
-        validate.load(dup)
+        validate.load_spec(dup)
     assert str(e.value).endswith("the key 'replicates' is given twice in one mapping (lines 2 and 4); YAML would "
                                  "keep the last one silently"), str(e.value)
     inner = tmp_path / "inner.yaml"
     inner.write_text("name: d\nfactors:\n  D1: {a: {window: shifted, window: aligned}, b: {window: aligned}}\n")
     with pytest.raises(SpecError, match="the key 'window' is given twice in one mapping"):
-        validate.load(inner)
+        validate.load_spec(inner)
     deep = tmp_path / "deep.yaml"
     deep.write_text("name: d\nbase: " + "{a: " * 1000 + "1" + "}" * 1000 + "\n")
     with pytest.raises(SpecError) as e:
-        validate.load(deep)
+        validate.load_spec(deep)
     assert "its YAML nests deeper than 32 levels" in str(e.value) and len(str(e.value).splitlines()) == 1
     # a saved spec that cannot be read: its row says so, the list goes on
     root = tmp_path / "st"

@@ -92,7 +92,7 @@ def _histories(uri: str, sweep: str) -> dict:
 
 
 def test_a_deleted_store_is_refused_by_resume_and_rebuilt_by_recover(tmp_path, corpus_dir):
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
     from analysis.report import build_report
 
     spec = _spec(tmp_path, corpus_dir, "lost", replicates=2)
@@ -236,7 +236,7 @@ def test_a_write_whose_answer_was_lost_lands_once(tmp_path):
 def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
     from trials.layout import key_hash
     from trials.layout import latest_checkpoints
-    from trials.workload import load
+    from trials.workload import load_workload as load
     from trials.validate import parse
 
     spec = parse({"name": "c", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
@@ -478,7 +478,7 @@ def _saved_sweep(root: Path, name: str, uri: str) -> None:
     import yaml
 
     from trials.saved import save_sweep_files
-    from trials.validate import load
+    from trials.validate import load_spec as load
 
     (root / name).mkdir(parents=True)
     spec_file = root / f"{name}.yaml"
@@ -609,7 +609,7 @@ def test_storage_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     the write and the replace leaves the older files whole and no temporary behind. A lease
     gets its name only once its content is whole (os.link of a written file)."""
     from trials.saved import save_sweep_files
-    from trials.validate import load
+    from trials.validate import load_spec as load
 
     _saved_sweep(tmp_path / "st", "s", "sqlite:///old.db")
     exp_dir = tmp_path / "st" / "s"

@@ -109,7 +109,7 @@ def _pass_file(client, parent, tmp_path) -> dict:
 
 def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_local, tmp_path, corpus_dir, capsys):
     uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
-    spec = validate.load(write_spec(tmp_path / "s.yaml", corpus_dir, "timed", D1_D9, base=DRAFTER,
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "timed", D1_D9, base=DRAFTER,
                                    responses={"spec/speedup": {"better": "higher", "margin": 0.05}}))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
     said = []
@@ -175,7 +175,7 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
     recover`: every metric point, tag and artifact that the re-evaluation, the two passes
     and the look wrote is back as the store held it. Recover once said "4 of 4 trials
     finished" with all of them gone, and the analysis fell back to the sweep's own figures."""
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
     from analysis.publish import record_look
     from analysis.sequential import Plan
     from trials.cli import main
@@ -237,7 +237,7 @@ def _bench(uri, capsys):
     """bench/timing_pass.py on the sweep: both residual sigmas of the factorial model. With
     2 x 2 cells and one replicate the model is the main effects, its one residual df the
     interaction, so sigma = |y_aa - y_ab - y_ba + y_bb| / 2 for either response."""
-    from analysis.load import load_runs
+    from analysis.sweep_reader import load_runs
 
     df = load_runs("timed", uri).runs
     assert df["spec/speedup"].notna().all()  # the analysis reads the pass's values
@@ -314,7 +314,7 @@ def _refusals(tmp_path, uri, storage, client, runs):
 
 def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ray_local, tmp_path, corpus_dir):
     uri, storage = f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "st")
-    spec = validate.load(write_spec(tmp_path / "b.yaml", corpus_dir, "steps", {"D9": D1_D9["D9"]}, base=BACKBONE,
+    spec = validate.load_spec(write_spec(tmp_path / "b.yaml", corpus_dir, "steps", {"D9": D1_D9["D9"]}, base=BACKBONE,
                                    controls={"pure_ce": {"aux_weight": 0.0}},
                                    responses={"train/step_ms": {"better": "lower", "margin": 12}}))
     runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)

@@ -117,12 +117,12 @@ def test_dspark_comes_through_the_same_door_with_the_same_configs():
     from dspark.config import Config, from_dict
     from trials import validate
     from trials.workload_defaults import ConfigView
-    from trials.workload import load
+    from trials.workload import load_workload as load
 
     wl = load("dspark")
     assert type(wl) is Loaded and not hasattr(wl, "full") and wl.native_config is Config
     for path in sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml")):
-        for t in validate.load(path).trials:
+        for t in validate.load_spec(path).trials:
             assert isinstance(t.config, ConfigView) and isinstance(t.config.native(), Config)
             assert t.config.to_dict() == from_dict(t.config.to_dict()).to_dict(), (path.name, t.key)
             assert t.config.objective_dict() == t.config.native().objective_dict()

@@ -1,0 +1,169 @@
+"""MLflow runs of a sweep -> one pandas row per finished trial.
+
+Columns: `run_id`, `run_name`, `cell`, `replicate`, `seed`, `arm`, one ordered categorical
+per factor (from the `factor.<name>` tags, levels in the spec's order), every trainer
+config field under its own name (MLflow params are strings; they are typed here, once),
+every final metric under the trainer's name (`tf/accept@3`: the store holds
+`tf/accept:3`, since MLflow refuses '@'), and a finished run's evaluation items (its
+`items.json`, `trials.store.items`) as their columns. Runs that failed, were killed or never finished
+are not dropped silently: the frame's `incomplete_runs()` lists them, and reports name them.
+The table travels in a `SweepFrame` (`analysis.frame`) with the factors and the sweep's
+record from its parent run.
+
+`to_parquet`/`read_parquet` keep the runs without a store: the engine's export
+(`trials.export`), read here with the sequential plan checked too. What the analysis writes
+back to the store (a look, a report's verdicts) is `analysis.publish`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pandas as pd
+
+from trials.store.client import check_store, tracking_client
+from trials.store.keys import (CONFIRMS_TAG, CONTRASTS_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTORS_PARAM,
+                               PRIMARY_TERMS_TAG, RESPONSES_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG,
+                               StoreReadError, sweep_parent, sweep_trials)
+
+import trials.export as export
+# the export is the engine's (trials.export); its writers are named here too, where the
+# statistics' readers are
+from trials.export import (INCOMPLETE_KEY, META_COLUMNS, PARQUET_KEY, SweepFrame, SweepRecord,  # noqa: F401
+                           check_writable, finished_frame, run_row, to_parquet, type_columns)
+from trials.store.reader import reading_client, run_items
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
+
+from .sequential import plan_of
+
+
+def _factor_levels(parent) -> dict[str, list[str]]:
+    """Level order per factor, from the parent run's `factors` param (the spec order)."""
+    if parent is None or FACTORS_PARAM not in parent.data.params:
+        return {}
+    try:
+        factors = json.loads(parent.data.params[FACTORS_PARAM])
+    except json.JSONDecodeError:
+        return {}
+    return {f: list(levels) for f, levels in factors.items()}
+
+
+def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
+    """One row per FINISHED child run of `experiment` (the frame's `runs`), the others in its
+    `incomplete`, the parent run's record in its `record`."""
+    check_store(tracking_uri)
+    client = reading_client(tracking_uri) if tracking_uri else tracking_client(None)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")
+    parent = sweep_parent(client, exp.experiment_id)
+    order = _factor_levels(parent)
+    df = pd.DataFrame([_row(r, client) for r in sweep_trials(client, exp.experiment_id)])
+    if df.empty:
+        return SweepFrame(pd.DataFrame(columns=list(META_COLUMNS)), record=SweepRecord(experiment=experiment))
+    sweep = finished_frame(df, order)
+    if parent is None:
+        return replace(sweep, record=SweepRecord(experiment=experiment, experiment_id=exp.experiment_id))
+    record = SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
+                         experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
+                         design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
+                         sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
+                         timing=parent.data.tags.get(SUMMARY_TAG, ""),
+                         primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
+                         contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
+                         confirms=_json_dict(parent.data.tags.get(CONFIRMS_TAG, "{}")),
+                         workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
+    try:  # the parent's tags are input too: checked as a parquet export's metadata is
+        check_record({"factors": sweep.factors, **asdict(record)}, sweep.runs.columns)
+    except ValueError as e:
+        raise ValueError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}, parent run "
+                         f"{parent.info.run_id}: {e}") from None
+    return replace(sweep, record=record)
+
+
+def _json_list(text: str) -> list:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _json_dict(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _responses(parent) -> dict:
+    """The spec's primary responses with their margins, as the parent run records them."""
+    try:
+        given = json.loads(parent.data.tags.get(RESPONSES_TAG, "{}")) if parent is not None else {}
+    except json.JSONDecodeError:
+        return {}
+    return given if isinstance(given, dict) else {}
+
+
+def _row(r, client) -> dict:
+    """A run as a row; a finished run's items (its `items.json`, or, recorded before it, its
+    `jack/` and `split/` metrics) as their columns."""
+    for k, v in r.data.metrics.items():  # SQLite keeps whatever a hand edit wrote in a float column
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise StoreReadError(f"run {r.info.run_id}: metric {k!r} holds {str(v)[:40]!r}, not a number")
+    row = run_row(r.info.run_id, r.info.run_name, r.info.status, r.data.tags, r.data.params, r.data.metrics)
+    if r.info.status == "FINISHED":
+        row.update(run_items(client, r))
+    if r.info.status != "FINISHED" and r.data.tags.get(ERROR_TAG):  # why it failed: its error's last line
+        row["error"] = [line for line in r.data.tags[ERROR_TAG].splitlines() if line.strip()][-1][:300]
+    if r.info.end_time and r.info.start_time:  # the trial's wall time, which plans price blocks with
+        row["run_s"] = (r.info.end_time - r.info.start_time) / 1000.0
+    return row
+
+
+def report_incomplete(sweep: SweepFrame) -> str:
+    inc = sweep.incomplete_runs()
+    if len(inc) == 0:
+        return ""
+    counts = inc["status"].value_counts().to_dict()
+    why = inc["error"] if "error" in inc.columns else pd.Series("", index=inc.index)
+    return (f"{len(inc)} run(s) not analysed: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+            + " (" + "; ".join(f"{r.cell} r{r.replicate}: {r.status}" + (f" ({w})" if w and w != "nan" else "")
+                               for r, w in zip(inc.itertuples(), why)) + ")")
+
+
+def responses(df: pd.DataFrame) -> list[str]:
+    """Metric columns (the trainer's `a/b` names) that hold finite numbers."""
+    out = []
+    for c in df.columns:
+        if "/" in c and pd.api.types.is_numeric_dtype(df[c]):
+            vals = df[c].dropna()
+            if len(vals) and bool((vals.astype(float).abs() < math.inf).all()):  # vectorised: 3,200 runs x 100 metrics
+                out.append(c)
+    return out
+
+
+def check_record(given: dict, columns) -> None:
+    """A recorded sweep's fields checked (`trials.export.check_record`), and its sequential
+    plan as the statistics read it (`analysis.sequential.plan_of`): ValueError naming the
+    first field that is wrong."""
+    export.check_record(given, columns)
+    if given.get("sequential"):
+        plan_of(given["sequential"])  # ValueError naming the sequential record
+
+
+def read_parquet(path: str | Path) -> SweepFrame:
+    """A parquet export back as the analysis frame (`trials.export.read_parquet`: every field
+    of its record and its numbers checked), its sequential plan checked too: a crafted or
+    damaged file is refused in one line naming the file and what is wrong."""
+    sweep = export.read_parquet(path)
+    if sweep.record.sequential:
+        try:
+            plan_of(sweep.record.sequential)
+        except ValueError as e:
+            raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
+    return sweep
