@@ -12,6 +12,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from trials.store.keys import store_key
+from trials.store.reader import run_items
 from dspark.train import train
 from tests.conftest import is_timing_metric
 from tests.trials.conftest import write_spec
@@ -54,5 +55,7 @@ def test_crashed_trial_resumes_from_its_checkpoint(tmp_path, corpus_dir, monkeyp
     cfg = trial.config.replace(target_path=by["shifted"].data.params["target_path"], out_dir=str(tmp_path / "ref")).native()
     ref = {store_key(k): v for k, v in train(cfg).items()
            if not is_timing_metric(k) and math.isfinite(v) and k != "step"}
-    got = {k: v for k, v in by["shifted"].data.metrics.items() if k in ref}
+    held = {**by["shifted"].data.metrics,  # the metrics, and the items its artifact holds
+            **{store_key(k): v for k, v in run_items(client, by["shifted"]).items()}}
+    got = {k: v for k, v in held.items() if k in ref}
     assert got == ref
