@@ -18,6 +18,7 @@ from .metrics import DEFAULT_RESPONSES, HEADLINE
 from trials.store.client import absolute_uri, run_command
 from trials.store.ui import ui_url
 from trials.store.runs import TrainRun, git_commit
+from trials.store.items import encode as item_columns
 from trials.store.reader import probe_store
 
 
@@ -128,10 +129,10 @@ def cmd_train(args) -> int:
     console = Console()
     tracked = None
 
-    def report(metrics, ckpt):
+    def report(metrics, ckpt, items=None):
         console.report(metrics, ckpt)
-        if tracked is not None:
-            tracked.log(metrics, int(metrics.get("step", 0)))
+        if tracked is not None:  # the items go to the run's items.json, as a sweep's trial's do
+            tracked.log({**metrics, **item_columns(items or {}, metrics)}, int(metrics.get("step", 0)))
 
     trainer = Trainer(cfg, report=report, progress=console.progress)
     print(f"corpus sha256 {trainer.data_sha256[:16]}  docs {trainer.corpus.n_docs}  "

@@ -10,8 +10,9 @@ confidence head against the soft labels c* (`tf/conf_ece`, `tf/conf_brier`,
 `tf/conf_auroc`), `val/bpb`, the target LM's bits per byte, and `split/eval_batches`.
 
 With `jackknife`, each response of `JACK_RESPONSES` also comes recomputed without each
-group of held-out batches (`jack/<R>@g<k>`, batch i in group i mod G, G =
-`metrics.jack_groups`): from per-batch sufficient statistics, so no second forward pass.
+group of held-out batches (batch i in group i mod G, G = `metrics.jack_groups`), as the
+run's items (`report(metrics, items=...)`): from per-batch sufficient statistics, so no
+second forward pass.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from . import calibration
 from .blocks import Models, draft_blocks
 from .loss import acceptance_target, dspark_loss
-from .metrics import jack_groups, jack_name
+from .metrics import jack_groups, jackknifed
 from .windows import strided_anchors
 
 # the responses an evaluation's jackknife recomputes (tf/accept@k and tf/conf are not)
@@ -74,16 +75,14 @@ def pooled(stats: list[BatchStats]) -> dict:
             "tf/conf_auroc": calibration.auroc(p, y)}
 
 
-def jackknife(stats: list[BatchStats]) -> dict:
-    """`jack/<R>@g<k>`: each of JACK_RESPONSES without batch group k (none for one batch)."""
+def jackknife(stats: list[BatchStats]) -> dict[str, dict]:
+    """response -> its items: each of JACK_RESPONSES without batch group k, k = 0..G-1
+    (none for one batch)."""
     G = jack_groups(len(stats))
-    out: dict[str, float] = {}
     if G < 2:
-        return out
-    for g in range(G):
-        kept = pooled([s for i, s in enumerate(stats) if i % G != g])
-        out.update({jack_name(r, g): kept[r] for r in JACK_RESPONSES})
-    return out
+        return {}
+    kept = [pooled([s for i, s in enumerate(stats) if i % G != g]) for g in range(G)]
+    return {r: jackknifed(len(stats), [k[r] for k in kept]) for r in JACK_RESPONSES}
 
 
 def _batch(models: Models, x: torch.Tensor, stride: int, autocast) -> tuple[BatchStats, torch.Tensor, torch.Tensor]:
@@ -109,9 +108,9 @@ def _batch(models: Models, x: torch.Tensor, stride: int, autocast) -> tuple[Batc
 
 @torch.no_grad()
 def teacher_forced(models: Models, batches: list[torch.Tensor], stride: int, device, autocast,
-                   jackknife_groups: bool = False) -> dict:
-    """The teacher-forced responses on `batches`; with `jackknife_groups`, their jackknife
-    records too (a run's final evaluation: the intermediate ones would log too many)."""
+                   jackknife_groups: bool = False) -> tuple[dict, dict]:
+    """(metrics, items): the teacher-forced responses on `batches`, and with
+    `jackknife_groups` their items (`jackknife`; a run's final evaluation), else none."""
     K = models.block_size
     accept_num = torch.zeros(K)
     accept_den = torch.zeros(K)
@@ -125,7 +124,5 @@ def teacher_forced(models: Models, batches: list[torch.Tensor], stride: int, dev
     acc = accept_num / accept_den.clamp_min(1)
     for k in range(K):
         metrics[f"tf/accept@{k + 1}"] = acc[k].item()
-    metrics["split/eval_batches"] = float(len(stats))
-    if jackknife_groups:
-        metrics.update(jackknife(stats))
-    return metrics
+    metrics["split/eval_batches"] = float(len(stats))  # a count the engine keeps with the items
+    return metrics, (jackknife(stats) if jackknife_groups else {})

@@ -174,25 +174,23 @@ DEFAULT_RESPONSES = {
                 "conf/brier_mean", "sched/accepted@budget2", "sched/alg1_throughput@R64", "tf/tau"),
 }
 HEADLINE = tuple(m.name for m in REGISTRY if m.headline)
-SPLIT_PREFIX = "split/"
-JACK_PREFIX = "jack/"
-JACK_GROUPS = 16  # an evaluation's items (prompts or held-out batches) in at most this many jackknife groups
+# The engine's group rule for a run's items (`trials.store.items`: item i in group i mod G,
+# G = min(items, 16)), which a workload recomputing a response without each group follows;
+# written here because a workload imports nothing of the engine (tests/dspark/test_metrics.py
+# checks the two agree).
+JACK_GROUPS = 16
 TIMED = tuple(m.name for m in REGISTRY if m.timed)
 
 
-def split_name(response: str, group: int) -> str:
-    """The metric holding a response's value on one prompt group."""
-    return f"{SPLIT_PREFIX}{response}@g{group}"
-
-
-def jack_name(response: str, group: int) -> str:
-    """The metric holding a response recomputed without evaluation group `group`."""
-    return f"{JACK_PREFIX}{response}@g{group}"
-
-
 def jack_groups(items: int) -> int:
-    """How many jackknife groups an evaluation of `items` items forms (item i in group i mod G)."""
+    """How many groups an evaluation of `items` items forms for its jackknife."""
     return max(0, min(int(items), JACK_GROUPS))
+
+
+def jackknifed(items: int, without: list[float]) -> dict:
+    """A response's items as `report(..., items=)` takes them: {"items": n, "without": the
+    response recomputed without each group}."""
+    return {"items": int(items), "without": [float(v) for v in without]}
 
 
 def lookup(name: str) -> Metric | None:
@@ -200,7 +198,7 @@ def lookup(name: str) -> Metric | None:
     base = name.replace("_sts", "", 1) if "_sts" in name else name  # conf/ece_mean_sts, conf/ece_sts@2
     if base.startswith("split/") and "@g" in base:
         return _BY_NAME["split/<response>@g"]
-    if base.startswith(JACK_PREFIX) and "@g" in base:
+    if base.startswith("jack/") and "@g" in base:
         return _BY_NAME["jack/<response>@g"]
     if base in _BY_NAME:
         return _BY_NAME[base]

@@ -10,7 +10,8 @@ over R = 1, 16, 64 requests on the run's named capacity curve `sched_curve`).
 
 The recorded rounds (`Rounds`, written as artifacts/rounds.npz) hold everything the
 evaluation-derived responses are computed from; each is also recomputed without prompt
-group k (a delete-a-group jackknife, `jack/<response>@g<k>`) by the same function.
+group k (a delete-a-group jackknife) by the same function: the run's items, which
+`evaluate_speculative` returns beside its metrics.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 from . import calibration
 from .artifacts import decoding_artifacts
 from .curves import curve_table, describe_curve, measure_grid
-from .metrics import jack_groups, jack_name
+from .metrics import jack_groups, jackknifed
 from .data import fixed_batches
 from .schedule import load_or_measure_sps, prefix_schedule, sps_lookup
 from .model import sync
@@ -128,10 +129,10 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Path | None,
-                         n_prompts: int | None = None, full: bool = True, progress: Progress | None = None) -> dict:
-    """All speculative responses; artifacts (histogram, reliability diagram, SPS table,
-    per-prompt statistics, recorded rounds) go to out_dir/artifacts when `full`.
-    `progress` hears each phase's prompts."""
+                         n_prompts: int | None = None, full: bool = True, progress: Progress | None = None):
+    """(metrics, items): all speculative responses, and where `full` their items and the
+    artifacts (histogram, reliability diagram, SPS table, per-prompt statistics, recorded
+    rounds, to out_dir/artifacts). `progress` hears each phase's prompts."""
     K = cfg.block_size
     n = n_prompts or cfg.spec_prompts
     for m in (target, drafter, head):
@@ -147,7 +148,7 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
     stats, taus, spec_s, ar_s = decode("decode (sampled)", val_prompts, 1.0, n_timed)
     m = acceptance_metrics(stats.accepted, taus, K)
     if not full:
-        return m
+        return m, {}
     m.update(timing_metrics(stats, sum(spec_s), sum(ar_s), n_timed * cfg.spec_new_tokens))
     g_stats, g_taus, g_spec_s, g_ar_s = decode("decode (greedy)", val_prompts, 0.0, n_timed)
     m["spec/speedup_greedy"] = sum(g_ar_s) / sum(g_spec_s)
@@ -167,7 +168,8 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
     m.update(evaluation_responses(rounds, curve))
     jack = jackknife(rounds, n, curve)
     per_prompt = prompt_statistics(taus, g_taus, spec_s, ar_s, n, jack, decode_s=time.perf_counter() - t_start)
-    m.update(evaluation_records(per_prompt))
+    counts, items = evaluation_records(per_prompt)
+    m.update(counts)
     if out_dir is not None:
         art = Path(out_dir) / "artifacts"
         decoding_artifacts(art, acc, K, conf, conf_sts, survived, temps, sps)
@@ -175,7 +177,7 @@ def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Pa
         rounds.save(art / ROUNDS_FILE)
         (art / CURVE_FILE).write_text(json.dumps({**describe_curve(cfg.sched_curve), "rows": [
             {"batch_tokens": b, "steps_per_s": curve[b]} for b in measure_grid(largest)]}, indent=1))
-    return m
+    return m, items
 
 
 @dataclass
@@ -269,17 +271,16 @@ def jackknife(rounds: Rounds, n_prompts: int, curve: dict[int, float]) -> dict[s
     return out
 
 
-def evaluation_records(per_prompt: dict) -> dict[str, float]:
-    """The jackknife values as metrics (`jack/spec/tau@g0`, ...), with the prompt count, the
-    timed prompts' count and the decoding seconds per prompt, so the store and its parquet
-    export carry them."""
+def evaluation_records(per_prompt: dict) -> tuple[dict[str, float], dict[str, dict]]:
+    """(counts, items): the prompt count, the timed prompts' count and the decoding seconds
+    per prompt (`split/` metrics, which the engine keeps with the items), and each jackknifed
+    response's items (none where fewer than 2 prompts form no groups)."""
     m = {"split/prompts": float(per_prompt["spec_prompts"]),
          "split/timed_prompts": float(per_prompt["timed_prompts"]),
          "split/decode_s_per_prompt": float(per_prompt["decode_s_per_prompt"])}
-    for name, values in per_prompt["jack"].items():
-        for g, v in enumerate(values):
-            m[jack_name(name, g)] = float(v)
-    return m
+    n = per_prompt["spec_prompts"]
+    items = {name: jackknifed(n, values) for name, values in per_prompt["jack"].items() if jack_groups(n) >= 2}
+    return m, items
 
 
 def prompt_statistics(taus, g_taus, spec_s, ar_s, n_prompts: int, jack: dict[str, list[float]],

@@ -7,7 +7,7 @@ shared target from storage, `weights_only=True`), and a repetition decodes the s
 prompts both ways (autoregressive, then speculative, prompt by prompt, the evaluation's fixed
 decoding seeds, temperature 1, the run's `spec_new_tokens`); `spec/speedup` = (AR seconds
 summed over rounds) / (speculative seconds summed over rounds), with its delete-a-group
-jackknife over the timing prompts (`jack/spec/speedup@g<k>`: a run's speedup also moves with
+jackknife over the timing prompts (its items, `items`: a run's speedup also moves with
 how its drafter fares on the prompts decoded, which more prompts average out and more rounds
 do not). Backbone stage: the step is a property of the configuration, not of the learned
 weights, so each run's Trainer is built from its config (its seed) and a repetition is S
@@ -23,7 +23,7 @@ import torch
 
 from .config import from_dict
 from .data import sample_batch
-from .metrics import jack_groups, jack_name
+from .metrics import jack_groups, jackknifed
 from .speculative_eval import decode_set, prompts_from
 from .train import Trainer
 
@@ -105,12 +105,13 @@ class StepArms:
         return {"step_s": out}
 
 
-def jack_values(stage: str, rounds: list[dict]) -> dict[str, dict[str, float]]:
-    """Drafter stage: each run's spec/speedup recomputed without each group of timing
-    prompts (prompt i in group i mod G, G = jack_groups(P)), as `jack/spec/speedup@g<k>`:
-    a run's speedup also varies with how its drafter fares on the prompts the pass decodes
-    (the decoding seeds fix that part), so the analysis splits it off like any evaluation's.
-    Backbone stage: none."""
+def items(stage: str, rounds: list[dict]) -> dict[str, dict[str, dict]]:
+    """run key -> its items ({response: {"items": P, "without": [...]}}, as `report(...,
+    items=)` takes them). Drafter stage: each run's spec/speedup recomputed without each group
+    of timing prompts (prompt i in group i mod G, G = jack_groups(P)): a run's speedup also
+    varies with how its drafter fares on the prompts the pass decodes (the decoding seeds fix
+    that part), so the analysis splits it off like any evaluation's. Backbone stage, or fewer
+    than 2 prompts: none."""
     if stage != "drafter":
         return {}
     out = {}
@@ -118,8 +119,10 @@ def jack_values(stage: str, rounds: list[dict]) -> dict[str, dict[str, float]]:
         ar = [sum(r["times"][k]["ar_s"][i] for r in rounds) for i in range(len(rounds[0]["times"][k]["ar_s"]))]
         spec = [sum(r["times"][k]["spec_s"][i] for r in rounds) for i in range(len(ar))]
         G = jack_groups(len(ar))
-        out[k] = {jack_name(RESPONSE[stage], g): sum(a for i, a in enumerate(ar) if i % G != g)
-                  / sum(b for i, b in enumerate(spec) if i % G != g) for g in range(G if G >= 2 else 0)}
+        if G >= 2:
+            out[k] = {RESPONSE[stage]: jackknifed(len(ar), [
+                sum(a for i, a in enumerate(ar) if i % G != g) / sum(b for i, b in enumerate(spec) if i % G != g)
+                for g in range(G)])}
     return out
 
 

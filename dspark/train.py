@@ -41,7 +41,10 @@ from .targets import load_target, save_target, target_hash, write_atomic
 from .windows import random_anchors, strided_anchors
 from .speculative_eval import evaluate_speculative
 
-Report = Callable[[dict, "str | None"], None]
+# report(metrics, checkpoint_dir[, items={response: {"items": n, "without": [...]}}]): the
+# engine's callback; a final evaluation hands over its items (`evaluate.jackknife`,
+# `speculative_eval.evaluation_records`), the others none
+Report = Callable[..., None]
 BeforeStep = Callable[[int, bool], None]  # (head-stage step, resumed): e.g. a test's injected fault
 Progress = Callable[[str, int, int, dict], None]
 
@@ -118,6 +121,7 @@ class Trainer:
         self.resumed = False
         self._checkpointed_at = time.perf_counter()  # a run's start counts as its last checkpoint
         self.history: list[dict] = []
+        self.items: dict[str, dict] = {}  # the final evaluation's items: {response: {"items", "without"}}
         self.target_loaded = False
         self.head = DraftHead(cfg.head, cfg.confidence_input, VOCAB_SIZE, cfg.d_model, cfg.markov_rank).to(self.device)
         self.drafter = None
@@ -166,6 +170,7 @@ class Trainer:
             "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
             "rng": self._rng_state(),
             "history": json.dumps(self.history),
+            "items": json.dumps(self.items),
         }
         ckpt = write_checkpoint(self.out_dir, state, self.cfg.to_dict())
         self._checkpointed_at = time.perf_counter()
@@ -197,6 +202,7 @@ class Trainer:
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
         self.history = json.loads(state["history"])
+        self.items = json.loads(state.get("items") or "{}")  # none in a checkpoint written before items
         self.resumed = True
 
     def _load_shared_target(self) -> None:
@@ -216,7 +222,16 @@ class Trainer:
         self.history.append(metrics)
         due = stage_end or time.perf_counter() - self._checkpointed_at >= self.cfg.checkpoint_every_s
         ckpt = self.save_checkpoint() if checkpoint and due else None
-        if self.report is not None:
+        self._report(metrics, ckpt)
+
+    def _report(self, metrics: dict, ckpt: str | None) -> None:
+        """To the engine, with the items gathered so far: only a final evaluation gathers any
+        (the head stage's last step, then the decoding), so an earlier report has none."""
+        if self.report is None:
+            return
+        if self.items:
+            self.report(metrics, ckpt, items=dict(self.items))
+        else:
             self.report(metrics, ckpt)
 
     def _tick(self, total: int, info: dict) -> None:
@@ -241,7 +256,7 @@ class Trainer:
             # resumed mid-stage: the checkpoint's own evaluation again (no new checkpoint). A
             # driver killed between the trial's report and its store write lost that point,
             # and the trial goes on from the step after it; a tracker logs each step once.
-            self.report(dict(self.history[-1]), None)
+            self._report(dict(self.history[-1]), None)
         if self.stage == "target":
             if self.cfg.target_path:
                 self._load_shared_target()
@@ -259,7 +274,7 @@ class Trainer:
         elif self.stage == "done" and self.report is not None:
             # resumed from the final checkpoint: report its final metrics again (no new
             # checkpoint), so a run that lost its records still ends with them
-            self.report(dict(self.history[-1]), None)
+            self._report(dict(self.history[-1]), None)
         return self.final_metrics()
 
     def train_target(self) -> None:
@@ -399,12 +414,13 @@ class Trainer:
 
     def evaluate(self, final: bool = False, batches: list[torch.Tensor] | None = None) -> dict:
         """The teacher-forced evaluation on `batches` (the run's val_batches); a final one
-        also records its jackknife over the batches (`jack/<R>@g<k>`)."""
+        also gathers its items (its jackknife over the batches) in `self.items`."""
         was = self.head.training
         self._train_mode(False)
-        m = teacher_forced(self.models, self.val_batches if batches is None else batches, self.cfg.stride,
-                           self.device, self.autocast, jackknife_groups=final)
+        m, items = teacher_forced(self.models, self.val_batches if batches is None else batches, self.cfg.stride,
+                                  self.device, self.autocast, jackknife_groups=final)
         self._train_mode(was)
+        self.items.update(items)
         return m
 
     def speculative(self, n_prompts: int, full: bool) -> dict:
@@ -412,9 +428,11 @@ class Trainer:
         phases = None
         if full and self.progress is not None:
             phases = lambda phase, done, total: self.progress(phase, done, total, {})  # noqa: E731
-        return evaluate_speculative(self.target, self.drafter, self.head, self.corpus, self.cfg, self.device,
-                                    self.out_dir if full else None, n_prompts=n_prompts, full=full,
-                                    progress=phases)
+        m, items = evaluate_speculative(self.target, self.drafter, self.head, self.corpus, self.cfg, self.device,
+                                        self.out_dir if full else None, n_prompts=n_prompts, full=full,
+                                        progress=phases)
+        self.items.update(items)  # a full evaluation's: the run's final one
+        return m
 
     def final_metrics(self) -> dict:
         """The last evaluation's metrics (the responses of the run)."""

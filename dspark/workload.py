@@ -76,10 +76,10 @@ class Timing:
 
         return timed.values(stage, rounds)
 
-    def jack_values(self, stage: str, rounds: list[dict]) -> dict[str, dict[str, float]]:
+    def items(self, stage: str, rounds: list[dict]) -> dict[str, dict[str, dict]]:
         from . import timed
 
-        return timed.jack_values(stage, rounds)
+        return timed.items(stage, rounds)
 
 
 class DSparkWorkload:
@@ -171,11 +171,11 @@ class DSparkWorkload:
             return "it has backbone-stage trials, which decode nothing (--spec-prompts); --eval-batches re-measures them"
         return None
 
-    def reevaluate(self, config: dict, checkpoint_dir: str, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
-        """(metrics, files) of one trial's final checkpoint evaluated on `counts["eval_batches"]`
-        held-out batches and `counts["spec_prompts"]` decoded prompts (either may be absent);
-        the files, where prompts were decoded, are the per-prompt statistics
-        (`per_prompt_<N>.json`) and the recorded rounds (`rounds_<N>.npz`)."""
+    def reevaluate(self, config: dict, checkpoint_dir: str, counts: dict[str, int]) -> tuple[dict, dict, dict]:
+        """(metrics, files, items) of one trial's final checkpoint evaluated on
+        `counts["eval_batches"]` held-out batches and `counts["spec_prompts"]` decoded prompts
+        (either may be absent); the files, where prompts were decoded, are the per-prompt
+        statistics (`per_prompt_<N>.json`) and the recorded rounds (`rounds_<N>.npz`)."""
         from .speculative_eval import PER_PROMPT_FILE, ROUNDS_FILE
         from .train import Trainer
 
@@ -184,6 +184,7 @@ class DSparkWorkload:
         with tempfile.TemporaryDirectory(prefix="dspark-reeval-") as tmp:
             trainer = Trainer(from_dict({**config, "out_dir": tmp}))
             trainer.load_checkpoint(checkpoint_dir)
+            trainer.items = {}  # the checkpoint's own: only this evaluation's items go back
             if trainer.stage != "done":
                 raise ValueError(f"reeval: {checkpoint_dir} is not a finished trial's checkpoint "
                                  f"(stage {trainer.stage})")
@@ -194,7 +195,7 @@ class DSparkWorkload:
                 made = Path(tmp) / "artifacts"
                 files[f"per_prompt_{n_prompts}.json"] = (made / PER_PROMPT_FILE).read_bytes()
                 files[f"rounds_{n_prompts}.npz"] = (made / ROUNDS_FILE).read_bytes()
-        return out, files
+        return out, files, trainer.items
 
 
 WORKLOAD = DSparkWorkload()

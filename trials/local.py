@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from trials.registry import recorded, results_problem
+from trials.store.items import encode_each
 from trials.store.keys import ERROR_TAG
 from trials.store.runs import config_params
 
@@ -84,7 +85,7 @@ def time_locally(spec: SweepSpec, rows: dict, configs: dict, settings, say=print
     stream = pass_rounds(spec.wl, stage, {k: configs[k].to_dict() for k in rows}, checkpoints, asdict(settings),
                          max(1, int(spec.resources.get("cpu", 1))))
     rounds = [item for item in stream if "round" in item]
-    jack = hooks.jack_values(stage, rounds)
+    jack = encode_each(hooks.items(stage, rounds))
     for key, value in hooks.values(stage, rounds).items():
         rows[key]["metrics"].update({hooks.response[stage]: value, "timing/rounds": float(settings.rounds),
                                      f"timing/{size}": float(getattr(settings, size)), **jack.get(key, {})})

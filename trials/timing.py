@@ -48,6 +48,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from trials.store.items import encode_each
 from trials.store.runs import log_metrics
 from trials.store.keys import PASS_TAG, SUMMARY_TAG, sweep_parent
 from trials.store.kept import keep_parent_record, keep_run_record
@@ -303,7 +304,7 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
             "seed": settings.seed, "node": head["node"], "threads": head["threads"], "started": started,
             "seconds": round(time.perf_counter() - t0, 3), "response": hooks.response[stage], "stage": stage, "repetition": size,
             "orders": [r["order"] for r in rounds], "times": [r["times"] for r in rounds],
-            "values": hooks.values(stage, rounds), "jack": hooks.jack_values(stage, rounds),
+            "values": hooks.values(stage, rounds), "jack": encode_each(hooks.items(stage, rounds)),
             "busy": busy_rounds(hooks, stage, rounds)}
 
 

@@ -63,7 +63,8 @@ use them through the same door as any workload: nothing else is looked for):
                          batches"}); `reevaluate` gets {field: n} for the counts that trial
                          still needs (one it was already evaluated with is left out),
                          `reeval_problem` every count asked; `reevaluate` returns (metrics,
-                         {plain file name: bytes}), the files kept under the run's `eval/`
+                         {plain file name: bytes}[, items as `report` takes them]), the files
+                         kept under the run's `eval/`
                          (default: none, and the command says so)
     timing               the interleaved timing pass (`TimingHooks`; default: none, and
                          `trials time` says so)
@@ -145,7 +146,9 @@ class TimingHooks(Protocol):
 
     def values(self, variant: str, rounds: list[dict]) -> dict[str, float]: ...
 
-    def jack_values(self, variant: str, rounds: list[dict]) -> dict[str, dict[str, float]]: ...
+    def items(self, variant: str, rounds: list[dict]) -> dict[str, dict]:
+        """run key -> its items from the pass ({response: per-item values, or {"items": n,
+        "without": [...]}}, as `report(..., items=)` takes them); {} where it has none."""
 
 
 def installed() -> dict[str, str]:

@@ -185,7 +185,7 @@ class Loaded:
         hooks = self.timing
         if hooks is None:
             return
-        missing = [a for a in ("response", "size", "needs_checkpoints", "arms", "values", "jack_values")
+        missing = [a for a in ("response", "size", "needs_checkpoints", "arms", "values", "items")
                    if not hasattr(hooks, a)]
         if missing:
             raise WorkloadError(f"workload {self.name!r}: its timing lacks {', '.join(missing)} "
@@ -325,7 +325,14 @@ class Loaded:
         return self.obj.reeval_problem(own(cfg), dict(counts)) if hasattr(self.obj, "reeval_problem") else None
 
     def reevaluate(self, cfg, checkpoint, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
-        metrics, files = self.obj.reevaluate(cfg, checkpoint, dict(counts))
+        """(metrics with the items' columns, files) of the workload's (metrics, files[, items])."""
+        got = self.obj.reevaluate(cfg, checkpoint, dict(counts))
+        if not isinstance(got, (tuple, list)) or len(got) not in (2, 3):
+            raise WorkloadError(f"workload {self.name!r}: reevaluate returned {str(got)[:60]!r}, not (metrics, "
+                                "files) or (metrics, files, items)")
+        metrics, files, items = got if len(got) == 3 else (*got, None)
+        if items and isinstance(metrics, dict):
+            metrics = {**metrics, **encode_items(items, metrics)}
         bad = [n for n in (files or {}) if not isinstance(n, str) or not FILE_NAME.fullmatch(n)]
         if bad:
             raise WorkloadError(f"workload {self.name!r}: reevaluate returned the file name {bad[0]!r}: a plain "

@@ -1,6 +1,7 @@
-"""The teacher-forced evaluation's jackknife records (`jack/<R>@g<k>`) and the held-out
-batches a longer evaluation draws: each jack value is the response recomputed directly on
-the batches left after deleting one group."""
+"""The teacher-forced evaluation's items (each response without each group of held-out
+batches, as `report(..., items=)` takes them) and the held-out batches a longer evaluation
+draws: each value left is the response recomputed directly on the batches left after
+deleting one group."""
 
 import math
 
@@ -10,7 +11,7 @@ import torch
 from dspark import calibration
 from dspark.data import fixed_batches, held_out_batches
 from dspark.evaluate import JACK_RESPONSES, lm_bpb, teacher_forced
-from dspark.metrics import JACK_GROUPS, jack_name
+from dspark.metrics import JACK_GROUPS
 from dspark.train import Trainer, train
 from tests.conftest import tiny
 
@@ -27,6 +28,7 @@ def trainer(corpus_dir, tmp_path_factory):
 
 
 def _evaluate(t, batches, final=True):
+    """(metrics, items)."""
     return teacher_forced(t.models, batches, t.cfg.stride, t.device, t.autocast, jackknife_groups=final)
 
 
@@ -36,30 +38,31 @@ def _kept(batches, G, g):
 
 def test_jack_bpb_is_the_bpb_of_the_batches_left(trainer):
     batches = trainer.val_batches  # 20 batches: G = 16, groups 0..3 hold two batches each
-    m = _evaluate(trainer, batches)
-    assert m["split/eval_batches"] == 20.0
+    m, items = _evaluate(trainer, batches)
+    assert m["split/eval_batches"] == 20.0 and items["val/bpb"]["items"] == 20
     assert m["val/bpb"] == pytest.approx(lm_bpb(trainer.target, batches, trainer.device, trainer.autocast))
     values = []
     for g in range(JACK_GROUPS):
         direct = lm_bpb(trainer.target, _kept(batches, JACK_GROUPS, g), trainer.device, trainer.autocast)
-        assert m[jack_name("val/bpb", g)] == pytest.approx(direct, rel=1e-9), g
+        assert items["val/bpb"]["without"][g] == pytest.approx(direct, rel=1e-9), g
         values.append(direct)
     assert len(set(values)) == JACK_GROUPS  # each deletion changes the value: no group is empty
-    assert jack_name("val/bpb", JACK_GROUPS) not in m
+    assert len(items["val/bpb"]["without"]) == JACK_GROUPS
 
 
 def test_jack_calibration_and_tau_are_recomputed_without_the_group(trainer):
     batches = trainer.val_batches[:6]  # G = 6
-    m = _evaluate(trainer, batches)
+    m, items = _evaluate(trainer, batches)
     for g in range(6):
         kept = _kept(batches, 6, g)
-        again = _evaluate(trainer, kept, final=False)  # the whole evaluation, run on the kept batches
+        again, none = _evaluate(trainer, kept, final=False)  # the whole evaluation, run on the kept batches
+        assert none == {}
         for r in JACK_RESPONSES:
-            assert m[jack_name(r, g)] == pytest.approx(again[r], rel=1e-9), (r, g)
+            assert items[r]["without"][g] == pytest.approx(again[r], rel=1e-9), (r, g)
         # and ECE straight from the kept batches' pooled predictions, through dspark.calibration
         pred, label = _predictions(trainer, kept)
-        assert m[jack_name("tf/conf_ece", g)] == pytest.approx(calibration.ece(pred, label), rel=1e-6)
-        assert m[jack_name("tf/conf_ece", g)] != m["tf/conf_ece"]
+        assert items["tf/conf_ece"]["without"][g] == pytest.approx(calibration.ece(pred, label), rel=1e-6)
+        assert items["tf/conf_ece"]["without"][g] != m["tf/conf_ece"]
 
 
 def _predictions(t, batches):
@@ -81,24 +84,37 @@ def _predictions(t, batches):
 
 @pytest.mark.parametrize("n, groups", [(1, 0), (2, 2), (3, 3), (16, 16), (20, 16)])
 def test_groups_are_min_of_batches_and_16_and_one_batch_has_none(trainer, n, groups):
-    m = _evaluate(trainer, trainer.val_batches[:n])
-    jack = [k for k in m if k.startswith("jack/")]
-    assert len(jack) == groups * len(JACK_RESPONSES)
-    assert {k.rsplit("@g", 1)[1] for k in jack} == {str(g) for g in range(groups)}
-    assert all(math.isfinite(m[k]) for k in jack)
+    m, items = _evaluate(trainer, trainer.val_batches[:n])
+    assert set(items) == (set(JACK_RESPONSES) if groups else set())
+    for r, given in items.items():
+        assert given["items"] == n and len(given["without"]) == groups
+        assert all(math.isfinite(v) for v in given["without"])
+    assert not any(k.startswith(("jack/", "split/")) and k != "split/eval_batches" for k in m)  # no names
     assert m["split/eval_batches"] == float(n)
-    assert not any(k.startswith("jack/") for k in _evaluate(trainer, trainer.val_batches[:n], final=False))
+    assert _evaluate(trainer, trainer.val_batches[:n], final=False)[1] == {}
 
 
-def test_only_the_final_evaluation_of_a_run_records_its_jackknife(corpus_dir, tmp_path):
+def test_only_the_final_evaluation_of_a_run_reports_its_items(corpus_dir, tmp_path):
+    """The items go with `report(metrics, checkpoint_dir, items=...)`, in the form the engine
+    takes (`trials.store.items.encode` accepts them); the metrics carry no item names."""
+    from trials.store.items import encode
+
     reports = []
     final = train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), target_steps=4, draft_steps=4,
-                       eval_interval=2, eval_batches=3), report=lambda m, c: reports.append(m))
-    with_jack = [m["step"] for m in reports if jack_name("val/bpb", 0) in m]
-    assert with_jack == [8, 8]  # the stage's last evaluation, and the final report repeating it
-    assert [m["step"] for m in reports if "tf/tau" in m and m["step"] < 8] == [4, 6]  # intermediate: none
-    assert {k for k in final if k.startswith("jack/tf/tau@")} == {f"jack/tf/tau@g{g}" for g in range(3)}
-    assert final["split/eval_batches"] == 3.0
+                       eval_interval=2, eval_batches=3),
+                  report=lambda m, c, items=None: reports.append((m, items)))
+    with_items = [m["step"] for m, items in reports if items]
+    assert with_items == [8, 8]  # the stage's last evaluation, and the final report repeating it
+    assert [m["step"] for m, items in reports if "tf/tau" in m and m["step"] < 8] == [4, 6]  # intermediate: none
+    m, items = reports[-1]
+    assert len(items["tf/tau"]["without"]) == 3 and items["tf/tau"]["items"] == 3
+    assert encode(items, m)["jack/tf/tau@g2"] == items["tf/tau"]["without"][2]
+    assert not any(k.startswith("jack/") for k, _ in final.items()) and final["split/eval_batches"] == 3.0
+    again = []  # resumed from the final checkpoint: the final report again, with its items
+    train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), target_steps=4, draft_steps=4, eval_interval=2,
+               eval_batches=3), resume_from=str(tmp_path / "checkpoint"),
+          report=lambda m, c, items=None: again.append((m, items)))
+    assert again == [reports[-1]]
 
 
 def test_a_longer_evaluation_keeps_the_runs_batches_first(trainer):

@@ -71,14 +71,16 @@ def test_a_row_validates_itself():
         Metric("x/y", "higher", "", ("target",), "")
 
 
-def test_dspark_names_its_evaluation_groups_as_the_engine_reads_them():
-    """The workload writes jackknife and per-group metrics; the statistics read them by the
-    engine's convention (`trials.registry`): the two must name them alike."""
-    from trials import registry
+def test_dspark_groups_its_items_as_the_engine_reads_them():
+    """The workload hands its items over as `report(..., items=)` takes them, each response
+    recomputed without each group of the engine's rule (`trials.store.items`, which it cannot
+    import): the two rules must agree, and its form must be one the engine encodes."""
+    from trials.store import items
 
-    for response, g in (("spec/tau", 0), ("conf/ece_mean", 15)):
-        assert metrics.jack_name(response, g) == registry.jack_name(response, g)
-        assert metrics.split_name(response, g) == registry.split_name(response, g)
-    assert [metrics.jack_groups(n) for n in (0, 1, 7, 40)] == [registry.jack_groups(n) for n in (0, 1, 7, 40)]
+    assert [metrics.jack_groups(n) for n in range(0, 40)] == [items.jack_groups(n) for n in range(0, 40)]
+    given = {"conf/ece_mean": metrics.jackknifed(20, [0.1 * g for g in range(metrics.jack_groups(20))])}
+    cols = items.encode(given, {})
+    assert cols["jack/conf/ece_mean@g15"] == pytest.approx(1.5) and cols["jack/conf/ece_mean@n"] == 20
+    assert not hasattr(metrics, "jack_name") and not hasattr(metrics, "JACK_PREFIX")  # the names live in the engine
     assert RULES.headline("drafter") == ("tf/tau", "spec/tau") and RULES.timed() == metrics.TIMED
 

@@ -21,7 +21,7 @@ def curve(tmp):
     cfg = from_dict(dict(preset="tiny", target_steps=12, draft_steps=12, eval_interval=4, eval_batches=1,
                          batch_size=4, seq_len=64, spec_prompts=0, max_corpus_bytes=300_000, out_dir=str(tmp)))
     rows = []
-    train(cfg, report=lambda m, c: rows.append({k: m[k] for k in KEYS if k in m} | {"step": m["step"]}))
+    train(cfg, report=lambda m, c, items=None: rows.append({k: m[k] for k in KEYS if k in m} | {"step": m["step"]}))
     return rows
 
 

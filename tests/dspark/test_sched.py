@@ -13,7 +13,7 @@ from dspark import calibration
 from dspark.config import from_dict
 from dspark.curves import (curve_table, describe_curve, measure_grid, parse_curve, read_sps_table, roofline_sps,
                            write_sps_table)
-from dspark.metrics import jack_name, lookup
+from dspark.metrics import lookup
 from dspark.speculative_eval import (ROUNDS_FILE, SCHED_SEED, Rounds, accepted_at_budget, alg1_over_requests,
                                      budget_lengths, evaluation_records, jackknife, prompt_statistics)
 from tests.conftest import tiny
@@ -217,10 +217,10 @@ def test_jack_values_are_the_responses_without_each_prompt_group(tmp_path):
     jack2 = jackknife(two, 2, curve)
     assert len(jack2["sched/alg1_throughput@R16"]) == 2 and all(math.isnan(v) for v in jack2["sched/alg1_throughput@R16"])
     per_prompt = prompt_statistics([2.0] * 5, [2.5] * 5, [0.1, 0.2], [0.3, 0.4], 5, jack, decode_s=10.0)
-    m = evaluation_records(per_prompt)
-    assert m["split/prompts"] == 5 and m["split/timed_prompts"] == 2 and m["split/decode_s_per_prompt"] == 2.0
-    assert m[jack_name("spec/tau", 3)] == jack["spec/tau"][3]
-    assert not [k for k in m if "@g" in k and (k.startswith("split/") or "speedup" in k)]
+    m, items = evaluation_records(per_prompt)
+    assert m == {"split/prompts": 5, "split/timed_prompts": 2, "split/decode_s_per_prompt": 2.0}  # counts only
+    assert items["spec/tau"] == {"items": 5, "without": jack["spec/tau"]} and "spec/speedup" not in items
+    assert evaluation_records(prompt_statistics([2.0], [2.5], [0.1], [0.3], 1, {"spec/tau": [2.0]}, 1.0))[1] == {}
     rounds.save(tmp_path / ROUNDS_FILE)
     again = Rounds.load(tmp_path / ROUNDS_FILE)
     assert all(np.array_equal(getattr(again, f), getattr(rounds, f)) for f in
@@ -235,33 +235,36 @@ def test_at_most_16_groups():
     assert jack["spec/tau"][3] == np.mean(rounds.accepted[keep] + 1)
 
 
-def test_an_evaluation_writes_its_rounds_and_jack_records(tmp_path, corpus_dir, monkeypatch):
-    """The whole evaluation, untrained tiny models: the logged jack values are recomputed
-    from the rounds it wrote."""
+def test_an_evaluation_writes_its_rounds_and_gathers_its_items(tmp_path, corpus_dir, monkeypatch):
+    """The whole evaluation, untrained tiny models: the items it gathers for the report (each
+    response without each prompt group) are recomputed from the rounds it wrote."""
     from dspark.train import Trainer
 
     monkeypatch.setenv("DSPARK_CACHE", str(tmp_path / "cache"))
     cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "run"), spec_prompts=3, spec_prompt_len=16,
                spec_new_tokens=40, sched_curve="roofline:h200:8b")
-    m = Trainer(cfg).speculative(3, full=True)
+    trainer = Trainer(cfg)
+    m = trainer.speculative(3, full=True)
+    items = trainer.items
     art = tmp_path / "run" / "artifacts"
     rounds = Rounds.load(art / ROUNDS_FILE)
     assert len(rounds.accepted) == len(rounds.conf) == len(rounds.prompt) and set(rounds.prompt) == {0, 1, 2}
     assert m["spec/tau"] == np.mean(rounds.accepted + 1)
     for g in range(3):
-        assert m[jack_name("spec/tau", g)] == np.mean(rounds.accepted[rounds.prompt % 3 != g] + 1)
+        assert items["spec/tau"]["without"][g] == np.mean(rounds.accepted[rounds.prompt % 3 != g] + 1)
         keep = rounds.prompt % 3 != g
         survived = rounds.survived[keep]
         ece = calibration.prefix_metrics(rounds.conf[keep], survived, np.ones_like(survived, bool), "conf/")
-        assert m[jack_name("conf/ece_mean", g)] == ece["conf/ece_mean"]
+        assert items["conf/ece_mean"]["without"][g] == ece["conf/ece_mean"]
     for name in ("sched/accepted@budget2", "sched/accepted@budget4", "sched/alg1_throughput@R1",
                  "sched/alg1_throughput@R16", "sched/alg1_len@R1", "sched/alg1_fixed@R1", "sched/alg1_throughput"):
         assert math.isfinite(m[name]), name
     assert m["sched/alg1_len@R1"] == cfg.block_size  # the roofline's flat part: every slot
     assert m["split/prompts"] == 3 and m["split/timed_prompts"] == 3
-    assert not [k for k in m if k.startswith("split/") and "@g" in k] and jack_name("spec/speedup", 0) not in m
+    assert not [k for k in m if k.startswith("jack/") or "@g" in k] and "spec/speedup" not in items
+    assert items["spec/tau"]["items"] == 3
     per_prompt = json.loads((art / "per_prompt.json").read_text())
     assert "subsets" not in per_prompt and per_prompt["groups"] == 3 and per_prompt["timed_prompts"] == 3
-    assert per_prompt["jack"]["spec/tau"] == [m[jack_name("spec/tau", g)] for g in range(3)]
+    assert per_prompt["jack"]["spec/tau"] == items["spec/tau"]["without"]
     described = json.loads((art / "sched_curve.json").read_text())
     assert described["kind"] == "roofline" and described["model"] is True and described["rows"]

@@ -16,7 +16,7 @@ def test_tiny_run_learns(corpus_dir, tmp_path):
     reports = []
     cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), target_steps=60, draft_steps=60,
                eval_interval=30)
-    final = train(cfg, report=lambda m, c: reports.append((m, c)))
+    final = train(cfg, report=lambda m, c, items=None: reports.append((m, c)))
     draft = [m for m, _ in reports if "tf/tau" in m]
     assert draft[0]["step"] == 60  # the draft stage's step-0 evaluation, before any update
     assert draft[-1]["tf/tau"] > draft[0]["tf/tau"] + 0.2
@@ -36,9 +36,9 @@ def test_checkpoint_every_s_keeps_only_stage_ends_within_the_interval(corpus_dir
     end and the final report still carry one, and the run ends with the same metrics."""
     kw = dict(data=(str(corpus_dir),), target_steps=40, draft_steps=40, eval_interval=10)
     every, sparse = [], []
-    full = train(tiny(out_dir=str(tmp_path / "every"), **kw), report=lambda m, c: every.append((m["step"], c)))
+    full = train(tiny(out_dir=str(tmp_path / "every"), **kw), report=lambda m, c, items=None: every.append((m["step"], c)))
     few = train(tiny(out_dir=str(tmp_path / "sparse"), checkpoint_every_s=1e6, **kw),
-                report=lambda m, c: sparse.append((m["step"], c)))
+                report=lambda m, c, items=None: sparse.append((m["step"], c)))
     assert [s for s, c in every if c] == [10, 20, 30, 40, 50, 60, 70, 80, 80]
     assert [s for s, c in sparse if c] == [40, 80, 80]  # target end, draft end, final
     assert [s for s, _ in sparse] == [s for s, _ in every]  # every evaluation is still reported
@@ -57,7 +57,7 @@ def test_resume_ends_with_the_same_metrics(corpus_dir, tmp_path):
     class Stop(Exception):
         pass
 
-    def report(m, c):
+    def report(m, c, items=None):
         if c is not None and int(m["step"]) in (30, 90):  # the trainer keeps one checkpoint folder: copy it
             kept[int(m["step"])] = shutil.copytree(c, tmp_path / f"at{int(m['step'])}")
             if int(m["step"]) == 90:
@@ -100,7 +100,7 @@ def test_shared_target_is_loaded_not_retrained(corpus_dir, tmp_path):
         assert torch.equal(a, b)
     reports = []
     train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "b"), target_path=str(path)),
-          report=lambda m, c: reports.append(m))
+          report=lambda m, c, items=None: reports.append(m))
     assert not any("target/loss" in m for m in reports)
     with pytest.raises(ValueError, match="target_path: .* holds a target of shape"):
         train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path / "c"), target_path=str(path), d_model=32))
@@ -231,7 +231,7 @@ def test_a_run_resumed_mid_stage_reports_its_checkpoints_evaluation_first(corpus
     class Stop(Exception):
         pass
 
-    def report(m, c):
+    def report(m, c, items=None):
         first.append(dict(m))
         if c is not None:
             ckpts[int(m["step"])] = c
@@ -243,7 +243,7 @@ def test_a_run_resumed_mid_stage_reports_its_checkpoints_evaluation_first(corpus
     step = max(ckpts)
     again = []
     train(tiny(out_dir=str(tmp_path / "part"), **kw), resume_from=ckpts[step],
-          report=lambda m, c: again.append((dict(m), c)))
+          report=lambda m, c, items=None: again.append((dict(m), c)))
     (lead, ckpt), later = again[0], [m for m, _ in again[1:]]
     assert lead == first[-1] and int(lead["step"]) == step and ckpt is None
     assert all(int(m["step"]) > step for m in later)

@@ -348,15 +348,20 @@ def test_time_backbone_sweep_times_steps_from_each_config_without_checkpoints(ra
 
 
 def test_the_speedup_jackknife_leaves_out_each_group_of_timing_prompts():
-    from dspark.timed import jack_values, values
+    from dspark.timed import items, values
+    from trials.store.items import encode_each
 
     rounds = [{"times": {"a": {"ar_s": [1.0, 2.0, 3.0], "spec_s": [0.5, 1.0, 2.0]}}},
               {"times": {"a": {"ar_s": [1.1, 2.1, 3.1], "spec_s": [0.6, 1.1, 2.1]}}}]
     assert values("drafter", rounds)["a"] == pytest.approx((6.0 + 6.3) / (3.5 + 3.8))
-    jack = jack_values("drafter", rounds)["a"]
-    assert set(jack) == {"jack/spec/speedup@g0", "jack/spec/speedup@g1", "jack/spec/speedup@g2"}  # G = 3 prompts
-    assert jack["jack/spec/speedup@g1"] == pytest.approx((1.0 + 3.0 + 1.1 + 3.1) / (0.5 + 2.0 + 0.6 + 2.1))
-    assert jack_values("backbone", [{"times": {"a": {"step_s": [0.1]}}}]) == {}
+    got = items("drafter", rounds)["a"]["spec/speedup"]
+    assert got["items"] == 3 and len(got["without"]) == 3  # G = 3 prompts
+    assert got["without"][1] == pytest.approx((1.0 + 3.0 + 1.1 + 3.1) / (0.5 + 2.0 + 0.6 + 2.1))
+    cols = encode_each(items("drafter", rounds))["a"]  # what the pass records and logs
+    assert set(cols) == {"jack/spec/speedup@g0", "jack/spec/speedup@g1", "jack/spec/speedup@g2", "jack/spec/speedup@n"}
+    assert items("backbone", [{"times": {"a": {"step_s": [0.1]}}}]) == {}
+    one = [{"times": {"a": {"ar_s": [1.0], "spec_s": [0.5]}}}]
+    assert items("drafter", one) == {}  # one prompt forms no groups
 
 
 def test_a_round_run_on_a_busy_machine_is_named_and_a_quiet_pass_is_not():

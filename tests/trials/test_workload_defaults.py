@@ -85,6 +85,27 @@ def test_a_count_named_like_the_commands_option_or_a_nested_file_name_is_refused
         Loaded(Nested(), "core").reevaluate({}, "ckpt", {"steps": 4})
 
 
+def test_a_reevaluation_may_hand_over_its_items_as_a_report_does():
+    """`reevaluate` -> (metrics, files, items): the items come back as their columns (the
+    store diverts them to the run's items.json); a malformed return is refused by name."""
+    class WithItems(Core):
+        reeval_counts = {"steps": "evaluation steps"}
+
+        def reevaluate(self, config, checkpoint, counts):
+            return {"val/loss": 0.5}, {}, {"val/loss": [0.4, 0.6, 0.5, 0.5]}
+
+    metrics, files = Loaded(WithItems(), "core").reevaluate({}, "ckpt", {"steps": 4})
+    assert metrics["val/loss"] == 0.5 and metrics["jack/val/loss@n"] == 4.0 and files == {}
+    assert metrics["jack/val/loss@g0"] == pytest.approx((0.6 + 0.5 + 0.5) / 3)
+
+    class Bad(WithItems):
+        def reevaluate(self, config, checkpoint, counts):
+            return {"val/loss": 0.5}
+
+    with pytest.raises(WorkloadError, match="reevaluate returned .* not \\(metrics, files\\)"):
+        Loaded(Bad(), "core").reevaluate({}, "ckpt", {"steps": 4})
+
+
 def test_a_timing_pass_must_say_what_a_repetition_holds_in_the_passs_words():
     class Hooks:
         response = {"": "val/loss"}
@@ -93,7 +114,7 @@ def test_a_timing_pass_must_say_what_a_repetition_holds_in_the_passs_words():
         def needs_checkpoints(self, variant):
             return False
 
-        arms = values = jack_values = needs_checkpoints
+        arms = values = items = needs_checkpoints
 
     class Timed(Core):
         timing = Hooks()

@@ -99,6 +99,13 @@ def encode(items: dict, metrics: dict) -> dict[str, float]:
     return out
 
 
+def encode_each(by_key: dict) -> dict[str, dict[str, float]]:
+    """{run key: its items} -> {run key: their columns} (a timing pass's, `TimingHooks.items`)."""
+    if not isinstance(by_key, dict):
+        raise ValueError(f"items by run: a dict of run key -> items, not {type(by_key).__name__}")
+    return {key: encode(items, {}) for key, items in by_key.items()}
+
+
 def _leave_out_mean(values: list[float], G: int, g: int) -> float:
     kept = [v for i, v in enumerate(values) if i % G != g]
     return sum(kept) / len(kept)
