@@ -159,6 +159,8 @@ REGISTRY: tuple[Metric, ...] = (
            "an evaluation-derived response recomputed without evaluation group g (delete-a-group jackknife "
            "over prompts, or over held-out batches): the evaluation's share of the noise, for any response; kept, "
            "with every split/ record, in the run's items.json, not as metrics"),
+    Metric("jack/<response>@n", "", "items", BOTH,
+           "the items (prompts, or held-out batches) that response's jackknife was formed from, in items.json"),
     Metric("target/loss", "lower", "nats", DRAFTER, "the shared target's training loss"),
     Metric("target/tokens_per_s", "higher", "tokens/s", DRAFTER, "the shared target's training throughput"),
 )
@@ -200,6 +202,8 @@ def lookup(name: str) -> Metric | None:
         return _BY_NAME["split/<response>@g"]
     if base.startswith("jack/") and "@g" in base:
         return _BY_NAME["jack/<response>@g"]
+    if base.startswith("jack/") and base.endswith("@n"):
+        return _BY_NAME["jack/<response>@n"]
     if base in _BY_NAME:
         return _BY_NAME[base]
     m = _SUFFIX.search(base)

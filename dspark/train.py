@@ -444,8 +444,8 @@ class Trainer:
 
 def train(config: Config | dict[str, Any], report: Report | None = None, resume_from: str | None = None,
           progress: Progress | None = None, before_step: BeforeStep | None = None) -> dict:
-    """Run both stages; call report(metrics, checkpoint_dir) every eval interval; return
-    the final metrics."""
+    """Run both stages; call report(metrics, checkpoint_dir) every eval interval (the final
+    evaluation's with `items=`, its jackknife); return the final metrics."""
     cfg = config if isinstance(config, Config) else from_dict(config)
     trainer = Trainer(cfg, report=report, progress=progress, before_step=before_step)
     if resume_from:

@@ -26,7 +26,7 @@ from analysis.sequential import (LEGACY, Plan, fingerprint, information_fraction
 from analysis.result_types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
 from analysis.model import fit_response, term_contrasts
 from analysis.verdicts import classify, response_models
-from dspark.metrics import jack_name
+from trials.store.items import jack_name
 
 ALPHA = 0.05
 MAX_BLOCKS, FIRST_PROMPTS, PROMPTS, G = 6, 32, 96, 16

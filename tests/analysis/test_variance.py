@@ -31,7 +31,8 @@ from analysis.result_types import UNDECIDED, Contrast, TermNoise
 from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide
 from analysis.verdicts import decide, decide_all, response_models
 from dspark import calibration
-from dspark.metrics import jack_groups, jack_name
+from dspark.metrics import jack_groups
+from trials.store.items import jack_name
 
 G = 16
 

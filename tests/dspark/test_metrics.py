@@ -44,6 +44,8 @@ def test_names_find_their_rows():
     assert lookup("conf/ece_mean_sts").name == "conf/ece_mean"
     assert lookup("conf/ece@2_sts").name == "conf/ece@k"
     assert lookup("nope/x") is None
+    assert lookup("jack/sched/alg1_throughput@R64@n").name == "jack/<response>@n"
+    assert lookup("jack/spec/tau@g3").name == "jack/<response>@g"
     assert better("val/bpb") == "lower" and better("spec/tau") == "higher" and better("train/step_ms") == "lower"
     assert degenerate_reason("backbone", "tf/tau") and degenerate_reason("drafter", "tf/tau") is None
     assert "constant" in unmeasured_reason("drafter", "val/bpb")
