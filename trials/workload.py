@@ -17,7 +17,9 @@ Required, four attributes (a whole example: `examples/mlp_sweep.py`, 40 lines):
                noise into the seeds' part and the items' (their mean is the response; a
                response that is no mean: {"items": n, "without": [the response
                recomputed without each group]}; `trials.store.items`). The store keeps them as
-               one artifact per run, `items.json`, not as metrics
+               one artifact per run, `items.json`, not as metrics, and with them an
+               evaluation's own counts, reported as `split/<name>` metrics (DSpark's
+               `split/prompts`, `split/eval_batches`: what a re-evaluation or a plan scales)
     metrics    {metric: "higher" | "lower"}, or {metric: {"better": ..., "margin": ...,
                "unit": ...}}: a metric with a margin is a primary response where a spec
                declares none
