@@ -27,7 +27,7 @@ from .text import wrap_text
 from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
 from .variance import PROMPT_FACTORS, WHAT, prompts_to_decide, why_not_items
-from .verdicts import MAX_BLOCKS, blocks_to_decide, decide_look, margins_for, response_models
+from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, margins_for, response_models
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:
@@ -100,7 +100,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if)
     look.unrecorded = unrecorded
     prices = plan_prices(look, models, chosen, declared, rules)
-    controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
+    controls = control_cells(df)
     d = decide_look(sweep, chosen, declared, look, models, prices)
     look.record(d.verdicts)
     minutes = median_minutes(df, "run_s")

@@ -24,7 +24,7 @@ from .sweep_reader import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .sequential import look_for, look_shares, plan_prices
 from .result_types import Report
-from .verdicts import decide_look, margins_for, response_models
+from .verdicts import control_cells, decide_look, margins_for, response_models
 
 
 def _refuse_empty(sweep: SweepFrame) -> None:
@@ -67,7 +67,7 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     models = response_models(df, chosen, factors, rules)
     look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if=what_if or bool(margins))
     look.unrecorded = unrecorded
-    controls = sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
+    controls = control_cells(df)
     decision = decide_look(sweep, chosen, declared, look, models, plan_prices(look, models, chosen, declared, rules),
                            adjust)
     look.record(decision.verdicts)

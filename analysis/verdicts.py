@@ -294,6 +294,11 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     return decision
 
 
+def control_cells(df: pd.DataFrame) -> list[str]:
+    """The sweep's control cells (`control=<name>`, `trials.expand`), sorted."""
+    return sorted(c for c in df["cell"].unique() if str(c).startswith("control="))
+
+
 def decide_look(sweep: SweepFrame, responses: list[str], declared: dict[str, dict], look: LookResult,
                 models: Models, prices: PlanPrices | None, adjust: str = "bonferroni") -> Decision:
     """A sweep's verdicts at a look, from its record: `decide_all` over the family the record
@@ -301,7 +306,7 @@ def decide_look(sweep: SweepFrame, responses: list[str], declared: dict[str, dic
     errors, at the look's levels and with its earlier looks' decisions binding. `declared`:
     the primary responses' margins (`margins_for`)."""
     df, record = sweep.runs, sweep.record
-    control = min((c for c in df["cell"].unique() if str(c).startswith("control=")), default=None)
+    control = next(iter(control_cells(df)), None)
     return decide_all(df, responses, list(sweep.factors), declared, look.family_alpha, adjust, control,
                       record.primary_terms or None, rules=sweep.registry, contrasts=record.contrasts, models=models,
                       plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "own",
