@@ -234,6 +234,9 @@ def _confirm(sweep, args, margins) -> int:
     from .confirm import confirm
     from .report import build_report
 
+    from .plan import check_arguments
+
+    check_arguments(None, 0.05 if args.alpha is None else args.alpha, args.power)  # before any work, one line
     at = {}
     for item in args.at or []:
         factor, sep, level = item.partition("=")

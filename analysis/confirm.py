@@ -8,15 +8,21 @@ fixed at a level the user names (`--at FACTOR=LEVEL`; by default each factor's l
 the corrected one in the shipped specs), one response with its margin, a family of that one
 question, and a declared sequential plan with binding looks.
 
-Its blocks come from the screening study's own-error model (`analysis.variance`). There the
-term's estimate at B blocks has a run-level variance v_run (its own block x term part: each
-block's contrast varies by sigma^2 sum(w^2) from the runs plus sigma_bt^2 from a seed that
-favours one arm) and an items x term part v_it that blocks never shrink. In the two-arm study
-each block is one run of each arm, so its contrast varies by
+Its blocks come from the screening study's own-error model (`analysis.variance`), the
+measure `analysis plan` prices more blocks with. There the term's estimate at B blocks has a
+run-level variance v_run (its own block x term error: each block's contrast varies by
+sigma_u^2 sum(w^2) from the runs, w the cells' weights, plus sigma_bt^2 from a seed that favours
+one arm) and an items x term part v_it that blocks never shrink. In the two-arm study each
+block is one run of each arm, so its contrast varies by 2 sigma_u^2 + sigma_bt^2:
 
-    v_pair = 2 sigma^2 + sigma_bt^2,   sigma_bt^2 = max(B v_run - sigma^2 sum(w^2), 0),
+    v_pair = min(2 sigma^2 + max(B v_run - sigma^2 sum(w^2), 0),  2 B v_run / sum(w^2))
 
-and b blocks give se^2 = v_pair / b + v_it on b - 1 df (the paired t). The fixed-sample blocks
+with sigma the pooled residual sd. The first is the split of the own error between the runs and
+block x term; where the own error is below what sigma implies (a negative sigma_bt^2), the
+second, the own error itself with every bit of it run noise, takes over: the measured error is
+never floored away by the pooled one (the two meet where sigma_bt^2 = 0). b blocks give
+se^2 = v_pair / b + v_it on b - 1 df (the paired t).
+The fixed-sample blocks
 b* are the fewest (at least 4: a paired error on 3 df) at which the term is decided with the
 chosen power if its effect is the screening estimate, at the study's whole alpha (a family
 of one); the plan allows ceil(1.25 b*) blocks (Pocock-type spending over a few looks costs
@@ -98,9 +104,11 @@ def paired_noise(v: Verdict, sigma: float, sum_w2: float) -> tuple[float, float]
     """(v_pair, v_it): one block's contrast variance in the two-arm study and the items x term
     part (module docstring)."""
     n = v.noise
-    run = n.seeds + n.item_run
-    bt = max(n.blocks * run - sigma ** 2 * sum_w2, 0.0)
-    return 2 * sigma ** 2 + bt, n.item_term
+    block = n.blocks * (n.seeds + n.item_run)  # one block's contrast in the screening: B v_run
+    bt = max(block - sigma ** 2 * sum_w2, 0.0)
+    # never above what the term's own error implies for one run an arm (sigma_bt^2 = 0, every
+    # bit of it run noise): a pooled sigma above it says nothing of this term
+    return max(min(2 * sigma ** 2 + bt, block * 2.0 / sum_w2), 1e-300), n.item_term
 
 
 def blocks_for(v: Verdict, v_pair: float, v_it: float, alpha: float, power: float) -> int | None:
@@ -151,30 +159,72 @@ def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None,
     first = max(MIN_DF + 1, math.ceil(most / 2))
     exp = sweep.record.experiment
     fixed = ", ".join(f"{f}={lv}" for f, lv in chosen.items()) or "no other factor"
-    new = _confirming_spec(raw, v, exp, term, name, arms, base, fixed, first, most, alpha)
+    several = len(decision.primary()) > 1  # the response in the name: one confirmation a response
+    new = _confirming_spec(raw, v, exp, term, name, arms, base, fixed, first, most, alpha, several)
+    timed = timing_of(sweep) if sweep.registry.is_timed(r) else None
+    if timed:  # timed as the screening was, so the noise it was sized from is the noise it will meet
+        new["timing"] = timed
     path = Path(out) if out else source.parent / f"{new['name']}.yaml"
-    header = (f"# written by `analysis plan {exp} --confirm {term}` from {source} and the screening study's noise: "
-              f"paired sd {math.sqrt(v_pair):.3g} a block, items x term sd {math.sqrt(v_it):.3g}\n")
-    path.write_text(header + yaml.safe_dump(new, sort_keys=False))
+    if path.exists() or path.is_symlink():  # a spec a study ran from, a note, the screening spec: never replaced
+        raise AnalysisError(f"--confirm {term}: {path} exists; nothing is overwritten: name another file with "
+                            "--out-spec PATH")
+    flags = "".join(f" --at {f}={lv}" for f, lv in (at or {}).items()) + (f" --response {r}" if several else "")
+    header = (f"# written by `analysis plan {exp} --confirm {term}{flags}` from {source} and the screening study's "
+              f"noise: paired sd {math.sqrt(v_pair):.3g} a block, items x term sd {math.sqrt(v_it):.3g}\n")
+    write_new(path, header + yaml.safe_dump(new, sort_keys=False))
     minutes = _minutes(runs)
     cost = f", about {2 * most * minutes:.0f} worker-minutes at most" if minutes else ""
+    how = (f"  timed as the screening was ({', '.join(f'{k} {n}' for k, n in timed.items())}; its spec's timing:): "
+           "trials augment times each block itself before each look" if timed else
+           "  timed by trials augment before each look, with trials time's defaults (no timing pass in the screening)"
+           if sweep.registry.is_timed(r) else "")
     return "\n".join([
         f"{exp}: a study that decides {term} on {r} alone: {path}",
-        f"  arms: {name} = {' vs '.join(arms)}; fixed: {fixed}",
+        f"  arms: {name} = {' vs '.join(arms)}; fixed: {fixed}", *([how] if how else []),
         f"  blocks: {fixed_blocks} in one look ({power:.0%} if its effect is the screening's {v.estimate:+.4g}, "
         f"alpha {alpha:g} for this one question); the plan looks at {first} and again at {most}",
         f"  runs: {2 * first} to {2 * most}{cost}",
         f"  run it: trials run {path} && trials augment {new['name']} --until-decided"])
 
 
+def write_new(path: Path, text: str) -> None:
+    """Write a file that does not exist yet, whole or not at all (one line where it exists)."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    try:
+        os.link(tmp, path)  # fails where the path exists, even if it appeared since the check
+    except FileExistsError:
+        raise AnalysisError(f"{path} exists; nothing is overwritten: name another file with --out-spec PATH") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+MAX_NAME = 64  # trials.spec.NAME_RE: the longest sweep name `trials run` accepts
+
+
+def confirmation_name(exp: str, term: str, response: str | None = None) -> str:
+    """`<screening>-confirm-<term>[-<response>]`, within MAX_NAME characters: a longer one is
+    cut and keeps a short digest of the whole, so two questions never share a name."""
+    import hashlib
+
+    slug = lambda x: re.sub(r"[^A-Za-z0-9]+", "-", x).strip("-").lower()  # noqa: E731
+    full = f"{exp}-confirm-{slug(term)}" + (f"-{slug(response)}" if response else "")
+    if len(full) <= MAX_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    return f"{full[:MAX_NAME - 9].rstrip('-.')}-{digest}"
+
+
 def _confirming_spec(raw: dict, v, exp: str, term: str, name: str, arms: dict, base: dict, fixed: str, first: int,
-                     most: int, alpha: float) -> dict:
+                     most: int, alpha: float, several: bool = False) -> dict:
     """The confirmation's spec: two arms, one response, a plan that looks at `first` blocks
-    and again at `most` (look_every: the blocks between), and its link to the screening study."""
+    and again at `most` (look_every: the blocks between), and its link to the screening study
+    (`several`: the screening has more than one primary response, so the name says which)."""
     r = v.response
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", term).strip("-").lower()
     lo, hi, _ = v.interval()  # the interval its verdict used
-    return {"name": f"{exp}-confirm-{slug}",
+    return {"name": confirmation_name(exp, term, r if several else None),
             "description": (f"confirms {term} on {r} from the screening study {exp} (its estimate {v.estimate:+.4g} "
                             f"[{lo:+.4g}, {hi:+.4g}], {v.verdict}); two arms, {fixed} fixed"),
             **{k: raw[k] for k in ("workload",) if k in raw},
@@ -184,6 +234,22 @@ def _confirming_spec(raw: dict, v, exp: str, term: str, name: str, arms: dict, b
                          "low": float(lo), "high": float(hi), "verdict": v.verdict},
             "replicates": first, "design": "full",
             **{k: raw[k] for k in ("resources", "max_concurrent", "max_failures") if k in raw}}
+
+
+def timing_of(sweep: SweepFrame) -> dict[str, int] | None:
+    """The settings of the screening's last timing pass (its parent's `timing` record), as a
+    spec's `timing:` takes them; None where it has none."""
+    import json
+
+    try:
+        record = json.loads(sweep.record.timing) if sweep.record.timing else None
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    keep = ("rounds", "warmup", "prompts", "steps", "seed")
+    out = {k: record[k] for k in keep if isinstance(record.get(k), int) and not isinstance(record.get(k), bool)}
+    return out or None
 
 
 def _minutes(runs) -> float | None:

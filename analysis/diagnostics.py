@@ -152,7 +152,7 @@ def _check_primary(df: pd.DataFrame, stage: str | None, r: str, experiment: str,
     missing = int(pd.to_numeric(df[r], errors="coerce").isna().sum())
     if missing and rules.is_timed(r):
         raise AnalysisError(f"primary response {r}: {missing} run(s) have no value from the timing pass (a block "
-                            f"added after it): run `trials time {name}` again, which times every run")
+                            f"added after it): run `trials time {name}`, which times the blocks not timed yet")
     problem = value_problem(df, r)
     if problem:
         raise AnalysisError(f"primary response {r}: {problem}")
@@ -192,14 +192,18 @@ def model_fit_table(results: dict[str, ResponseResult]) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def drift_check(data: pd.DataFrame, res: ResponseResult) -> tuple[float, float] | None:
+def drift_check(data: pd.DataFrame, res: ResponseResult, resid: pd.Series | None = None) -> tuple[float, float] | None:
     """Least-squares slope of the model's residuals on the run order, and its p-value.
     The replicate blocks already absorb drift between blocks, so the order is centred
     inside each block: the slope is the drift left within blocks, which the model does
-    not remove and which randomisation turns into noise rather than bias."""
+    not remove and which randomisation turns into noise rather than bias. `resid`: the
+    residuals of the model the verdicts used (`analysis.variance.residuals`: with the block x
+    term interactions each own error allows for); the ANOVA's where None."""
     if "run_order" not in data.columns:
         return None
-    resid = residuals(data, res)
+    resid = residuals(data, res) if resid is None else resid
+    if len(resid) == 0 or np.allclose(resid.to_numpy(float), 0, atol=1e-12 * max(1.0, float(np.abs(resid).max()))):
+        return None  # an exact fit: no residual to drift
     raw = pd.to_numeric(data.loc[resid.index, "run_order"], errors="coerce")
     ok = (raw.notna() & (raw >= 0)).to_numpy()
     order = centred_order(data, res, resid)

@@ -11,6 +11,7 @@ in the sibling folders of `results/` (`in_folders`).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from trials.store.client import tracking_client
@@ -23,10 +24,11 @@ from .sweep_reader import load_runs, read_parquet
 
 def confirmation_lines(found: list[SweepFrame]) -> list[str]:
     """One line per confirmation run for a screening study: its verdict, estimate and
-    interval on its one question, at the blocks it has (or why it has none yet)."""
+    interval on its one question, at the blocks it has (or why it has none yet); then, where
+    there are several, the family they make (`family_lines`)."""
     from .report import build_report
 
-    lines = []
+    lines, claims = [], []
     for conf in sorted(found, key=lambda s: s.record.experiment):
         c, name = conf.record.confirms, conf.record.experiment
         try:
@@ -42,7 +44,41 @@ def confirmation_lines(found: list[SweepFrame]) -> list[str]:
         lo, hi, _ = v.interval()  # the interval the decision used (TOST's for negligible)
         lines.append(f"confirmation {name}: {c['term']} on {c['response']} {v.verdict}, {v.estimate:+.4g} "
                      f"[{lo:+.4g}, {hi:+.4g}] at {blocks} blocks")
-    return lines
+        plan = rep.look.plan if rep.look is not None else None
+        claims.append((name, v, plan.alpha if plan is not None else rep.decision.alpha))
+    return lines + family_lines(claims)
+
+
+def family_lines(claims: list[tuple[str, object, float]]) -> list[str]:
+    """The family the confirmations of one screening make, in words: each is a family of one
+    question at its own alpha, so together their familywise error is up to 1 - prod(1 -
+    alpha_i); and a Holm view across them. Holm's step-down on each claim's ratio r = p /
+    (the nominal level it was decided at): a claim holds at its own alpha where r <= 1, and
+    across the k confirmations at rank i (r ascending) where every r up to it is at most
+    1 / (k - i + 1) (the levels scaled as alpha is, which Pocock-type levels nearly are).
+    `claims`: (confirmation, its verdict, its alpha)."""
+    if len(claims) < 2:
+        return []
+    fwer = 1 - math.prod(1 - a for _, _, a in claims)
+    out = [f"the {len(claims)} confirmations are {len(claims)} families of one question each, at alpha "
+           f"{', '.join(f'{a:g}' for _, _, a in claims)}: together, a familywise error of up to {fwer:.3g} "
+           f"(Bonferroni's bound {sum(a for _, _, a in claims):.3g})"]
+    ratios = []
+    for name, v, _ in claims:
+        if v.snapshot() is None:  # undecided: no claim
+            continue
+        p, level = (v.p, v.alpha_star) if v.matters else (v.p_equiv, v.alpha_equiv)
+        if p is not None and level and level > 0:
+            ratios.append((p / level, name, v.verdict))
+    k, held = len(claims), True
+    words = []
+    for i, (r, name, verdict) in enumerate(sorted(ratios)):
+        held = held and r <= 1 / (k - i)
+        words.append(f"{name} ({verdict}) {'holds' if held else 'does not hold'}")
+    if words:
+        out.append(f"Holm across the {k} (familywise alpha as each one's): " + "; ".join(words)
+                   + ("" if len(ratios) == k else f"; {k - len(ratios)} undecided, no claim"))
+    return out
 
 
 def in_folders(folder: str | Path, experiment: str) -> list[SweepFrame]:

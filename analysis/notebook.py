@@ -2,10 +2,12 @@
 nbclient (in the venv: no Jupyter server needed), its parameters cell set from the
 command line, the store resolved the way the CLIs resolve it (a relative sqlite path
 against the current folder). The executed notebook is written beside the reports; the
-notebook itself writes no report file."""
+notebook itself writes no report file. Its kernel works in the folder the command runs from
+(where `analysis report` would find a user's own workload), never in the output folder."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from pathlib import Path
@@ -46,8 +48,11 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
         log = Path(sockets) / "kernel.log"
         with open(log, "w") as stderr:
             try:
+                # the kernel works in the folder the command runs from, as `analysis report` does: a
+                # user's own workload is found there, and nothing in the output folder (a received
+                # study's reports/NAME/) is on its import path
                 NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
-                               resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
+                               resources={"metadata": {"path": os.getcwd()}}).execute(stderr=stderr)
             except CellExecutionError as e:  # the cell's traceback stays in the notebook written here
                 path = folder / f"{name}.ipynb"
                 nbformat.write(nb, path)

@@ -24,7 +24,7 @@ from .frame import SweepFrame
 from .diagnostics import choose_responses, sensitivity
 from .power import p_decided
 from .text import wrap_text
-from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
+from .sequential import LookResult, PlanPrices, boundary_lines, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
 from .variance import PROMPT_FACTORS, WHAT, prompts_to_decide, why_not_items
 from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, margins_for, response_models
@@ -36,8 +36,8 @@ def check_arguments(effect: float | None, alpha: float, target_power: float) -> 
         raise AnalysisError(f"--effect: must be a finite non-zero number, got {effect!r}")
     if not 0 < alpha < 1:
         raise AnalysisError(f"--alpha: must lie in (0, 1), got {alpha!r}")
-    if not 0 < target_power < 1:
-        raise AnalysisError(f"--power: must lie in (0, 1), got {target_power!r}")
+    if not (isinstance(target_power, (int, float)) and math.isfinite(target_power) and 0 < target_power < 1):
+        raise AnalysisError(f"--power: a probability in (0, 1), such as 0.8, got {target_power!r}")
 
 
 def plan_text(sweep: SweepFrame, effect: float | None, responses: list[str] | None = None,
@@ -112,6 +112,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
              f"  {look.label()}", f"  {_within(look, prices)}; {cost}",
              "  each term's se is seeds + items x runs + items x term (analysis.variance): blocks shrink the first "
              "two, items the last two"]
+    lines += [f"  {line}" for line in boundary_lines(d, look)]
     more, blocks_all, item_multiples = _undecided_lines(d, rules, prices, every, record.experiment)
     lines += more
     if blocks_all:
@@ -207,7 +208,7 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
                 step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None, name=name)}"
                 if not v.term.startswith("vs "):  # the cheaper route: that question alone, two arms
-                    step += f"; or that question alone: analysis plan {name} --confirm {v.term}"
+                    step += f"; or that question alone: analysis plan {name} --confirm {v.term} --response {r}"
             lines.append(f"    {v.term}: {step}")
             if check.primary and v.in_family:
                 blocks_all = None if v.blocks is None or blocks_all is None else max(blocks_all, v.blocks)

@@ -15,9 +15,12 @@ from trials.store.client import tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
 from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQUENTIAL_TAG, VERDICT_PREFIX
 
+from . import links
 from .anova import AnalysisError
 from .frame import SweepFrame
 from .render import parent_note
+from .report import build_report
+from .sweep_reader import load_runs
 from .result_types import Report
 from .verdicts import COUNT_METRICS
 
@@ -75,3 +78,25 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> N
     for path in (rep.html_path, rep.markdown_path):
         if path is not None:
             client.log_artifact(parent, str(path), artifact_path="attribution")
+    if sweep.record.confirms:
+        refresh_screening(sweep.record.confirms.get("study"), tracking_uri)
+
+
+def refresh_screening(study, tracking_uri: str | None) -> bool:
+    """A confirmation's verdict on its screening study's parent run too: the screening's
+    description rebuilt with its confirmations' lines (`analysis.links`), at its last recorded
+    look (nothing new is tested or recorded: where its runs are not the data of a recorded
+    look, it is left as it is). Returns whether it was written. A screening that cannot be
+    read is left alone: one damaged study never blocks another's report."""
+    if not isinstance(study, str) or not study:
+        return False
+    try:
+        screening = load_runs(study, tracking_uri)
+        rep = build_report(screening, None, links=links.confirmation_lines(links.in_store(tracking_uri, study)))
+    except (AnalysisError, ValueError, KeyError, OSError):
+        return False
+    if rep.look is None or rep.look.new or rep.look.what_if:
+        return False
+    client = tracking_client(tracking_uri)
+    client.set_tag(screening.record.parent_run_id, NOTE_TAG, parent_note(rep, screening))
+    return True

@@ -20,7 +20,7 @@ from trials.store.kept import write_atomic
 from trials.store.ui import TRAINING_VIEW, UI_URL, md_text, run_url
 
 from . import plots
-from .sequential import LookResult
+from .sequential import LookResult, boundary_lines
 from .text import BRIEF_WIDTH, wrap_text
 from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
 from .coded_design import alias_structure, design_matrix, factorial_rows, without_value
@@ -48,14 +48,18 @@ def verdict_table_text(decision: Decision) -> str:
              "  " + "term".ljust(term_w) + "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths))]
     for term, row in grid.iterrows():
         lines.append("  " + str(term).ljust(term_w) + "  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    untested = sorted({v.term for v in decision.family_verdicts() if v.untested and not v.identical and v.response in cols})
+    if untested:  # an interval beside "undecided" says why nothing was tested, on the same screen
+        lines.append(f"  not tested at this look ({', '.join(untested)}): too few blocks for a term's own error (no look "
+                     f"tests under {MIN_DF + 1} blocks); their intervals are shown, nothing was decided")
     return "\n".join(line.rstrip() for line in lines)
 
 
 def summarise(decision: Decision, results: dict[str, ResponseResult],
-              drift: dict[str, tuple[float, float]] | None = None, noise: dict | None = None) -> str:
+              drift: dict[str, tuple[float, float]] | None = None, noise: dict | None = None, look=None) -> str:
     """Per response: what its verdicts rest on, then one line per term that starts with
     `<term>: <verdict>`; the primary main effects at every level of the others; every effect
-    detected outside the family; the family's counts."""
+    detected outside the family; the family's counts; the plan's boundary table (`look`)."""
     drift = drift or {}
     lines = [decision.method()]
     any_margin = any(c.margin is not None for c in decision.checks.values())
@@ -83,6 +87,7 @@ def summarise(decision: Decision, results: dict[str, ResponseResult],
                   f"{v.interval()[1]:+.4g}]" for v in detected]
     kind = "the family's verdicts" if any_margin else "verdicts"
     lines.append(f"{kind}: {decision.counts_text()}")
+    lines += boundary_lines(decision, look)
     return "\n".join(lines)
 
 
@@ -257,6 +262,10 @@ def parent_note(rep: Report, sweep: SweepFrame) -> str:
     look = rep.look.label() if rep.look is not None else ""
     lines = ["**The answer**, a sentence per primary response:", "",
              *[f"- {md(sentence(d, r))}" for r in answer_columns(d)]]
+    if record.confirms:  # the confirmation names its screening study and the estimate it started from
+        lines += ["", f"**Confirms**: {md(confirms_line(record))}; {md(FAMILY_OF_ONE)}."]
+    if rep.links:  # the screening names its confirmations and their verdicts
+        lines += ["", "**Confirmations of this study**:", *[f"- {md(x)}" for x in rep.links]]
     lines += ["", "| response (margin) | term | verdict | estimate [interval the decision used] |", "|---|---|---|---|"]
     for r in answer_columns(d):
         c = d.checks[r]
@@ -338,6 +347,10 @@ def confirms_line(record) -> str:
             f"{c['estimate']:+.4g} [{c['low']:+.4g}, {c['high']:+.4g}] ({c['verdict']} there)")
 
 
+FAMILY_OF_ONE = ("its claim's family: this one question, at its plan's alpha (the screening's report gives the "
+                 "familywise error across its confirmations, with a Holm view)")
+
+
 def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: str = "",
                 links: list[str] | None = None) -> str:
     df, record = sweep.runs, sweep.record
@@ -350,7 +363,7 @@ def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: 
     said = shown_description(record.description) if record.description else "its spec gives no description"
     lines = [f"experiment {record.experiment}: {said}" + (f" ({where})" if where else "")]
     if record.confirms:  # a confirmation names the screening study and the estimate it started from
-        lines.append(confirms_line(record))
+        lines += [confirms_line(record), FAMILY_OF_ONE]
     reps = data["replicate"].nunique() if len(data) else 0
     n_control = len(df) - len(data)
     lines.append(f"{len(data)} finished factorial runs" + (f" and {n_control} control runs" if n_control else "")
@@ -629,11 +642,15 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
     esc = html.escape
     d = rep.decision
     check = d.checks[r]
+    effects = (f"<h3>Effects, {_pct_text(1 - d.alpha_of(r))} intervals (the test of 'no effect' at level "
+               f"{d.alpha_of(r):.3g})</h3>" + _table_html(effects_table(d, r))
+               + f"<p class='legend'><small>{esc(EFFECTS_LEGEND)}</small></p>")
     parts = [f"<h2>{esc(r)} <small>({esc(_col_note(check))})</small></h2>",
-             f"<p>{esc(check.text(d.alpha_of(r)))}.</p>",
-             f"<h3>Effects, {_pct_text(1 - d.alpha_of(r))} intervals (the test of 'no effect' at level "
-             f"{d.alpha_of(r):.3g})</h3>" + _table_html(effects_table(d, r))
-             + f"<p class='legend'><small>{esc(EFFECTS_LEGEND)}</small></p>"]
+             f"<p>{esc(check.text(d.alpha_of(r)))}.</p>"]
+    if check.margin is not None:  # a secondary response's table is folded: the answer stays on the first screens
+        parts.append(effects)
+    else:
+        parts.append(_folded("its effects (a secondary response: no margin, no verdict beyond 'matters')", effects))
     if check.margin is not None:
         parts.append(f"<h3>Within &plusmn;{check.margin:g}? {_pct_text(1 - 2 * d.alpha_eq_of(r))} intervals (their "
                      f"bounds are the two one-sided tests at {d.alpha_eq_of(r):.3g}: inside the margin is "

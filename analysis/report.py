@@ -24,6 +24,7 @@ from .sweep_reader import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .sequential import look_for, look_shares, plan_prices
 from .result_types import Report
+from .variance import residuals
 from .verdicts import control_cells, decide_look, margins_for, response_models
 
 
@@ -41,7 +42,15 @@ def _busy_caveat(decision, record) -> None:
         decision.caveats.setdefault(busy[0], []).append(
             f"{busy[1]} run-round(s) of the timing pass behind it depart from their run's median round by more than "
             f"half (a load during the pass, or repetitions too short to time steadily), so its values may skew these "
-            f"verdicts; time it again on a quiet machine: trials time {record.experiment}")
+            f"verdicts; time it again on a quiet machine: trials time {record.experiment} --again (the verdicts a "
+            f"look recorded stand; the new timings are used at the next look)")
+
+
+def _verdict_residuals(models, r: str, terms: list[tuple[str, ...]]):
+    """A response's residuals under the model its family's verdicts used (None: not modelled)."""
+    if r not in models.models:
+        return None
+    return residuals(models.models[r], models.rows[r].index, terms)
 
 
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
@@ -72,7 +81,9 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
                            adjust)
     look.record(decision.verdicts)
     noise = decision.noise
-    drift = {r: d for r, res in results.items() if (d := drift_check(data, res)) is not None}
+    family = [tuple(t.split(":")) for t in decision.primary_terms]
+    drift = {r: d for r, res in results.items()
+             if (d := drift_check(data, res, _verdict_residuals(models, r, family))) is not None}
     for r, (slope, p) in drift.items():  # a model that misses a drift over the run order: beside its verdicts
         if p < DRIFT_ALPHA and r in decision.checks and decision.checks[r].primary:
             decision.caveats.setdefault(r, []).append(
@@ -82,7 +93,8 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
     header = header_text(sweep, stage, factors, look.label(), links)
     closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped)
-    summary = header + "\n" + verdict_table_text(decision) + "\n" + summarise(decision, results, drift, noise) + closing
+    summary = (header + "\n" + verdict_table_text(decision) + "\n" + summarise(decision, results, drift, noise, look)
+               + closing)
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,
                  decision=decision, look=look, noise=noise, links=list(links or []))
     rep.brief = brief_text(rep, sweep, header, closing)

@@ -31,7 +31,7 @@ BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED = ("matters, beyond the margin", "matters,
 VERDICTS = (BEYOND, UNSURE, NEGLIGIBLE, UNDECIDED)
 
 
-SMALLER = "detected, smaller than the margin"  # the qualifier of a negligible effect that excludes zero
+SMALLER = "detected, smaller than the margin"  # a negligible effect whose (1 - alpha*) interval excludes zero
 
 
 BLOCK_ALPHA = 0.05  # the block-by-term test names a term whose effect differs between blocks at this level
@@ -151,6 +151,7 @@ class Verdict:
     decided_at: int | None = None  # the look that decided it (binding), where a plan's look did
     few: str = ""  # why its interval says little (too few blocks for its own error, or many margins wide)
     untested: bool = False  # too few blocks for its own error: this look tests nothing of it
+    identical: bool = False  # its levels gave identical values in every block: the switch changed nothing
 
     @property
     def alpha_equiv(self) -> float:
@@ -182,7 +183,17 @@ class Verdict:
 
     @property
     def smaller_than_margin(self) -> bool:
-        return self.verdict == NEGLIGIBLE and (self.eq_low > 0 or self.eq_high < 0)
+        """Negligible, and zero rejected by the two-sided test at alpha* (the (1 - alpha*)
+        interval excludes it): "detected" is a rejection of zero at the family's alpha, never
+        the (1 - 2 alpha*) interval's, which would test at 2 alpha*."""
+        return self.verdict == NEGLIGIBLE and self.detected
+
+    @property
+    def asserts_effect(self) -> bool:
+        """Whether the verdict's words assert a nonzero effect (matters, or detected and
+        smaller than the margin): each is a rejection of zero at alpha*, the error a plan
+        keeps at alpha (bench/error_rates.py counts every one)."""
+        return self.matters or self.smaller_than_margin
 
     def direction(self) -> str:
         """'better' or 'worse' for a main effect or control contrast that matters (an
@@ -215,6 +226,10 @@ class Verdict:
 
     def text(self) -> str:
         """One sentence that starts with `<term>: <verdict>` and agrees with its interval."""
+        if self.identical:
+            return (f"{self.term}: undecided: its levels changed nothing (estimate {self.estimate:+.3g}, se "
+                    f"{self.se:.3g}: identical values in every block); {self.next_step}"
+                    + ("" if self.in_family else " [outside the family]"))
         lo, hi, level = self.interval()
         what = f"{self.label}: " if self.label else ""
         est = f"{what}{self.estimate:+.4g} [{lo:+.4g}, {hi:+.4g}] at {pct(level)}"
@@ -231,7 +246,7 @@ class Verdict:
         elif self.verdict == NEGLIGIBLE:
             out = f"{self.term}: negligible within {m} ({est})"
             if self.smaller_than_margin:
-                out += f"; {SMALLER}"
+                out += f"; {SMALLER} (zero outside [{self.ci_low:+.4g}, {self.ci_high:+.4g}] at {pct(1 - self.alpha_star)})"
         else:
             out = f"{self.term}: undecided ({est}"
             if self.margin is None:
@@ -382,8 +397,9 @@ class Decision:
                     "pairwise contrasts")
         at = "; ".join(f"{r}: {a2:.3g} two-sided, {a1:.3g} one-sided (look {k})" for r, (a2, a1, k) in
                        self.levels.items())
-        return (head + " spent over the plan's looks with exact boundaries; this look's nominal levels, other "
-                f"terms of a response too: {at}; intervals: (1 - level) for 'no effect', (1 - 2 x one-sided level) "
+        return (head + " spent over the plan's looks with group-sequential boundaries calibrated to each t "
+                f"statistic's df; this look's nominal levels for normal statistics (each term's own, at its df, is "
+                f"in its verdict's interval): {at}; intervals: (1 - level) for 'no effect', (1 - 2 x one-sided level) "
                 "for 'beyond the margin' and 'negligible' (TOST); a hypothesis decided at an earlier look keeps that "
                 "look's verdict and interval (binding); factors of more than two levels as pairwise contrasts")
 

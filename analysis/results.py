@@ -16,7 +16,7 @@ from trials.store.kept import write_atomic
 
 from .anova import AnalysisError
 from .sweep_reader import read_parquet, to_parquet
-from .sequential import plan_of
+from .sequential import fingerprint, plan_of, timed_digest
 
 RUNS = "runs.parquet"
 SUMMARY = "summary.txt"
@@ -38,7 +38,7 @@ def rebuild(folder: str | Path) -> Path:
     if not (folder / RUNS).is_file():
         raise AnalysisError(f"results: {folder} holds no {RUNS}")
     sweep = read_parquet(folder / RUNS)
-    replayed = replay(sweep)
+    replayed = replay(sweep, force=True)
     if replayed.record.sequential != sweep.record.sequential:
         sweep = replayed
         to_parquet(sweep, folder / RUNS)  # the binding decisions kept with the runs
@@ -49,32 +49,56 @@ def rebuild(folder: str | Path) -> Path:
     return folder / SUMMARY
 
 
-def replay(sweep):
-    """The sweep with its recorded looks' binding decisions made again under today's rules,
-    for a study recorded before looks kept them (or under older statistics): each earlier
-    look is analysed on the runs of its blocks and what it decides is recorded on it, so that
-    the last look shows which decisions were made at which look. The runs hold each run's
-    final values: a look whose blocks a later look re-evaluated (more prompts, or a timing
-    pass again) saw other values, so it is not replayed and decides nothing, which can only
-    lower the error spent (its alpha is left unused). Unchanged where every look before the
-    last records its decisions already, or there is no plan."""
+def replay(sweep, force: bool = False):
+    """The sweep with its recorded looks' binding decisions made under today's rules on the
+    data each look had, for a study recorded before looks kept them (or, `force`, to re-read
+    a committed study under corrected statistics): each earlier look is analysed on the runs
+    of its blocks and what it decides is recorded on it, so that the last look shows which
+    decisions were made at which look. A look is replayed only where those runs are the data
+    it saw: its fingerprint (runs and their evaluation) and its timed values' digest must be
+    the runs' now. One whose blocks were re-evaluated later (more prompts) or re-timed (a
+    timing pass again) saw other values: it is marked "not replayed" and decides nothing,
+    which can only lower the error spent (its alpha is spent, unused). Unchanged where every
+    look before the last records its decisions already (unless `force`), or there is no plan."""
     from .report import build_report
 
     plan = plan_of(sweep.record.sequential)
-    if not plan.planned or len(plan.looks) < 2 or any(x.decided for x in plan.looks):
+    if not plan.planned or len(plan.looks) < 2 or (not force and any(x.decided for x in plan.looks)):
         return sweep
     order = sorted(sweep.runs["replicate"].unique())
-    for j, look in enumerate(plan.looks[:-1]):
-        if any(later.blocks == look.blocks for later in plan.looks[j + 1:]) or not look.data:
+    timed = sweep.registry.timed()
+    for j, look in enumerate(plan.looks if force else plan.looks[:-1]):
+        look.decided, look.note = {}, ""
+        if j == 0:
+            look.margins = {}
+        runs = sweep.runs[sweep.runs["replicate"].isin(order[:look.blocks])]
+        if (why := _not_replayed(look, runs, timed)):
+            look.note = f"not replayed: {why}"
             continue
         before = dataclasses.replace(plan, looks=plan.looks[:j])
-        runs = sweep.runs[sweep.runs["replicate"].isin(order[:look.blocks])]
         sub = dataclasses.replace(sweep, runs=runs,
                                   record=dataclasses.replace(sweep.record, sequential=before.to_json()))
         try:
             rep = build_report(sub, None)
-        except AnalysisError:
+        except AnalysisError as e:
+            look.note = f"not replayed: {str(e)[:200]}"
             continue
         if rep.look is not None and rep.look.look is not None:
             look.decided = dict(rep.look.look.decided)
+            if j == 0:
+                look.margins = dict(rep.look.look.margins)
     return dataclasses.replace(sweep, record=dataclasses.replace(sweep.record, sequential=plan.to_json()))
+
+
+def _not_replayed(look, runs, timed: tuple[str, ...]) -> str:
+    """Why these runs are not the data `look` saw ("" where they are)."""
+    if not look.data:
+        return "recorded without its data's fingerprint"
+    key, _, evaluation = fingerprint(runs)
+    if key != look.data:
+        what = ", ".join(f"{k.replace('_', ' ')} {look.evaluation.get(k, 0):g} then, {v:g} now"
+                         for k, v in evaluation.items() if look.evaluation.get(k) != v)
+        return f"its runs were evaluated again after it ({what or 'other runs'})"
+    if look.timed and timed_digest(runs, timed) != look.timed:
+        return "its runs were timed again after it (a later timing pass): the values it saw are not kept"
+    return ""

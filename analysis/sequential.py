@@ -22,10 +22,12 @@ own fraction (its mean is the look's `t`, which the label shows).
 
 Each hypothesis of the family (a primary response x a primary term) has its share of alpha,
 alpha* = alpha / m (Bonferroni across the family), spent over its own looks by the
-Lan-DeMets Pocock-type function with exact group-sequential boundaries
-(`analysis.boundaries`): look k tests at the nominal level whose boundary makes the chance
-of a first crossing at look k, given the joint distribution of the looks' statistics, equal
-to spent(t_k) - spent(t_{k-1}). Looks are binding: a hypothesis decided at a look (any
+Lan-DeMets Pocock-type function with group-sequential boundaries (`analysis.boundaries`):
+look k tests at the nominal level whose boundary makes the chance of a first crossing at
+look k, given the joint distribution of the looks' statistics, equal to spent(t_k) -
+spent(t_{k-1}). The looks compute t statistics on few df (a term's own error has b - 1):
+their boundaries are calibrated to those df (`t_levels`, simulated), since the normal
+boundaries' levels applied to t statistics spend more than alpha (1.04-1.17x at 3-9 df). Looks are binding: a hypothesis decided at a look (any
 verdict but undecided) is recorded there (`Look.decided`) and stays decided, later looks
 show that verdict with its look, level and interval and test only the open ones; a response
 whose information did not grow since its last look (a timed response after a re-evaluation
@@ -48,13 +50,13 @@ import numpy as np
 import pandas as pd
 
 from .anova import AnalysisError
-from .boundaries import MIN_STEP, nominal_levels, spent
+from .boundaries import MIN_STEP, PATHS, nominal_levels, spent, t_levels
 from .frame import SweepFrame
 
 MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.result_types.MIN_DF)
 
-RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information scale; exact group-sequential "
-        "boundaries; binding looks")
+RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information scale; group-sequential boundaries "
+        "for the t statistics on their df (simulated calibration; exact for normal statistics); binding looks")
 # the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
 EVALUATION_COLUMNS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_rounds": "timing/rounds",
                       "timing_prompts": "timing/prompts"}
@@ -75,6 +77,8 @@ class Look:
     timed: str = ""  # a digest of the timed responses' values: a timing pass again is new data
     fractions: dict = field(default_factory=dict)  # each primary response's own information fraction
     decided: dict = field(default_factory=dict)  # "response|term" -> the verdict decided at this look (binding)
+    note: str = ""  # why it decides nothing though it was taken ("not replayed: ..."), "" where it decides
+    margins: dict = field(default_factory=dict)  # response -> its margin as resolved at the plan's first look
 
     def describe(self) -> str:
         ev = ", ".join(f"{v:g} {k.replace('_', ' ')}" for k, v in self.evaluation.items())
@@ -197,10 +201,14 @@ class Plan:
                 last = t
         return out
 
-    def levels(self, index: int, response: str, per_test: float) -> tuple[float, float, int]:
+    def levels(self, index: int, response: str, per_test: float,
+               df: float | None = None) -> tuple[float, float, int]:
         """(two-sided nominal level, one-sided nominal level, the look it comes from) at which
         look `index` tests a hypothesis of `response` whose share of alpha is `per_test`: the
-        exact boundaries of its own looks so far (`analysis.boundaries`). Under no plan, the
+        group-sequential boundaries of its own looks so far, for t statistics on `df` degrees
+        of freedom at this look (`analysis.boundaries.t_levels`; the earlier looks' df scaled
+        with their blocks, b - 1, as a term's own, a paired and a pooled error's all grow),
+        or for normal ones where `df` is None (`nominal_levels`). Under no plan, the
         fixed-sample levels. A response with no new information at this look keeps the levels
         of the look it was last tested at. Look 0: no look so far tests it (too few blocks for a
         term's own error): nothing is decided (the levels are only for the intervals shown)."""
@@ -210,7 +218,16 @@ class Plan:
         if not looks:
             return per_test, per_test, 0
         ts = [self.looks[i - 1].fractions.get(response, self.looks[i - 1].t) for i in looks]
-        return (nominal_levels(ts, per_test, 2)[-1], nominal_levels(ts, per_test, 1)[-1], looks[-1])
+        if df is None or not math.isfinite(df):
+            return nominal_levels(ts, per_test, 2)[-1], nominal_levels(ts, per_test, 1)[-1], looks[-1]
+        dfs = self.dfs(looks, df)
+        return t_levels(ts, dfs, per_test, 2)[-1], t_levels(ts, dfs, per_test, 1)[-1], looks[-1]
+
+    def dfs(self, looks: list[int], df: float) -> list[float]:
+        """The df of a hypothesis at each of `looks` (1-based), `df` at the last: scaled with
+        the looks' blocks (b - 1)."""
+        last = max(self.looks[looks[-1] - 1].blocks - 1, 1)
+        return [max(1.0, df * max(self.looks[i - 1].blocks - 1, 1) / last) for i in looks[:-1]] + [max(1.0, df)]
 
     def binding(self, index: int) -> dict[str, dict]:
         """The hypotheses decided at looks before `index` (1-based): "response|term" -> what
@@ -262,13 +279,24 @@ class Plan:
                                        float(look.get("t", 1.0)), float(look["alpha"]), bool(look.get("post_hoc")),
                                        str(look.get("timed", "")),
                                        {str(k): float(v) for k, v in dict(look.get("fractions") or {}).items()},
-                                       {str(k): dict(v) for k, v in dict(look.get("decided") or {}).items()}))
+                                       {str(k): dict(v) for k, v in dict(look.get("decided") or {}).items()},
+                                       str(look.get("note") or ""),
+                                       {str(k): float(v) for k, v in dict(look.get("margins") or {}).items()}))
             last = plan.looks[-1]
             if not (last.blocks >= 1 and 0 <= last.t <= 1 and 0 <= last.alpha <= 1
                     and all(0 <= f <= 1 for f in last.fractions.values())):
                 raise ValueError(f"look {i + 1}: blocks >= 1, t and alpha in [0, 1], got {last.blocks}, {last.t}, "
                                  f"{last.alpha}")
         return plan
+
+
+def _retimed(last: Look, key: str, blocks: int, evaluation: dict) -> bool:
+    """Whether data is the last look's runs timed again (with the same or other settings: the
+    timing pass's rounds and prompts are part of the data, not of the plan's information)."""
+    if last.data == key:
+        return True
+    untimed = lambda e: {k: v for k, v in e.items() if not k.startswith("timing")}  # noqa: E731
+    return last.blocks == blocks and untimed(last.evaluation) == untimed(evaluation)
 
 
 def _int_or_none(v) -> int | None:
@@ -357,6 +385,7 @@ class LookResult:
     unrecorded: str = ""  # why a new look is not recorded (a parquet export), "" where it is or is not new
     sealed: bool = False  # an old look's record gained the timed values' digest: to be written again
     given: bool = False  # the alpha was given (a what-if at a fixed level, outside the plan)
+    retimed: bool = False  # the last look's runs, timed again since: its decisions stand, nothing is tested
 
     @property
     def family_alpha(self) -> float:
@@ -365,18 +394,28 @@ class LookResult:
             return self.alpha
         return self.plan.alpha
 
-    def levels(self, response: str, per_test: float) -> tuple[float, float, int]:
+    def levels(self, response: str, per_test: float, df: float | None = None) -> tuple[float, float, int]:
         """(two-sided, one-sided nominal level, the look they come from) for a hypothesis of
-        `response` with share `per_test` of the family's alpha (`Plan.levels`)."""
+        `response` with share `per_test` of the family's alpha, tested by a t statistic on `df`
+        degrees of freedom (`Plan.levels`; None: a normal one)."""
         if self.given or self.plan is None or self.look is None:
             return per_test, per_test, self.index
-        return self.plan.levels(self.index, response, per_test)
+        return self.plan.levels(self.index, response, per_test, df)
 
     def binding(self) -> dict[str, dict]:
-        """What earlier looks decided (none for a what-if at a given alpha)."""
+        """What earlier looks decided (none for a what-if at a given alpha); for a re-timed
+        look, its own decisions too."""
         if self.given or self.plan is None or not self.plan.planned:
             return {}
-        return self.plan.binding(self.index)
+        return self.plan.binding(self.index + 1 if self.retimed else self.index)
+
+    def frozen(self) -> str:
+        """Why this analysis tests nothing that its look left open ("" where it tests): the
+        runs were re-timed after the look, which adds no information on the plan's scale."""
+        if not self.retimed:
+            return ""
+        return (f"not tested again: the runs were re-timed after look {self.index}, whose decisions stand; the new "
+                "timings are used at the next look (more blocks), or see them as a what-if (--alpha A)")
 
     def record(self, verdicts) -> None:
         """The family's verdicts decided at this look, recorded on it (binding for every later
@@ -384,6 +423,8 @@ class LookResult:
         if not self.new or self.what_if or self.look is None or self.plan is None or not self.plan.planned:
             return
         earlier = self.binding()
+        if self.plan.looks and self.look is self.plan.looks[0]:  # a margin is declared once: resolved here, kept
+            self.look.margins = {v.response: float(v.margin) for v in verdicts if v.in_family and v.margin is not None}
         self.look.decided = {key: snap for v in verdicts
                              if v.in_family and (key := f"{v.response}|{v.term}") not in earlier
                              and (snap := v.snapshot()) is not None}
@@ -405,8 +446,13 @@ class LookResult:
             return (f"POST HOC look {self.index}: this sweep declared no sequential plan; its fixed-sample analysis "
                     f"saw {first}, this one {seen}; at alpha {look.alpha:.3g}, false verdicts across looks are not "
                     "kept at alpha")
+        if self.retimed:
+            return (f"look {self.index} of a plan of at most {p.max_replicates} blocks at {seen}, shown as recorded: the "
+                    "runs were re-timed since, which adds no information on the plan's scale; its decisions stand, "
+                    "the terms it left open wait for the next look (a what-if with the new timings: --alpha A)")
         head = (f"look {self.index} of a plan of at most {p.max_replicates} blocks at {seen}: information "
-                f"{look.t:.0%}, {p.spent_alpha():.3g} of alpha {p.alpha:g} spent; exact boundaries, binding decisions")
+                f"{look.t:.0%}, {p.spent_alpha():.3g} of alpha {p.alpha:g} spent; boundaries for t statistics on their df, binding "
+                "decisions")
         if look.post_hoc:
             head = f"POST HOC: {head}; the plan is {p.post_hoc or 'not declared before the first look'}"
         return head + (f" (not recorded: {self.unrecorded})" if self.new and self.unrecorded else "")
@@ -483,6 +529,10 @@ def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: flo
     key, blocks, evaluation = fingerprint(sweep.runs)
     timed = timed_digest(sweep.runs, sweep.registry.timed())
     sealed = any(x.data == key and not x.timed for x in plan.looks) and bool(timed)
+    last = plan.looks[-1] if plan.planned and plan.looks else None
+    if (last is not None and not what_if and alpha is None and last.timed and timed and last.timed != timed
+            and _retimed(last, key, blocks, evaluation)):  # a timing pass again: shown as that look recorded it
+        return LookResult(last.alpha, last, len(plan.looks), False, plan, retimed=True)
     try:
         look, new = plan.look(key, blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
                               timed, what_if=what_if or alpha is not None,
@@ -495,3 +545,92 @@ def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: flo
                           given=alpha is not None)
     # a look recorded before looks kept the timed values' digest gains it: written again, not new
     return LookResult(look.alpha, look, index, new, plan, sealed=not new and sealed and look.timed == timed)
+
+
+MAX_PLANNED_ROWS = 20  # planned looks shown past the last one taken
+
+
+def boundary_rows(look: LookResult, response: str, per_test: float, df: float | None) -> list[dict]:
+    """The plan's boundary table for one hypothesis of `response` (share `per_test` of alpha,
+    its t statistic on `df` degrees of freedom at this look; None: normal), as gsDesign and
+    rpact print a design: every look taken up to this one and the looks the plan still
+    declares (every `look_every` blocks up to its maximum, at the information today's
+    evaluation would give), each with its blocks, information fraction, df and nominal two-
+    and one-sided levels; a look that tests nothing says why. Empty where no plan."""
+    plan, now = look.plan, look.look
+    if plan is None or now is None or not plan.planned or look.given:
+        return []
+    rows, chain = [], []
+    tested = set(plan.tested(look.index, response))
+    last_b = max(now.blocks - 1, 1)
+
+    def df_at(blocks: int) -> float | None:
+        return None if df is None else max(1.0, df * max(blocks - 1, 1) / last_b)
+
+    for i, x in enumerate(plan.looks[:look.index]):
+        t = x.fractions.get(response, x.t)
+        status = (x.note or (f"decided {sum(k.split('|')[0] == response for k in x.decided)} (binding)"
+                             if i + 1 in tested else
+                             f"tests nothing: fewer than {MIN_DF + 1} blocks" if not plan.tests_at(x.blocks) else
+                             "tests nothing: no new information"))
+        rows.append({"look": str(i + 1), "blocks": x.blocks, "t": t, "df": df_at(x.blocks), "status": status,
+                     "testing": i + 1 in tested})
+    t_now, step = now.fractions.get(response, now.t), plan.look_every or 1
+    # today's items' share of the information (1 where it counts blocks alone), kept at the planned looks
+    items = t_now / (now.blocks / plan.max_replicates)
+    items = 1.0 if abs(items - 1.0) < 0.02 else items
+    b = now.blocks + step
+    while b <= plan.max_replicates and len(rows) < look.index + MAX_PLANNED_ROWS:
+        t = min(1.0, round(b / plan.max_replicates * items, 2))
+        last_t = max([r["t"] for r in rows if r["testing"]], default=0.0)
+        testing = plan.tests_at(b) and t >= last_t + MIN_STEP
+        rows.append({"look": f"{len(rows) + 1} (planned)", "blocks": b, "t": t, "df": df_at(b), "testing": testing,
+                     "status": "planned" if testing else "planned; tests nothing"})
+        b = plan.max_replicates if b < plan.max_replicates and b + step > plan.max_replicates else b + step
+    chain = [r for r in rows if r["testing"]]
+    if chain:
+        ts = [r["t"] for r in chain]
+        if df is None:
+            two, one = nominal_levels(ts, per_test, 2), nominal_levels(ts, per_test, 1)
+        else:
+            dfs = [r["df"] for r in chain]
+            two, one = t_levels(ts, dfs, per_test, 2), t_levels(ts, dfs, per_test, 1)
+        for r, a2, a1 in zip(chain, two, one):
+            r["two_sided"], r["one_sided"] = a2, a1
+    return rows
+
+
+def boundary_text(look: LookResult, response: str, per_test: float, df: float | None, term: str = "") -> list[str]:
+    """`boundary_rows` as the lines `analysis plan` and the verbose report print (`term`: the
+    family term whose df they are)."""
+    rows = boundary_rows(look, response, per_test, df)
+    if not rows:
+        return []
+    how = ("normal statistics, exact recursion" if df is None else
+           f"t statistics on their df, {df:.3g} at look {look.index}{' (' + term + ')' if term else ''}, scaled "
+           "with blocks - 1 at the others: "
+           f"simulated calibration, 2^{PATHS.bit_length() - 1} paths")
+    out = [f"boundaries of {response} (alpha* {per_test:.3g} a hypothesis, Lan-DeMets Pocock-type; {how}):",
+           f"  {'look':<12} {'blocks':>6} {'information':>11} {'df':>6} {'two-sided':>10} {'one-sided':>10}  status"]
+    for r in rows:
+        d = "-" if r["df"] is None else f"{r['df']:.3g}"
+        two = f"{r['two_sided']:.3g}" if "two_sided" in r else "-"
+        one = f"{r['one_sided']:.3g}" if "one_sided" in r else "-"
+        out.append(f"  {r['look']:<12} {r['blocks']:>6} {r['t']:>11.0%} {d:>6} {two:>10} {one:>10}  {r['status']}")
+    return out
+
+
+def boundary_lines(decision, look: LookResult | None) -> list[str]:
+    """The plan's boundary table for each primary response of `decision` (an
+    `analysis.result_types.Decision`), at the df of its first family term still open (or its
+    first family term): what `analysis plan` and the verbose report print."""
+    out = []
+    if look is None:
+        return out
+    for r in decision.primary():
+        fam = [v for v in decision.of(r) if v.in_family]
+        if not fam:
+            continue
+        v = next((v for v in fam if v.verdict == "undecided"), fam[0])
+        out += boundary_text(look, r, decision.alpha_star, v.df if np.isfinite(v.df) else None, v.term)
+    return out

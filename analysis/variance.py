@@ -35,8 +35,9 @@ sigma_e^2 from the runs x groups interaction of its residuals (df_resid (G - 1) 
 contrast's per-group values C_k = L'A_k, whose variance over groups is the delete-a-group
 jackknife's var_jack = Var_k(C_k) / G, with expectation V_it + L'(X'X)^-1 L sigma_e^2 / G.
 So V_it = max(0, var_jack - L'(X'X)^-1 L sigma_e^2 / G). A
-contrast's variance is seeds + items x runs + items x term, with Satterthwaite's df over the
-estimates it is made of (at least the smaller of the run-level and the jackknife's); each
+contrast's variance is seeds + items x runs + items x term, with Satterthwaite's df over its
+run-level part and its items x term part (on the jackknife's G - 1 df; at least the smaller
+of the two), which move smoothly as the items x term part shrinks to zero; each
 share lies in [0, 1] by construction. k times the items divide both evaluation parts by k; b blocks
 instead of B multiply the run-level parts by B / b.
 
@@ -164,10 +165,13 @@ class Model:
             jack = float(np.var(L @ self.group_params, ddof=1)) / G  # the groups' contrasts (G,)
             item_term_df = G - 1.0
             item_p = float(stats.f.sf(jack / e_part, item_term_df, self.df_item)) if e_part > 0 else 1.0
-            if jack > e_part:  # Satterthwaite over run + jack - e_part, each with its own df
+            if jack > e_part:  # Satterthwaite over the run-level part and the items x term part
+                # The items x term part's uncertainty enters in proportion to its size (its estimate on the
+                # jackknife's G - 1 df), so the df move smoothly as it shrinks to zero: writing it as
+                # jack - e_part, each with its own df, made a part of 0.1% of se^2 cut the df by half.
                 item_term = jack - e_part
                 total = run + item_term
-                df = total ** 2 / (run ** 2 / run_df + jack ** 2 / item_term_df + e_part ** 2 / self.df_item)
+                df = total ** 2 / (run ** 2 / run_df + item_term ** 2 / item_term_df)
                 df = max(df, min(run_df, item_term_df))
             return TermNoise(run - item_run, run_df, item_run, item_run_df, item_term, item_term_df, self.blocks,
                              source, float(df), item_p)
@@ -193,6 +197,28 @@ class Model:
         denom = sum(v * v / d for v, d in parts if v > 0 and d > 0)
         df = total * total / denom if denom > 0 else self.df_rest
         return total, df, "block x term" if own else "pooled residual"
+
+
+def residuals(m: Model, index: pd.Index, terms: list[tuple[str, ...]] | None = None) -> pd.Series:
+    """The residuals of the model the verdicts use: the OLS with, for every term of `terms`
+    (None: every term) judged on its own error, its block-by-term columns added (what that
+    error takes out of the residual), on the runs' `index` (the fit's row order). The drift
+    check reads these for the family's terms: a block x term interaction the verdicts allow
+    for is no drift."""
+    from statsmodels.regression.linear_model import OLS
+
+    fit = m.fit
+    y = np.asarray(fit.result.model.endog, float)
+    cols = [fit.X]
+    if fit.block_cols is not None:
+        for term, test in m.tests.items():
+            if test.used and term in fit.slices and (terms is None or term in terms):
+                M = fit.X[:, fit.slices[term]]
+                cols += [M[:, [i]] * fit.block_cols for i in range(M.shape[1])]
+    X = np.column_stack(cols)
+    resid = y - X @ np.linalg.lstsq(X, y, rcond=None)[0] if X.shape[1] > fit.X.shape[1] else \
+        np.asarray(fit.result.resid, float)
+    return pd.Series(resid, index=index)
 
 
 def build(data: pd.DataFrame, response: str, fit: Fit, terms: list[tuple[str, ...]], rules: Registry | None = None,

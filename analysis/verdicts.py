@@ -15,8 +15,10 @@ and t2 = t_{1-alpha*}:
 - matters, size unsure: zero is rejected, but the one-sided bound reaches inside the margin
   (with no margin declared, every effect that matters is of unsure size);
 - negligible: both one-sided tests against -margin and +margin reject at alpha* (TOST): the
-  (1 - 2 alpha*) interval lies inside (-margin, +margin). Where it also excludes zero the
-  effect is "detected, smaller than the margin";
+  (1 - 2 alpha*) interval lies inside (-margin, +margin). Where zero is also rejected (the
+  (1 - alpha*) interval excludes it: the same two-sided test at alpha* as "matters") the
+  effect is "detected, smaller than the margin"; never on the (1 - 2 alpha*) interval, which
+  would reject zero at 2 alpha*;
 - undecided: none of these.
 
 Contrasts come from one OLS per response: the terms the design can estimate (sum coding,
@@ -60,7 +62,7 @@ from .frame import SweepFrame, SweepRecord
 from .model import (Fit, control_contrast, fit_response, named_contrast, simple_effects,
                     term_contrasts)
 from .power import p_decided
-from .sequential import LookResult, PlanPrices
+from .sequential import LookResult, PlanPrices, plan_of
 from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, WIDE, Contrast, Decision,
                     ResponseCheck, SimpleEffect, Split, Verdict)
 
@@ -83,7 +85,12 @@ def margins_for(record: SweepRecord, given: dict[str, float | str] | None = None
     has one, else every factorial run's), said in `of` beside the number."""
     rules = rules or UNKNOWN
     out = {}
+    kept = _first_look_margins(record)
     for name, decl in dict(record.responses).items():
+        if relative_margin(decl["margin"]) is not None and name in kept:  # resolved once, at the first look
+            out[name] = {"better": decl.get("better") or rules.better(name), "margin": kept[name],
+                         "of": f"{decl['margin']}, resolved at the plan's first look"}
+            continue
         out[name] = {"better": decl.get("better") or rules.better(name),
                      **_resolved(name, decl["margin"], runs)}
     for name, margin in (given or {}).items():
@@ -91,6 +98,15 @@ def margins_for(record: SweepRecord, given: dict[str, float | str] | None = None
             raise AnalysisError(f"--margin {name}: {problem}")
         out[name] = {"better": rules.better(name), **_resolved(name, margin, runs)}
     return out
+
+
+def _first_look_margins(record: SweepRecord) -> dict[str, float]:
+    """The margins as the plan's first look resolved them ({} where none is recorded)."""
+    try:
+        plan = plan_of(record.sequential)
+    except ValueError:
+        return {}
+    return dict(plan.looks[0].margins) if plan.planned and plan.looks else {}
 
 
 def _resolved(name: str, margin, runs: pd.DataFrame | None) -> dict:
@@ -248,13 +264,14 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
                rules: Registry | None = None, contrasts: dict | None = None, models: Models | None = None,
                plan: PlanPrices | None = None, block_errors: str = "own",
                levels: Callable[[str, float], tuple[float, float, int]] | None = None,
-               binding: dict[str, dict] | None = None) -> Decision:
+               binding: dict[str, dict] | None = None, frozen: str = "") -> Decision:
     """Verdicts for every contrast of every response. The family: the primary responses (with
     a margin, or all where none has) x the primary terms (`primary_terms`, or every main
     effect, named contrast and the control); `alpha` is the family's over the whole plan, each
     hypothesis' share alpha* = alpha / m. `levels(response, alpha*)`: this look's nominal
     two- and one-sided levels and their look (`LookResult.levels`; alpha* where None).
-    `binding`: what earlier looks decided ("response|term" -> the verdict), which stands.
+    `binding`: what earlier looks decided ("response|term" -> the verdict), which stands;
+    `frozen`: why this analysis tests nothing left open (a look shown as recorded, re-timed since).
     `contrasts`: the spec's named ones (`named_contrast`). Errors from each response's
     variance model (`analysis.variance`: own block x term, or pooled where `block_errors`
     says so, plus items x term); `block_tests` False: pooled run-level errors. `rules`: the
@@ -268,30 +285,55 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     terms, primary, family = _family(found, responses, margins, primary_terms or default_terms(factors, control,
                                                                                                contrasts))
     per_test = alpha / family if adjust == "bonferroni" else alpha
-    n_cells = int(data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups)
-    reps = int(data[block].nunique()) if block else 1
-    checks, verdicts, at = {}, [], {}
+    n_cells, reps = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups, _blocks(data, block)
+    checks, verdicts, at, dfs, scale = {}, [], {}, {}, {}
     for r in responses:
         a2, a1, look = at[r] = levels(r, per_test) if levels is not None else (per_test, per_test, 0)
         if block_tests:
-            variance.add_tests(ms.models[r], _tested_terms(fits[r], found[r], r in primary, terms), block_errors)
+            variance.add_tests(ms.models[r], _own_error_terms(fits[r], found[r], r in primary, terms, factors),
+                               block_errors)
         m = margins.get(r) or {}
         better, margin = m.get("better") or rules.better(r), m.get("margin")
         checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, a2)
+        scale[r] = _scale(rows[r][r])
         checks[r].margin_of = m.get("of", "")
-        for c in found[r]:
-            v = _verdict(c, r, ms.models[r], a2, margin, better, family, r in primary and c.group in terms, a1)
-            _at_look(v, binding or {}, look if levels is not None else None)
-            if v.verdict == UNDECIDED and block and v.in_family:
-                _price_blocks(v, reps, n_cells, plan, per_test)
-            _few(v, reps)
-            verdicts.append(v)
+        at_df = dfs[r] = (lambda df, r=r: levels(r, per_test, df)[:2]) if levels is not None else None
+        settle = _Settle(binding or {}, look if levels is not None else None, frozen, bool(block), reps, n_cells,
+                         plan, per_test)
+        verdicts += [settle(_verdict(c, r, ms.models[r], a2, margin, better, family, r in primary and c.group in terms,
+                                     a1, at_df, scale[r]), scale[r]) for c in found[r]]
     decision = Decision(alpha, adjust, per_test, family, checks, verdicts, terms, levels=at)
-    decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, margins, at, family, rules)
+    decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, margins, at, family, rules, dfs, scale)
     for r in responses:
         _noise_and_caveats(decision, r, rows[r], ms.models[r], rules, block_errors == "pooled" and bool(block)
                            and r in primary)
     return decision
+
+
+@dataclass(frozen=True)
+class _Settle:
+    """What a look makes of a contrast's verdict (`decide_all`): an earlier look's decision
+    where one binds it, nothing tested under MIN_DF or at a look shown as recorded (`frozen`),
+    identical levels named, an undecided family term's next step priced, a wide interval's
+    reason said."""
+    binding: dict[str, dict]
+    look: int | None
+    frozen: str
+    blocks: bool  # the runs are in replicate blocks (more of them can be priced)
+    reps: int
+    n_cells: int
+    plan: PlanPrices | None
+    per_test: float
+
+    def __call__(self, v: Verdict, scale: float) -> Verdict:
+        _at_look(v, self.binding, self.look)
+        if self.frozen and v.in_family and v.decided_at is None:  # open at the recorded look: waits for the next
+            v.verdict, v.untested, v.few = UNDECIDED, True, self.frozen
+        _identical(v, scale)
+        if v.verdict == UNDECIDED and self.blocks and v.in_family and not v.identical:
+            _price_blocks(v, self.reps, self.n_cells, self.plan, self.per_test)
+        _few(v, self.reps)
+        return v
 
 
 def control_cells(df: pd.DataFrame) -> list[str]:
@@ -310,7 +352,7 @@ def decide_look(sweep: SweepFrame, responses: list[str], declared: dict[str, dic
     return decide_all(df, responses, list(sweep.factors), declared, look.family_alpha, adjust, control,
                       record.primary_terms or None, rules=sweep.registry, contrasts=record.contrasts, models=models,
                       plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "own",
-                      levels=look.levels, binding=look.binding())
+                      levels=look.levels, binding=look.binding(), frozen=look.frozen())
 
 
 def _family(found: dict[str, list[Contrast]], responses: list[str], margins: dict,
@@ -335,9 +377,28 @@ def _at_look(v: Verdict, binding: dict[str, dict], look: int | None) -> None:
         v.decided_at = look
 
 
+IDENTICAL = 1e-7  # an effect and its se both below this share of the response's scale: its levels changed nothing
+# (a se from sums of squares that cancel keeps ~1e-9 of rounding; no trained response is that sure)
+
+
+def _identical(v: Verdict, scale: float) -> None:
+    """A term whose levels gave the same values in every block (its estimate and its own se
+    both zero to IDENTICAL of the response's largest value): no test says anything of it, and
+    a switch that changed nothing is most likely one the trainer never reads. Said so, not
+    called negligible on an interval of 1e-9."""
+    if v.decided_at is not None and v.verdict != UNDECIDED or not (scale > 0 and np.isfinite(v.se)):
+        return
+    if abs(v.estimate) <= IDENTICAL * scale and v.se <= IDENTICAL * scale:
+        v.verdict, v.untested, v.identical, v.decided_at = UNDECIDED, True, True, None
+        v.next_step = (f"check that the trainer reads what {v.term} sets: a switch it never reaches changes nothing "
+                       "(a bug in the trainer, not an effect of zero)")
+
+
 def _few(v: Verdict, reps: int) -> None:
     """Why a verdict's interval says little, in words beside it: its error's df below MIN_DF
     (too few blocks for a term's own error), or an interval wider than WIDE margins."""
+    if v.identical or v.few:
+        return
     lo, hi, _ = v.interval()
     wide = v.margin is not None and hi - lo > WIDE * v.margin
     size = f"; its interval {hi - lo:.3g} wide" + (f" ({(hi - lo) / v.margin:.0f} margins)" if v.margin else "")
@@ -366,6 +427,27 @@ def _noise_and_caveats(decision: Decision, r: str, rows: pd.DataFrame, model: va
         decision.noise[r] = sp
 
 
+def _own_error_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str],
+                     factors: list[str]) -> list[tuple[str, ...]]:
+    """The terms judged on their own block x term error: those the family's contrasts rest on
+    (`_tested_terms`) and, for a primary response of several factors, every term its simple
+    effects span, so that they stand on the same error model as their main effect."""
+    tested = _tested_terms(fit, found, primary, terms)
+    if primary and len(factors) > 1:
+        tested += [t for t in fit.slices if t not in tested and set(t) & set(terms) & set(factors)]
+    return tested
+
+
+def _blocks(data: pd.DataFrame, block: str | None) -> int:
+    return int(data[block].nunique()) if block else 1
+
+
+def _scale(values) -> float:
+    """A response's scale for `_identical`: its largest absolute value (0 where it has none)."""
+    v = pd.to_numeric(values, errors="coerce").to_numpy(float)
+    return float(np.nanmax(np.abs(v))) if len(v) and np.isfinite(v).any() else 0.0
+
+
 def _tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str]) -> list[tuple[str, ...]]:
     """The terms whose block-by-term tests the family's contrasts rest on: each family term's
     own, and every term a named contrast spans."""
@@ -380,12 +462,26 @@ def _tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[st
 
 
 def _verdict(c: Contrast, response: str, model: variance.Model, alpha_star: float, margin: float | None,
-             better: str, family: int, in_family: bool, alpha_eq: float | None = None) -> Verdict:
+             better: str, family: int, in_family: bool, alpha_eq: float | None = None,
+             at_df: Callable[[float], tuple[float, float]] | None = None, scale: float = 0.0) -> Verdict:
     """One contrast decided on the error its variance model gives it (a control's own
-    paired errors where it has no model row)."""
+    paired errors where it has no model row). `at_df(df)`: the look's (two-sided, one-sided)
+    nominal levels for a t statistic on df degrees of freedom, where a plan's boundaries are
+    calibrated to the df (`LookResult.levels`); `alpha_star`, `alpha_eq` where None."""
     noise = model.noise(c.L) if c.L is not None else c.noise
     if noise is not None:
         c = replace(c, se=noise.se, df=noise.df)
+    if at_df is not None and np.isfinite(c.df) and c.df >= 1:
+        alpha_star, alpha_eq = at_df(float(c.df))
+    tiny = IDENTICAL * scale
+    if scale > 0 and 0 <= c.se <= tiny and abs(c.estimate) <= tiny:
+        # identical values at its levels (`_identical`): tested at the threshold, never on a se of 0
+        # (whose df, a ratio of zeros, say nothing either)
+        df = float(c.df) if np.isfinite(c.df) and c.df >= 1 else 1.0
+        v = decide(replace(c, se=tiny, df=df), response, alpha_star, margin, better, family, in_family,
+                   c.errors or (noise.source if noise else model.fit.errors), alpha_eq)
+        v.se, v.noise = c.se, noise
+        return v
     v = decide(c, response, alpha_star, margin, better, family, in_family,
                c.errors or (noise.source if noise else model.fit.errors), alpha_eq)
     v.noise = noise
@@ -434,9 +530,13 @@ def _check_settings(adjust: str, alpha: float) -> None:
 
 def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[str, variance.Model],
             factors: list[str], primary: list[str], terms: list[str], margins: dict[str, dict],
-            at: dict[str, tuple[float, float, int]], family: int, rules: Registry) -> list[SimpleEffect]:
+            at: dict[str, tuple[float, float, int]], family: int, rules: Registry,
+            at_df: dict[str, Callable] | None = None, scale: dict[str, float] | None = None) -> list[SimpleEffect]:
     """Each primary main effect at every combination of the other factors' levels, decided
-    at alpha* outside the family: what "it holds at every level" must rest on."""
+    at alpha* outside the family: what "it holds at every level" must rest on. Each is judged
+    on the error model of its main effect (every term it spans on its own block x term error,
+    unless the plan pools), and like it, not tested on an error of fewer than MIN_DF df."""
+    at_df = at_df or {}
     out = []
     if len(factors) < 2:
         return out
@@ -445,7 +545,10 @@ def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[st
         for f in [t for t in terms if t in factors]:
             for where, c in simple_effects(fits[r], rows[r], factors, f):
                 v = _verdict(c, r, models[r], at[r][0], m.get("margin"), m.get("better") or rules.better(r),
-                             family, False, at[r][1])
+                             family, False, at[r][1], at_df.get(r), (scale or {}).get(r, 0.0))
+                if v.df < MIN_DF or at[r][2] == 0 and at_df.get(r) is not None:  # as its main effect: untested
+                    v.verdict, v.untested = UNDECIDED, True
+                _identical(v, (scale or {}).get(r, 0.0))
                 out.append(SimpleEffect(r, c.term, where, v))
     return out
 

@@ -75,6 +75,14 @@ def cmd_validate(args) -> int:
 MIN_DF = 3  # analysis.result_types.MIN_DF: a term's own error on fewer df says too little
 
 
+def never_decides(spec) -> bool:
+    """Whether the spec's plan can never decide anything: its maximum leaves each term's own
+    error fewer than MIN_DF df."""
+    seq = spec.sequential or {}
+    return bool(seq.get("max_replicates")) and seq["max_replicates"] <= MIN_DF and seq.get("block_errors",
+                                                                                          "own") == "own"
+
+
 def own_error_line(spec) -> str:
     """What the spec's blocks leave each term's own block-by-term error, before anything
     runs: a two-level term (and the control's paired contrast) has B - 1 df at B blocks, a
@@ -89,7 +97,11 @@ def own_error_line(spec) -> str:
     line = (f"each term is judged against its own block x term error: {b - 1} df at {b} replicate block(s) for a "
             "two-level term or the control" + (" (a factor of L levels: (L - 1) x that)"
                                                if any(len(v) > 2 for v in spec.factors.values()) else ""))
-    if b < least:
+    if most and most < least:
+        line += (f"; the plan's maximum of {most} block(s) can never decide anything: no look tests a term on fewer "
+                 f"than {MIN_DF} df, so it needs at least {least} blocks (raise sequential.max_replicates, or declare "
+                 "block_errors: pooled)")
+    elif b < least:
         line += (f"; fewer than {MIN_DF} df says too little, so verdicts need at least {least} blocks"
                  + (f" (the plan allows {most})" if most else " (declare sequential: {max_replicates: N} to grow it)"))
     elif most:
@@ -147,10 +159,13 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
     table = arms_table(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found})
     print(f"\n{spec.name}: {result['finished']} finished, {result['failed']} failed of {len(spec.trials)} trials"
           + (f"; mean per arm:\n{table}" if table else ""))
-    for line in failure_lines(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found}):
-        print(line)
+    if result.get("stopped_early"):  # the one cause, said once, with a run that shows it
+        print(f"{spec.name}: {result['stopped_early']}")
+    else:
+        for line in failure_lines(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found}):
+            print(line)
     print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?"), ui))
-    return 0 if result["failed"] == 0 else 1
+    return 0 if result["failed"] == 0 and not result.get("stopped_early") else 1
 
 
 def experiment_link(uri: str, name: str, ui: str | None = None) -> str:
@@ -183,6 +198,8 @@ def cmd_run(args) -> int:
     spec = validate.load_spec(args.spec)  # the whole spec is validated before anything starts
     if args.smoke_test:
         spec = expand.smoke(spec)
+    if never_decides(spec):  # said when declared, before any work: the study is a screening of estimates only
+        print(f"trials: note: {spec.name}: {own_error_line(spec)}")
     if args.local:
         return _run_local(spec, args)
     if args.out:

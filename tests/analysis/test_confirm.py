@@ -31,9 +31,13 @@ def test_the_operating_point_is_confirmed_by_two_arms_sized_at_the_measured_nois
     assert main(["plan", "seed-questions", "--parquet", str(PARQUET), "--confirm", "operating_point", "--response",
                  "val/bpb", "--spec", str(SPEC), "--out-spec", str(out), "--at", "head=rnn"]) == 0
     said = capsys.readouterr().out
-    assert f"run it: trials run {out} && trials augment seed-questions-confirm-operating-point --until-decided" in said
+    # two primary responses in the screening: the name says which this one confirms
+    name = "seed-questions-confirm-operating-point-val-bpb"
+    assert f"run it: trials run {out} && trials augment {name} --until-decided" in said
     spec = validate.load_spec(out)  # what `trials validate` accepts
-    assert spec.name == "seed-questions-confirm-operating-point" and list(spec.factors) == ["operating_point"]
+    assert spec.name == name and list(spec.factors) == ["operating_point"]
+    assert out.read_text().startswith("# written by `analysis plan seed-questions --confirm operating_point --at "
+                                      "head=rnn --response val/bpb` from ")
     assert list(spec.factors["operating_point"]) == ["K4-decay4", "K7-decay7"]
     raw = yaml.safe_load(out.read_text())
     assert raw["factors"]["operating_point"]["K7-decay7"] == {"block_size": 7, "decay_gamma": 7.0}
@@ -58,8 +62,21 @@ def test_the_operating_point_is_confirmed_by_two_arms_sized_at_the_measured_nois
     assert spec.confirms == {"study": "seed-questions", "term": "operating_point", "response": "val/bpb",
                              "estimate": pytest.approx(v.estimate), "low": pytest.approx(v.interval()[0]),
                              "high": pytest.approx(v.interval()[1]), "verdict": v.verdict}
-    # a paired block is two runs: its sd sits near twice a run's variance plus the seeds' favour
-    assert 2 * d.checks["val/bpb"].sigma ** 2 <= v_pair
+    # one pricing rule with `analysis plan`: the term's own error, never floored to the pooled sigma's 2 sigma^2
+    # (the operating point's own error is below it: paired sd 0.0265, 57 blocks, where the floor priced 104)
+    own = v.noise.blocks * (v.noise.seeds + v.noise.item_run) * 2 / 0.5
+    assert v_pair == pytest.approx(own) and v_pair < 2 * d.checks["val/bpb"].sigma ** 2
+    assert math.sqrt(v_pair) == pytest.approx(0.0265, abs=5e-4) and b == 57
+    # and nothing it writes replaces a file: the spec it just wrote, or any other
+    before = out.read_text()
+    assert main(["plan", "seed-questions", "--parquet", str(PARQUET), "--confirm", "operating_point", "--response",
+                 "val/bpb", "--spec", str(SPEC), "--out-spec", str(out), "--at", "head=rnn"]) == 2
+    assert f"{out} exists; nothing is overwritten: name another file with --out-spec PATH" in capsys.readouterr().err
+    assert out.read_text() == before
+    for bad in ("2", "nan", "0", "-1"):  # every value a user gives to plan, checked before any work
+        assert main(["plan", "seed-questions", "--parquet", str(PARQUET), "--confirm", "D2", "--spec", str(SPEC),
+                     "--out-spec", str(tmp_path / f"p{bad}.yaml"), "--power", bad]) == 2
+        assert "--power: a probability in (0, 1)" in capsys.readouterr().err and not (tmp_path / f"p{bad}.yaml").exists()
 
 
 def test_a_factor_is_confirmed_by_its_two_levels_and_bad_asks_are_one_line(screening, tmp_path):
@@ -109,7 +126,8 @@ def test_a_confirmation_names_its_screening_study_and_the_screening_report_lists
     assert (confirms_line(conf.record) == "confirms D2 on spec/tau of the screening study screen, which "
             "estimated it +0.01 [-0.05, +0.07] (undecided there)")
     assert main(["report", "screen-confirm-d2", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 0
-    assert confirms_line(conf.record) in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert confirms_line(conf.record) in said and "its claim's family: this one question" in said
     assert main(["report", "screen", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 0
     said = capsys.readouterr().out
     line = next(x for x in said.splitlines() if "confirmation screen-confirm-d2" in x)
@@ -158,3 +176,14 @@ def test_decided_is_not_said_of_a_term_whose_size_is_unsure(capsys):
         "stop: every term of the family is decided (2 of them matter with their size unsure: whether beyond the "
         "margin is still open)")
     assert _stop_reason(0, 4, 6, None, 0.0, None) == "stop: every term of the family is decided"
+
+
+def test_a_confirmation_name_stays_within_what_trials_run_accepts():
+    from analysis.confirm import MAX_NAME, confirmation_name
+    from trials.spec import NAME_RE
+
+    long = "s" * 62
+    a, b = confirmation_name(long, "D1", "val/bpb"), confirmation_name(long, "D1", "train/step_ms")
+    assert len(a) <= MAX_NAME and len(b) <= MAX_NAME and a != b
+    assert NAME_RE.match(a) and NAME_RE.match(b)
+    assert confirmation_name("seed", "D1[shifted->aligned]") == "seed-confirm-d1-shifted-aligned"

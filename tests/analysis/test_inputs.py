@@ -96,7 +96,7 @@ def test_a_parquet_of_numeric_strings_is_read_and_other_values_are_refused(tmp_p
 def test_plan_arguments_out_of_range_give_one_line_and_huge_effects_have_power_one(tmp_path):
     assert power.t_power(-1e9, 0.01, 7, 0.05) == 1.0 and power.t_power(1e-300, 0.01, 7, 0.05) < 0.06
     to_parquet(_sweep(fraction=False), tmp_path / "runs.parquet")
-    for arg, message in (("--power=1.5", "--power: must lie in (0, 1), got 1.5"),
+    for arg, message in (("--power=1.5", "--power: a probability in (0, 1), such as 0.8, got 1.5"),
                          ("--effect=nan", "--effect: must be a finite non-zero number, got nan"),
                          ("--alpha=0", "--alpha: must lie in (0, 1)")):
         r = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "x", "--parquet",

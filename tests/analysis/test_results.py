@@ -148,3 +148,41 @@ def test_every_committed_study_names_its_cheapest_next_command():
             assert math.isinf(cost) and step and f"analysis plan {name}" in step, (name, step)
         else:
             assert command.startswith(f"analysis report {name} --verbose") and not step, (name, step)
+
+
+def visible_words(page: str) -> int:
+    """The words a reader sees without opening a folded section (<details> but its <summary>),
+    scripts and styles aside."""
+    from html.parser import HTMLParser
+
+    class Count(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.words, self.folded, self.summary, self.hidden = 0, 0, 0, 0
+
+        def handle_starttag(self, tag, attrs):
+            self.folded += tag == "details"
+            self.summary += tag == "summary"
+            self.hidden += tag in ("script", "style")
+
+        def handle_endtag(self, tag):
+            self.folded -= tag == "details"
+            self.summary -= tag == "summary"
+            self.hidden -= tag in ("script", "style")
+
+        def handle_data(self, data):
+            if not self.hidden and (not self.folded or self.summary):
+                self.words += len(data.split())
+
+    c = Count()
+    c.feed(page)
+    return c.words
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_a_committed_report_shows_the_answer_in_under_4000_words(folder):
+    """Outside its folded sections a report is the answer and its tables: under 4,000 words
+    (a secondary response's effects are folded)."""
+    page = (folder / "report.html").read_text()
+    assert visible_words(page) < 4000
+    assert visible_words("<p>a b</p><details><summary>c d</summary><p>e f g</p></details>") == 4
