@@ -1,8 +1,8 @@
 """The example a user copies (examples/mlp_sweep.py, a workload of the four core attributes
 alone, in at most 40 lines, and examples/mlp.yaml) through every command, on real Ray and
 MLflow, from a folder of the user's own (the workload is found beside it): validate, run,
-resume (nothing reruns), status, the timing pass refused in one line, the report, `trials run
---local` and the report of its parquet."""
+resume (nothing reruns), status, the timing pass refused in one line, the report and the
+notebook, `trials run --local` and the report of its parquet."""
 
 import os
 import shutil
@@ -39,6 +39,13 @@ def test_the_forty_line_example_goes_through_every_command(tmp_path):
     a = _cli(tmp_path, "report", "mlp", *store[:2], "--out", str(tmp_path / "rep"), package="analysis")
     assert a.returncode == 0 and "val/mse (lower is better; margin +-0.005)" in a.stdout, a.stdout + a.stderr
     assert "decay" in a.stdout and "norm" in a.stdout
+    # the notebook works where the report does, for the user's own workload, and runs nothing from the data:
+    # a pandas.py in the study's output folder (a received study's reports/NAME/) is never imported
+    planted = tmp_path / "planted"
+    (tmp_path / "rep" / "mlp" / "pandas.py").write_text(f"open({str(planted)!r}, 'w').write('ran')\n")
+    nb = _cli(tmp_path, "notebook", "attribution", "mlp", *store[:2], "--out", str(tmp_path / "rep"), package="analysis")
+    assert nb.returncode == 0, (nb.stdout + nb.stderr)[-3000:]
+    assert "val/mse" in nb.stdout and not planted.exists()
     # its held-out errors (`report(..., items=)`): one artifact per run, not metrics, and the planner prices items
     from mlflow.tracking import MlflowClient
 

@@ -152,8 +152,6 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     from analysis.anova import AnalysisError
     from analysis.sweep_reader import load_runs
 
-    from . import runner
-
     started = time.monotonic()
     looks: list[Look] = []
     block_s: float | None = None
@@ -162,19 +160,13 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     found = [p for p in [sweep_parent(client, exp.experiment_id)] if p is not None] if exp else []
     # refused before any work
     plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha, post_hoc, look_every)
-    if pending is not None:  # an interrupted `--replicates` asked for these blocks: they come first
-        say(f"{spec.name}: continuing to {pending['replicates']} replicate blocks, as the interrupted augment asked "
-            f"(`{pending['command']}`)")
-        spec = expand.with_replicates(spec, pending["replicates"])
-    out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
-    if pending is not None or _unevenly_measured(spec, kwargs["tracking_uri"]):  # interrupted before its evaluation
-        _evaluate_like_the_rest(spec, kwargs)
-    if pending is not None and out["failed"] == 0:
-        (saved.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
+    spec, out, wait = _finish_first(spec, kwargs, pending, say)
     parent = out["parent_run_id"]
     _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
     while True:
+        if wait:  # no binding look on timed values the tool calls busy
+            return {"looks": looks, "stopped": f"stop: {wait}", "replicates": spec.replicates, "ok": False}
         sweep = load_runs(spec.name, uri)
         block_s = block_s or _block_estimate_s(sweep.runs, spec)
         try:
@@ -192,17 +184,37 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
             if stop:
                 return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
         step = _step(plan, spec.replicates)
-        spec, out, took = _add_block(spec, kwargs, step)
+        spec, out, took, wait = _add_block(spec, kwargs, step)
         block_s = took / step
         if out["failed"]:
             return _failed(out, looks, spec)
+
+
+def _finish_first(spec, kwargs: dict, pending: dict | None, say):
+    """Before the first look: the blocks an interrupted `--replicates` asked for, whatever an
+    interrupted augment left unrun, evaluated and timed like the rest (a confirmation of a
+    timed response is timed here for its first look). Returns (spec, the run's result, why a
+    look must wait or "")."""
+    from . import runner
+
+    if pending is not None:  # an interrupted `--replicates` asked for these blocks: they come first
+        say(f"{spec.name}: continuing to {pending['replicates']} replicate blocks, as the interrupted augment asked "
+            f"(`{pending['command']}`)")
+        spec = expand.with_replicates(spec, pending["replicates"])
+    out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
+    wait = ""
+    if pending is not None or _unevenly_measured(spec, kwargs["tracking_uri"]):  # interrupted before its evaluation
+        wait = _evaluate_like_the_rest(spec, kwargs)
+    if pending is not None and out["failed"] == 0:
+        (saved.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
+    return spec, out, wait
 
 
 def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes: float | None, started: float,
           block_s: float | None, looks: list, say) -> str:
     """One look: its verdicts counted, recorded on the parent (when new) and said; returns
     why to stop, or ""."""
-    from analysis.publish import record_look
+    from analysis.publish import log_to_parent, record_look
 
     counts = rep.decision.counts()
     step = _step(plan, spec.replicates)
@@ -213,6 +225,7 @@ def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes:
     looks.append(look)
     if rep.look.new or rep.look.sealed:
         record_look(sweep, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
+        log_to_parent(rep, sweep, uri)  # the parent's description is this look's answer (and a screening's link)
     _keep_on_parent(client, parent, spec.name, "look", {}, {"augment/undecided": rep.decision.undecided()},
                     rep.look.index)
     client.log_metric(parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
@@ -241,21 +254,22 @@ def _step(plan, replicates: int) -> int:
 
 
 def _add_block(spec, kwargs: dict, step: int = 1):
-    """`step` more replicate blocks, saved with the sweep and run as one; returns (spec, run's
-    result, seconds)."""
+    """`step` more replicate blocks, saved with the sweep and run as one, evaluated and timed
+    like the rest; returns (spec, run's result, seconds, why a look must wait or "")."""
     from . import runner
 
     spec = expand.with_replicates(spec, spec.replicates + step)
     t0 = time.monotonic()
     out = runner.run(spec, **kwargs)
-    _evaluate_like_the_rest(spec, kwargs)
-    return spec, out, time.monotonic() - t0
+    wait = _evaluate_like_the_rest(spec, kwargs) if not out["failed"] else ""
+    return spec, out, time.monotonic() - t0, wait
 
 
 def _unevenly_measured(spec, uri: str) -> bool:
     """Whether the sweep's finished runs differ in their re-evaluation counts or lack the
-    last timing pass: what an augment interrupted between a block's trials and its
-    evaluation leaves."""
+    last timing pass (or any, where a timed response is primary): what an augment interrupted
+    between a block's trials and its evaluation leaves, or a sweep whose timed primary
+    response `trials run` did not time (a confirmation of step time)."""
     client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
     parent = sweep_parent(client, exp.experiment_id) if exp else None
@@ -263,15 +277,16 @@ def _unevenly_measured(spec, uri: str) -> bool:
     if not runs:
         return False
     uneven = any(len({r.data.tags.get(reeval_tag(f)) for r in runs}) > 1 for f in spec.wl.reeval_counts)
-    timed = parent is not None and SUMMARY_TAG in parent.data.tags
+    timed = parent is not None and SUMMARY_TAG in parent.data.tags or bool(timed_primary(spec))
     return uneven or (timed and any(PASS_TAG not in r.data.tags for r in runs))
 
 
-def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
+def _evaluate_like_the_rest(spec, kwargs: dict) -> str:
     """A sweep re-evaluated with more items (`trials reeval`; DSpark: prompts, held-out
     batches): a new block's trials get the same evaluation, so that every run of a look is
     evaluated with the same counts (the spec's own counts would mix two evaluations in one
-    analysis)."""
+    analysis); and timed like the rest (`_time_like_the_rest`, whose "" or reason to wait it
+    returns)."""
     from .reeval import reeval
 
     client = tracking_client(kwargs["tracking_uri"])
@@ -284,20 +299,47 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> None:
             asked[field] = int(counts.pop())
     if asked:
         reeval(spec.name, kwargs["storage"], asked, tracking_uri=kwargs["tracking_uri"], address=kwargs["address"])
-    _time_like_the_rest(spec, client, exp.experiment_id, kwargs)
+    return _time_like_the_rest(spec, client, exp.experiment_id, kwargs)
 
 
-def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict) -> None:
+BUSY_PASSES = 3  # timing passes an augment takes before a look, at most, to get one the busy check passes
+
+
+def timed_primary(spec) -> list[str]:
+    """The sweep's primary responses its workload times in a timing pass."""
+    rows = spec.wl.registry
+    return [r for r in spec.responses if rows.is_timed(r)]
+
+
+def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict, say=print) -> str:
     """A sweep whose timed responses came from a timing pass gets its new block timed with the
     same settings: each run is timed once, every arm of the block interleaved in one pass, so
-    the load the block met is common to its arms (the block's effect absorbs the rest)."""
+    the load the block met is common to its arms (the block's effect absorbs the rest). A
+    sweep with a timed primary response that no pass has timed yet (a confirmation of step
+    time) is timed here, with its spec's `timing:` settings (the screening's, where `analysis
+    plan --confirm` wrote it). A pass the busy check flags is taken again, every run, up to
+    BUSY_PASSES passes: a binding look never rests on a pass the tool itself calls busy.
+    Returns "" once the timed values are fit for a look, else why not (a look waits)."""
     parent = sweep_parent(client, experiment_id)
     last = json.loads(parent.data.tags[SUMMARY_TAG]) if parent is not None and SUMMARY_TAG in parent.data.tags else None
-    if not last:
-        return
+    if not last and not timed_primary(spec):
+        return ""
     known = TimingSettings.__dataclass_fields__
-    settings = TimingSettings(**{k: last[k] for k in known if k in last})
-    time_sweep(spec.name, kwargs["storage"], kwargs["tracking_uri"], kwargs["address"], settings)
+    given = {k: last[k] for k in known if k in last} if last else dict(spec.timing)
+    settings = TimingSettings(**given)
+    record = time_sweep(spec.name, kwargs["storage"], kwargs["tracking_uri"], kwargs["address"], settings, say=say)
+    if record is None:  # nothing new to time: the last pass stands
+        record = last or {}
+    for _ in range(BUSY_PASSES - 1):
+        if not record.get("busy"):
+            return ""
+        say(f"{spec.name}: the timing pass was busy: timing every run again before the look")
+        record = time_sweep(spec.name, kwargs["storage"], kwargs["tracking_uri"], kwargs["address"], settings,
+                            say=say, again=True) or {}
+    if record.get("busy"):
+        return (f"{BUSY_PASSES} timing passes in a row were busy: time it again on a quiet machine "
+                f"(trials time {spec.name} --again), then: trials augment {spec.name} --until-decided")
+    return ""
 
 
 def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool,

@@ -30,6 +30,7 @@ from trials.store.kept import write_atomic
 from trials.store.reader import probe_store
 
 from . import spec as specmod
+from .failfast import FailFast
 from .cluster import (DEFAULT_RESOURCE_WAIT_S, check_gcs_reachable, check_local_resources, check_resources, init_ray,
                       kill_local_ray, local_gcs_gone)
 from .identity import check_same_sweep, claim, identity_tags
@@ -305,9 +306,11 @@ def _run_leased(spec: SweepSpec, *, tracking_uri: str, root: Path, exp_dir: Path
             ledger = opened["ledger"] = open_ledger(tracking_uri, spec, identity)
             tracker = _open_records(ledger, spec, tags, made, exp_dir, resume, store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
-            results = _fit(spec, todo, resume_dirs, root, [tracker, *callbacks], signals, max_concurrent,
-                           verbose) if todo else None
-        states = retrying(lambda: _close(spec, ledger, signals), store_retry_s, what="closing the sweep's runs")
+            fail = tracker.fail_fast = FailFast(spec, todo)
+            results = _fit(spec, todo, resume_dirs, root, [tracker, fail, *callbacks], signals, max_concurrent,
+                           verbose, stop=fail.stopper()) if todo else None
+        states = retrying(lambda: _close(spec, ledger, signals, fail if todo else None), store_retry_s,
+                          what="closing the sweep's runs")
         return {**states, "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
                 "results": results}  # Tune's ResultGrid of the trials run now (None if none was left)
@@ -458,7 +461,7 @@ def quiet_slow_warnings() -> None:
 
 
 def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbacks: list[Callback],
-         signals: "_Signals", max_concurrent: int | None, verbose: int):
+         signals: "_Signals", max_concurrent: int | None, verbose: int, stop=None):
     limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
     space, points = search_space(spec, todo)
     # verbose 1: a line per finished trial and a heartbeat (trials.progress); 2: a line per
@@ -480,7 +483,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
             trial_name_creator=lambda trial: spec.trial_for(trial.config).run_name,
             search_alg=BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0)),
         run_config=tune.RunConfig(
-            name=spec.name, storage_path=str(root), verbose=0 if quiet else 2,
+            name=spec.name, storage_path=str(root), verbose=0 if quiet else 2, stop=stop,
             # Tune's CSV and JSON result files (its ExperimentAnalysis reads them), but not its
             # TensorBoard logger, which MLflow replaces and whose import alone costs seconds
             callbacks=[*callbacks, *shown, CSVLoggerCallback(), JsonLoggerCallback()],
@@ -500,12 +503,19 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
             os.environ[_AUTO_LOGGERS] = auto_loggers
 
 
-def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals") -> dict[str, int]:
+def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals", fail: FailFast | None = None) -> dict[str, int]:
     """End the parent run from the store's counts (a trial that Tune stopped on a signal
-    ends neither FINISHED nor FAILED): KILLED and `Interrupted` when any trial is left."""
+    ends neither FINISHED nor FAILED): KILLED and `Interrupted` when any trial is left; FAILED
+    with the one cause where the sweep stopped early on it (`trials.failfast`)."""
     runs = ledger.child_runs()
     ended = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
     states = {"finished": ended.count("FINISHED"), "failed": ended.count("FAILED")}
+    left = len(spec.trials) - states["finished"] - states["failed"]
+    if fail is not None and fail.tripped and left and not signals.signum:
+        ledger.close_open_runs("KILLED")
+        line = fail.line(left)
+        ledger.finish(ledger.parent_id, "FAILED", line)
+        return {**states, "stopped_early": line}
     if states["finished"] + states["failed"] < len(spec.trials):
         ledger.close_open_runs("KILLED")
         ledger.finish(ledger.parent_id, "KILLED")

@@ -182,6 +182,8 @@ def save_sweep_files(exp_dir: Path, spec: SweepSpec, tracking_uri: str, max_conc
         raw["sequential"] = spec.sequential
     if spec.confirms:
         raw["confirms"] = spec.confirms
+    if spec.timing:
+        raw["timing"] = spec.timing
     if spec.generators:
         raw["design"] = {"generators": {g: "*".join(p) for g, p in spec.generators.items()}}
     # each whole or not at all: a reader (status, list, resume) never meets half a file

@@ -19,6 +19,7 @@ primary_terms: [D1, D2, aux0]       # the family's terms (default: every main ef
 sequential: {max_replicates: 6}     # looks planned before the first one (alpha 0.05 unless given;
                                     # look_every: blocks between looks, 1 unless given)
 confirms: {...}                     # a confirmation's screening study and estimate (analysis plan --confirm)
+timing: {rounds: 5, steps: 20}      # how the tool times a timed primary response itself (trials time's flags)
 resources: {cpu: 1, gpu: 0}         # per trial
 max_concurrent: 2
 max_failures: 2
@@ -123,6 +124,8 @@ class SweepSpec:
     # a confirmation's link to the screening study it answers (`analysis plan --confirm` writes
     # it): {study, term, response, estimate, low, high, verdict}; {} = not a confirmation
     confirms: dict[str, Any] = field(default_factory=dict)
+    # how the tool times the sweep itself where it must (trials.timing.TimingSettings' fields); {} = its defaults
+    timing: dict[str, int] = field(default_factory=dict)
     trials: list[Trial] = field(default_factory=list)
     # the workload itself, loaded once where the spec was read (`trials.workload.load_workload`): the
     # engine takes it from here; `workload` is its name, for storage

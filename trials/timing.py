@@ -46,7 +46,7 @@ import socket
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from trials.store.items import encode_each
 from trials.store.runs import log_metrics
@@ -55,6 +55,7 @@ from trials.store.kept import keep_parent_record, keep_run_record
 from trials.store.client import tracking_client
 
 from .lease import Lease
+from .timing_settings import TimingSettings  # noqa: F401  (the pass's knobs, beside the spec's checks)
 from .identity import check_same_sweep
 
 # A run's value in one round that departs from its median round by more than this share: a load
@@ -65,24 +66,6 @@ from .identity import check_same_sweep
 BUSY_ROUND = 0.5
 ARTIFACT_DIR = "timing"
 PASS_FILE = "pass.json"  # the parent's artifact timing/pass.json: every raw time and the orders
-
-
-@dataclass(frozen=True)
-class TimingSettings:
-    """The pass's knobs (the CLI's flags of the same names)."""
-    rounds: int = 5  # R: every run once per round, each round in a fresh random order
-    warmup: int = 1  # W: untimed repetitions of a run before its timed one, every round
-    prompts: int = 8  # P: prompts a drafter-stage repetition decodes both ways
-    steps: int = 20  # S: training steps a backbone-stage repetition times
-    seed: int = 0  # seeds the rounds' orders (with the round) and the backbone's batches
-
-    def __post_init__(self):
-        # 3 rounds at least: with 2, a busy round cannot be told from the other (both depart
-        # from their median alike), so the busy check would have nothing to stand on
-        for name, least in (("rounds", 3), ("warmup", 0), ("prompts", 1), ("steps", 1), ("seed", None)):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or (least is not None and v < least):
-                raise ValueError(f"--{name}: an integer{f' >= {least}' if least is not None else ''}, got {v!r}")
 
 
 def round_order(keys: list[str], seed: int, k: int) -> list[str]:
@@ -211,7 +194,7 @@ def busy_warning(name: str, record: dict) -> str:
             f"by more than {BUSY_ROUND:.0%} (worst: {record['runs'][first['run']]} in round {first['round'] + 1}, "
             f"{first['value']:.3g} against {first['median']:.3g}): a load during the pass, or repetitions too short "
             f"to time steadily (more --prompts or --steps); the values skew every look that reads them; time it "
-            f"again on a quiet machine: trials time {name}")
+            f"again on a quiet machine: trials time {name} --again")
 
 
 def _on_ray(started: bool, work):

@@ -58,6 +58,7 @@ class SweepTracker(Callback):
         self._nodes: dict[str, str] = {}
         self._done: set[str] = set()
         self._last_step: dict[str, dict[str, int]] = {}  # run -> metric -> last step logged
+        self.fail_fast = None  # trials.failfast.FailFast, where the driver stops early on one cause
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment; the client is rebuilt
         state = dict(self.__dict__)
@@ -161,6 +162,10 @@ class SweepTracker(Callback):
             self._runs.pop(trial.trial_id, None)
             return
         last = {k: v for k, v in (trial.last_result or {}).items() if is_metric(k) and finite(v)}
+        if not last.get(DONE_KEY) and self.fail_fast is not None and self.fail_fast.tripped:
+            self.ledger.finish(run_id, "KILLED")  # stopped early on other trials' error: a resume reruns it
+            self._runs.pop(trial.trial_id, None)
+            return
         if not last.get(DONE_KEY):  # never FINISHED without its final metrics
             self.ledger.finish(run_id, "FAILED", "the trial ended without reporting its final metrics")
             self._runs.pop(trial.trial_id, None)

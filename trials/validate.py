@@ -19,12 +19,13 @@ from .workload_defaults import Loaded
 from .registry import PRIMARY_FORM
 from .store.record import margin_problem
 from .spec import MAX_TRIALS, NAME_RE, NAME_RULE, RESERVED_NAMES, SpecError, SweepSpec
+from .timing_settings import TimingSettings
 from .store.record import CONFIRMS_NUMBERS, confirms_problem
 
 
 TOP_KEYS = {"workload", "name", "base", "factors", "replicates", "design", "controls", "resources",
             "max_concurrent", "max_failures", "description", "responses", "primary_terms", "sequential", "confirms",
-            "contrasts"}
+            "contrasts", "timing"}
 
 
 SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches", "block_errors", "look_every"}
@@ -131,6 +132,7 @@ def parse(raw: Any, trusted: bool = True) -> SweepSpec:
     spec.primary_terms = _parse_primary_terms(raw, spec.factors, spec.controls, spec.contrasts, problems)
     spec.sequential = _parse_sequential(raw, spec, problems)
     spec.confirms = _parse_confirms(raw, problems)
+    spec.timing = _parse_timing(raw, problems)
     if problems:
         raise SpecError(problems + [p for p in _cell_problems(spec) if p not in problems])
     spec = build(spec)
@@ -353,6 +355,26 @@ def _parse_confirms(raw: dict, problems: list[str]) -> dict[str, Any]:
         problems.append(problem)
         return {}
     return {k: (float(v) if k in CONFIRMS_NUMBERS else v) for k, v in given.items()}
+
+
+def _parse_timing(raw: dict, problems: list[str]) -> dict[str, int]:
+    """How the sweep's timing pass times it where the tool times it itself (`trials augment
+    --until-decided` before a look of a timed primary response; a confirmation carries its
+    screening's): `TimingSettings`' fields, checked as `trials time`'s flags are."""
+    given = raw.get("timing")
+    if given is None:
+        return {}
+    fields = set(TimingSettings.__dataclass_fields__)
+    if not isinstance(given, dict) or set(given) - fields:
+        problems.append(f"timing: {{{', '.join(f'{k}: N' for k in TimingSettings.__dataclass_fields__)}}} (any of "
+                        "them), the settings of `trials time`")
+        return {}
+    try:
+        TimingSettings(**given)
+    except (TypeError, ValueError) as e:
+        problems.append(f"timing: {str(e).replace('--', '')}")
+        return {}
+    return dict(given)
 
 
 def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ are `checkpoint_<step>/state.pt` (tensors and numbers, loaded with weights_only=
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 DIM, CLASSES = 8, 4
 ROLES = {"seed": "objective", "steps": "budget", "lr": "objective", "hidden": "objective", "norm": "objective",
          "label_smoothing": "objective", "eval_interval": "evaluation", "eval_batches": "evaluation",
-         "step_sleep_ms": "plumbing", "out_dir": "plumbing"}
+         "step_sleep_ms": "plumbing", "hold": "plumbing", "out_dir": "plumbing"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class ToyConfig:
     eval_interval: int = 40
     eval_batches: int = 4
     step_sleep_ms: float = 0.0  # slows a step down, so that a test can stop a sweep mid-way
+    hold: str = ""  # a folder: every trial but the first to start waits until <hold>/open exists (a test's gate)
     out_dir: str = "toy-out"
 
     def __post_init__(self):
@@ -84,6 +86,19 @@ def _batch(gen, n: int = 64):
     means = torch.randn(CLASSES, DIM, generator=torch.Generator().manual_seed(1234))
     y = torch.randint(0, CLASSES, (n,), generator=gen)
     return means[y] + 0.9 * torch.randn(n, DIM, generator=gen), y  # (n, DIM), (n,)
+
+
+def _wait_unless_first(gate: Path) -> None:
+    """The first trial to start goes on; every later one waits until `gate`/open exists, so a
+    test sees one finished trial beside a running one by their states, never by the clock."""
+    gate.mkdir(parents=True, exist_ok=True)
+    try:
+        (gate / "first").open("x").close()
+        return
+    except FileExistsError:
+        pass
+    while not (gate / "open").exists():
+        time.sleep(0.2)
 
 
 def _model(cfg: ToyConfig):
@@ -149,6 +164,8 @@ class ToyWorkload:
             opt.load_state_dict(state["opt"])
             gen.set_state(state["gen"])
             start = int(state["step"])
+        if cfg.hold:
+            _wait_unless_first(Path(cfg.hold))
         out, last = {}, float("nan")
         for step in range(start + 1, cfg.steps + 1):
             if before_step is not None:
@@ -204,3 +221,62 @@ class ToyWorkload:
 
 
 WORKLOAD = ToyWorkload()
+
+
+# ---------------------------------------------------------------- a timed variant
+
+STEP_MS = {"none": 10.0, "layer": 10.05}  # the timed response's true values: norm's cost, 0.05 ms a step
+
+
+class _CountedSteps:
+    """The timing pass's arms: a repetition's "seconds" a step, computed from the config, never
+    from the clock (each run's seed shifts it a little, as a seed's compile or layout would),
+    so that a test of the pass's users is the same on any machine, however loaded."""
+
+    def __init__(self, configs: dict[str, dict], steps: int, seed: int):
+        self.configs, self.steps, self.seed = configs, steps, seed
+
+    def run(self, key: str, whole: bool = True) -> dict[str, list[float]]:
+        cfg = ToyConfig(**self.configs[key])
+        # each run's own offset (its seed and arm, as a run's layout would), and the pass's seed moving every
+        # value alike, so that a pass run again gives other values, as on a machine
+        digest = hashlib.sha256(repr(sorted(cfg.objective_dict().items())).encode()).digest()
+        run = int.from_bytes(digest[:4], "little") / 2 ** 32 - 0.5
+        ms = STEP_MS[cfg.norm] + 0.2 * run + 0.01 * self.seed
+        return {"step_s": [ms / 1000.0] * (self.steps if whole else 1)}
+
+
+class ToyTiming:
+    """`trials time` for the timed toy: `train/step_ms`, S steps a repetition."""
+    response = {"mlp": "train/step_ms"}
+    size = {"mlp": "steps"}
+
+    def needs_checkpoints(self, variant: str) -> bool:
+        return False
+
+    def arms(self, variant: str, configs: dict, checkpoints: dict, settings, tmp: str):
+        return _CountedSteps(configs, settings.steps, settings.seed)
+
+    def values(self, variant: str, rounds: list[dict]) -> dict[str, float]:
+        return {k: 1000.0 * sum(sum(r["times"][k]["step_s"]) for r in rounds)
+                / sum(len(r["times"][k]["step_s"]) for r in rounds) for k in rounds[0]["times"]}
+
+    def items(self, variant: str, rounds: list[dict]) -> dict:
+        return {}
+
+
+class TimedMetrics(Metrics):
+    REGISTRY = Metrics.REGISTRY + (Row("train/step_ms", "lower", "ms", meaning="a training step's time, from the "
+                                       "timing pass", timed=True),)
+
+
+class TimedToyWorkload(ToyWorkload):
+    """The toy with a timing pass (`ToyTiming`): a workload whose timed response the engine's
+    follow-up path (`plan --confirm`, `augment --until-decided`) can be tested on anywhere."""
+    name = "toy-timed"
+    metrics = {**ToyWorkload.metrics, "train/step_ms": "lower"}
+    metric_rows = TimedMetrics()
+    timing = ToyTiming()
+
+
+TIMED = TimedToyWorkload()

@@ -100,7 +100,7 @@ def test_smoke_sweep_logs_finished_children(ray_local, tmp_path, corpus_dir, cap
     assert targets[0].stat().st_mtime_ns == mtime
 
 
-def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
+def test_interrupted_driver_resumes_without_rerunning(tmp_path):
     """SIGTERM to the driver's whole process group (`setsid`, then `kill -TERM -- -PGID`, as
     timeout, scancel and service managers send it), which stops the local Ray's GCS too: it
     once hung 60 s on the dead GCS, exited 1 with no resume line, and left runs RUNNING and 7
@@ -108,17 +108,23 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
     tests/trials/test_augment.py's interrupted augment; SIGKILL, then `status` and `resume`, is
     tests/trials/test_postgres.py's, and `status` closing a SIGKILLed driver's runs on SQLite is
     tests/test_reliability.py's.)"""
+    import yaml
+
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    spec_path = write_spec(tmp_path / "s.yaml", corpus_dir, "interrupt", D1_D9, max_concurrent=1,
-                           base={"target_steps": 10, "draft_steps": 40, "eval_interval": 10, "eval_batches": 1,
-                                 "spec_prompts": 2, "spec_new_tokens": 16, "spec_prompt_len": 16})
+    gate = tmp_path / "gate"  # the toy's gate: the first trial finishes, the second waits until gate/open exists
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "workload": "tests.toy.workload:WORKLOAD", "name": "interrupt", "max_concurrent": 1,
+        "base": {"steps": 20, "eval_interval": 10, "hold": str(gate)},
+        "factors": {"norm": {"none": {"norm": "none"}, "layer": {"norm": "layer"}},
+                    "smooth": {"off": {"label_smoothing": 0.0}, "on": {"label_smoothing": 0.1}}}}))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "trials.cli", "run", str(spec_path), "--tracking-uri", uri,
            "--storage", str(tmp_path / "st")]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     finished_before = {}
-    while proc.poll() is None:  # no wall-clock window: a loaded machine only takes longer
+    while proc.poll() is None:  # on states alone: the second trial holds until the gate opens
         time.sleep(1)
         try:
             _, _, kids = children(uri, "interrupt")
@@ -128,7 +134,7 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
         if done and any(r.info.status == "RUNNING" for r in kids):
             finished_before = {r.data.tags["trial_key"]: r.info.end_time for r in done}
             break
-    assert finished_before, "the sweep ended before a finished and a running trial were seen"
+    assert finished_before, f"the sweep ended before a finished and a running trial were seen: {proc.stderr.read()}"
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=600) == 143
     err = proc.stderr.read()  # it did not wait on the dead GCS (it once hung there 60 s, then exited 1)
@@ -140,6 +146,7 @@ def test_interrupted_driver_resumes_without_rerunning(tmp_path, corpus_dir):
     _, parents, kids = children(uri, "interrupt")
     assert not any(r.info.status == "RUNNING" for r in kids)
     assert parents[0].info.status == "KILLED"
+    (gate / "open").touch()  # the resumed trials go on
     r = subprocess.run([sys.executable, "-m", "trials.cli", "resume", "interrupt", "--storage", str(tmp_path / "st")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -385,7 +385,7 @@ def test_a_round_run_on_a_busy_machine_is_named_and_a_quiet_pass_is_not():
     assert line.startswith("hb: warning: 1 run-round(s) of this pass depart from their run's median round by more "
                            "than 50% (worst: arm-b r0 in round 4, 9.17 against 0.808)")
     assert "a load during the pass, or repetitions too short to time steadily" in line
-    assert line.endswith("time it again on a quiet machine: trials time hb") and "\n" not in line
+    assert line.endswith("time it again on a quiet machine: trials time hb --again") and "\n" not in line
     assert busy_rounds(Timing(), "drafter", busy[:2]) == []  # two rounds have no median to stand against
 
 

@@ -186,3 +186,36 @@ def test_numpy_numbers_and_0d_tensors_are_numbers_everywhere(tmp_path):
     for k in kids:
         lr = float(k.data.params["lr"])
         assert abs(k.data.metrics["val/loss"] - (1.0 + lr)) < 0.05 and abs(k.data.metrics["val/acc"] - 0.5) < 0.05
+
+
+SAME_ERROR = WORKLOAD.replace('raise ValueError(f"lr {cfg.lr} diverged at step 1")',
+                              'raise RuntimeError("CUDA out of memory at step 1")')
+
+
+def test_a_trainer_that_fails_the_same_way_in_every_cell_stops_the_sweep_early(tmp_path):
+    """The first trial of each cell fails with one cause: the sweep stops there (not 8 trials
+    to the same error), says so in one short line with a run that shows it and the command
+    that goes on, and leaves the rest unrun, the parent FAILED."""
+    (tmp_path / "raising.py").write_text(SAME_ERROR)
+    calls = tmp_path / "calls.txt"
+    (tmp_path / "s.yaml").write_text(
+        "name: raising\nworkload: raising:WORKLOAD\n"
+        f"base: {{calls: {calls}}}\n"
+        "factors: {lr: {low: {lr: 0.1}, high: {lr: 0.5}}}\nreplicates: 4\nmax_concurrent: 1\n")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    r = _cli(tmp_path, "run", "s.yaml", "--tracking-uri", uri, "--storage", str(tmp_path / "st"))
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-3000:]
+    assert 2 <= len(calls.read_text().split()) <= 3, out[-3000:]  # one a cell (and at most one started meanwhile)
+    said = [x for x in r.stdout.splitlines() if "stopped early" in x]
+    assert len(said) == 1 and len(said[0]) < 400, said
+    assert "the first trial of each of the 2 cell(s) failed with the same error" in said[0]
+    assert "RuntimeError: CUDA out of memory at step 1" in said[0] and said[0].endswith("trials resume raising")
+    assert "failed: " not in r.stdout  # the cause once, not a line per failure
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name("raising")
+    runs = c.search_runs([exp.experiment_id], "", max_results=100)
+    parent = next(x for x in runs if x.data.tags.get("sweep_parent") == "true")
+    assert parent.info.status == "FAILED"
+    kids = [x for x in runs if "trial_key" in x.data.tags]
+    assert len(kids) <= 3 and not any(k.info.status in ("RUNNING", "FINISHED") for k in kids)

@@ -1,0 +1,24 @@
+"""The timing pass's settings (`trials time`'s flags; a spec's `timing:`), apart from the pass
+itself so that a spec's checks read them without the pass's imports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """The pass's knobs (the CLI's flags of the same names)."""
+    rounds: int = 5  # R: every run once per round, each round in a fresh random order
+    warmup: int = 1  # W: untimed repetitions of a run before its timed one, every round
+    prompts: int = 8  # P: prompts a drafter-stage repetition decodes both ways
+    steps: int = 20  # S: training steps a backbone-stage repetition times
+    seed: int = 0  # seeds the rounds' orders (with the round) and the backbone's batches
+
+    def __post_init__(self):
+        # 3 rounds at least: with 2, a busy round cannot be told from the other (both depart
+        # from their median alike), so the busy check would have nothing to stand on
+        for name, least in (("rounds", 3), ("warmup", 0), ("prompts", 1), ("steps", 1), ("seed", None)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or (least is not None and v < least):
+                raise ValueError(f"--{name}: an integer{f' >= {least}' if least is not None else ''}, got {v!r}")
