@@ -299,10 +299,14 @@ def test_a_second_driver_is_refused_and_a_store_locked_for_25_s_loses_nothing(tm
         while True:  # wait until a trial is running and reporting
             assert time.time() < deadline and driver.poll() is None, driver.communicate()[1][-2000:]
             if db.exists():
-                with sqlite3.connect(db, timeout=30) as c:
-                    if c.execute("select count(*) from runs where status = 'RUNNING' and name != "
-                                 "'sweep locked'").fetchone()[0]:
-                        break
+                try:
+                    with sqlite3.connect(db, timeout=30) as c:
+                        if c.execute("select count(*) from runs where status = 'RUNNING' and name != "
+                                     "'sweep locked'").fetchone()[0]:
+                            break
+                except sqlite3.OperationalError as e:  # the file is there before MLflow has made its tables
+                    if "no such table" not in str(e):
+                        raise
             time.sleep(0.5)
         # a second driver of the running sweep is refused, naming the first (it once trained
         # 4 trials 8 times and duplicated 182 points)
