@@ -15,7 +15,9 @@ install: $(BIN)/.installed
 
 # Both questions at CPU scale: the seed's system (demo-seed, backbone stage) and the
 # paper's architecture (demo, drafter stage), each run, its timed primary response
-# (train/step_ms, spec/speedup) measured by the interleaved timing pass, then attributed.
+# (train/step_ms, spec/speedup) measured by the interleaved timing pass, then attributed;
+# then the follow-up the tool prints for the open question on step time that the cheapest
+# two-arm study decides, run as printed to its verdict; then the recap, confirmations included.
 demo: $(BIN)/.installed
 	$(BIN)/trials run sweeps/demo-seed.yaml
 	$(BIN)/trials time demo-seed --rounds 3 --steps 5
@@ -25,9 +27,14 @@ demo: $(BIN)/.installed
 	$(BIN)/analysis report demo-seed
 	@echo; echo "=== Question 2: the paper's architecture (experiment demo) ==="
 	$(BIN)/analysis report demo
-	@echo; echo "=== Both sweeps and their MLflow links (serve them with: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --workers 1) ==="
+	@echo; echo "=== The follow-up: the open question the cheapest study decides, by the commands the tool prints ==="
+	@echo "$(BIN)/analysis plan demo-seed --confirm next --response train/step_ms"; \
+	  out=$$($(BIN)/analysis plan demo-seed --confirm next --response train/step_ms) || exit 1; echo "$$out"; \
+	  run=$$(echo "$$out" | sed -n 's/^  run it: //p'); \
+	  if [ -n "$$run" ]; then echo "$$run"; PATH="$(CURDIR)/$(BIN):$$PATH"; eval "$$run"; fi
+	@echo; echo "=== The sweeps and their MLflow links (serve them with: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --workers 1) ==="
 	@$(BIN)/trials list
-	@echo; echo "=== Recap: both questions, answered ==="
+	@echo; echo "=== Recap: both questions, answered, and the follow-up ==="
 	@$(BIN)/analysis recap demo-seed demo
 
 test: $(BIN)/.installed

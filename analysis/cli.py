@@ -165,6 +165,8 @@ def _recap(args) -> int:
         print("\n".join(answer_lines(rep.decision)))
         print("\n".join(wrap_text(f"{rep.decision.counts_text()}; every detail: analysis report {record.experiment}",
                                   "  ")))
+        for line in links.confirmation_lines(links.in_store(args.tracking_uri, record.experiment)):
+            print("\n".join(wrap_text(line, "  ")))
         steps.append(next_command(rep.decision, record.experiment, rep.look))
     cost, command = min(steps, key=lambda s: s[0])  # the cheapest, last: where the eye ends
     print(f"\nnext ({'the fewest blocks that decide a term' if cost < math.inf else 'no block count decides one'}):"

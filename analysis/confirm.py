@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import yaml
@@ -45,6 +47,8 @@ from .sequential import MIN_DF
 from .result_types import UNDECIDED, Verdict
 
 MOST_BLOCKS = 5000
+CONTROL_TERM = "vs control="  # a control arm's term in a decision (analysis.verdicts)
+NEXT = "next"  # --confirm next: the open question the cheapest study decides
 GROWTH = 1.25  # the plan's maximum over the fixed-sample blocks
 
 
@@ -63,8 +67,18 @@ def screening_spec(sweep: SweepFrame, given: str | None) -> tuple[dict, Path]:
 
 
 def _arms(raw: dict, term: str, v: Verdict) -> tuple[str, dict[str, dict], list[str]]:
-    """(the new factor's name, its two levels' overrides, the screening factors it spans)."""
+    """(the new factor's name, its two levels' overrides, the screening factors it spans).
+    A control's term (`vs control=NAME`) becomes the factor NAME: its level `control` (the
+    control's overrides) against `cell` (the factorial cell the other factors fix), so that its
+    estimate keeps the screening's sign (the arms minus the control)."""
     factors, contrasts = raw["factors"], raw.get("contrasts") or {}
+    if term.startswith(CONTROL_TERM):
+        name = term[len(CONTROL_TERM):]
+        controls = raw.get("controls") or {}
+        if name not in controls:
+            raise AnalysisError(f"--confirm {term}: the screening spec has no control {name!r} (its controls: "
+                                f"{', '.join(controls) or 'none'})")
+        return name, {"control": dict(controls[name] or {}), "cell": {}}, []
     if term in contrasts:
         sides = contrasts[term]
         arms = {}
@@ -132,65 +146,121 @@ def _verdict_for(decision, term: str, response: str | None) -> Verdict:
                             f"{', '.join(terms)})")
     open_ = [r for r in candidates if any(v.verdict == UNDECIDED for v in decision.of(r) if v.term == term)]
     v = next(x for x in decision.of((open_ or candidates)[0]) if x.term == term)
-    if v.noise is None or v.margin is None or term.startswith("vs "):
-        raise AnalysisError(f"--confirm {term}: needs a factor or contrast term of a response with a margin and a "
-                            "variance model (a control arm's confirmation is not written yet)")
+    if v.noise is None or v.margin is None:
+        raise AnalysisError(f"--confirm {term}: needs a term of a response with a margin and a variance model of its "
+                            "own errors")
     return v
+
+
+class _Price(NamedTuple):
+    v: Verdict
+    name: str  # the new factor
+    arms: dict[str, dict]
+    base: dict
+    chosen: dict[str, str]  # the factors held fixed, at their levels
+    v_pair: float
+    v_it: float
+    blocks: int | None  # the fixed-sample blocks; None past MOST_BLOCKS
+
+
+def _price(sweep: SweepFrame, decision, raw: dict, v: Verdict, at: dict[str, str], alpha: float,
+           power: float) -> _Price:
+    """What the two-arm study of `v`'s term needs (module docstring)."""
+    name, arms, spanned = _arms(raw, v.term, v)
+    base, chosen = _fixed(raw, spanned, at)
+    runs = sweep.runs
+    factorial = runs[runs["arm"].astype(str) == "factorial"] if "arm" in runs.columns else runs
+    cells = max(factorial["cell"].nunique(), 1)
+    if v.term.startswith(CONTROL_TERM):  # a block's contrast: the arms' mean minus the one control run
+        sum_w2 = 1.0 + 1.0 / cells
+    else:  # each side the mean of the screening cells it averages
+        sum_w2 = 2.0 / max(cells / 2 ** len(spanned), 1)
+    v_pair, v_it = paired_noise(v, decision.checks[v.response].sigma, sum_w2)
+    return _Price(v, name, arms, base, chosen, v_pair, v_it, blocks_for(v, v_pair, v_it, alpha, power))
+
+
+def _cheapest(sweep: SweepFrame, decision, raw: dict, response: str | None, at: dict[str, str], alpha: float,
+              power: float) -> _Price | None:
+    """`--confirm next`: the open primary question (an undecided term of the family on
+    `response`, else on any primary response) that the fewest blocks decide; None where none
+    is open or none can be decided within MOST_BLOCKS."""
+    responses = [response] if response else decision.primary()
+    open_ = [v for r in responses for v in decision.of(r)
+             if v.verdict == UNDECIDED and v.in_family and v.noise is not None and v.margin is not None]
+    prices = []
+    for v in open_:
+        try:
+            prices.append(_price(sweep, decision, raw, v, at, alpha, power))
+        except AnalysisError:  # a term this spec cannot split into two arms is not the next one
+            continue
+    prices = [p for p in prices if p.blocks is not None]
+    return min(prices, key=lambda p: p.blocks) if prices else None
 
 
 def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None, at: dict[str, str] | None = None,
             spec: str | None = None, out: str | None = None, power: float = 0.8, alpha: float = 0.05) -> str:
-    """Write the confirmatory spec for `term` and return what to print (module docstring)."""
+    """Write the confirmatory spec for `term` (`next`: the cheapest open one) and return what
+    to print (module docstring)."""
     raw, source = screening_spec(sweep, spec)
-    v = _verdict_for(decision, term, response)
-    r = v.response
-    name, arms, spanned = _arms(raw, term, v)
-    base, chosen = _fixed(raw, spanned, at or {})
-    runs = sweep.runs
-    factorial = runs[runs["arm"].astype(str) == "factorial"] if "arm" in runs.columns else runs
-    per_side = max(factorial["cell"].nunique() / 2 ** len(spanned), 1)  # the screening cells each side averages
-    sum_w2 = 2.0 / per_side
-    v_pair, v_it = paired_noise(v, decision.checks[r].sigma, sum_w2)
-    fixed_blocks = blocks_for(v, v_pair, v_it, alpha, power)
-    if fixed_blocks is None:
-        raise AnalysisError(f"--confirm {term}: no study of up to {MOST_BLOCKS} blocks decides it at the measured "
-                            f"noise (paired sd {math.sqrt(v_pair):.3g}, items x term sd {math.sqrt(v_it):.3g})")
-    most = math.ceil(GROWTH * fixed_blocks)
-    first = max(MIN_DF + 1, math.ceil(most / 2))
+    at = at or {}
     exp = sweep.record.experiment
-    fixed = ", ".join(f"{f}={lv}" for f, lv in chosen.items()) or "no other factor"
+    named = any(v.term == term for r in decision.primary() for v in decision.of(r))
+    if term == NEXT and not named:
+        p = _cheapest(sweep, decision, raw, response, at, alpha, power)
+        if p is None:
+            return (f"{exp}: no open question to confirm on {response or 'the primary responses'}: every primary "
+                    "term is decided, or none is decided by a two-arm study within reach; nothing written")
+        chose = (f"{exp}: the open question the cheapest study decides: {p.v.term} on {p.v.response} (undecided, "
+                 f"{p.v.estimate:+.4g} [{', '.join(f'{x:+.4g}' for x in p.v.interval()[:2])}])")
+    else:
+        p, chose = _price(sweep, decision, raw, _verdict_for(decision, term, response), at, alpha, power), None
+    v, r = p.v, p.v.response
+    if p.blocks is None:
+        raise AnalysisError(f"--confirm {v.term}: no study of up to {MOST_BLOCKS} blocks decides it at the measured "
+                            f"noise (paired sd {math.sqrt(p.v_pair):.3g}, items x term sd {math.sqrt(p.v_it):.3g})")
+    most = math.ceil(GROWTH * p.blocks)
+    first = max(MIN_DF + 1, math.ceil(most / 2))
+    fixed = ", ".join(f"{f}={lv}" for f, lv in p.chosen.items()) or "no other factor"
     several = len(decision.primary()) > 1  # the response in the name: one confirmation a response
-    new = _confirming_spec(raw, v, exp, term, name, arms, base, fixed, first, most, alpha, several)
+    new = _confirming_spec(raw, v, exp, p.name, p.arms, p.base, fixed, first, most, alpha, several)
     timed = timing_of(sweep) if sweep.registry.is_timed(r) else None
     if timed:  # timed as the screening was, so the noise it was sized from is the noise it will meet
         new["timing"] = timed
     path = Path(out) if out else source.parent / f"{new['name']}.yaml"
-    if path.exists() or path.is_symlink():  # a spec a study ran from, a note, the screening spec: never replaced
-        raise AnalysisError(f"--confirm {term}: {path} exists; nothing is overwritten: name another file with "
-                            "--out-spec PATH")
-    flags = "".join(f" --at {f}={lv}" for f, lv in (at or {}).items()) + (f" --response {r}" if several else "")
-    header = (f"# written by `analysis plan {exp} --confirm {term}{flags}` from {source} and the screening study's "
-              f"noise: paired sd {math.sqrt(v_pair):.3g} a block, items x term sd {math.sqrt(v_it):.3g}\n")
-    write_new(path, header + yaml.safe_dump(new, sort_keys=False))
-    minutes = _minutes(runs)
+    flags = "".join(f" --at {f}={lv}" for f, lv in at.items()) + (f" --response {r}" if several else "")
+    header = (f"# written by `analysis plan {exp} --confirm {shlex.quote(v.term)}{flags}` from {source} and the "
+              f"screening study's noise: paired sd {math.sqrt(p.v_pair):.3g} a block, items x term sd "
+              f"{math.sqrt(p.v_it):.3g}\n")
+    kept = write_new(path, header + yaml.safe_dump(new, sort_keys=False))
+    minutes = _minutes(sweep.runs)
     cost = f", about {2 * most * minutes:.0f} worker-minutes at most" if minutes else ""
     how = (f"  timed as the screening was ({', '.join(f'{k} {n}' for k, n in timed.items())}; its spec's timing:): "
            "trials augment times each block itself before each look" if timed else
            "  timed by trials augment before each look, with trials time's defaults (no timing pass in the screening)"
            if sweep.registry.is_timed(r) else "")
     return "\n".join([
-        f"{exp}: a study that decides {term} on {r} alone: {path}",
-        f"  arms: {name} = {' vs '.join(arms)}; fixed: {fixed}", *([how] if how else []),
-        f"  blocks: {fixed_blocks} in one look ({power:.0%} if its effect is the screening's {v.estimate:+.4g}, "
+        *([chose] if chose else []),
+        f"{exp}: a study that decides {v.term} on {r} alone: {path}" + (" (written before, unchanged)" if kept else ""),
+        f"  arms: {p.name} = {' vs '.join(p.arms)}; fixed: {fixed}", *([how] if how else []),
+        f"  blocks: {p.blocks} in one look ({power:.0%} if its effect is the screening's {v.estimate:+.4g}, "
         f"alpha {alpha:g} for this one question); the plan looks at {first} and again at {most}",
         f"  runs: {2 * first} to {2 * most}{cost}",
         f"  run it: trials run {path} && trials augment {new['name']} --until-decided"])
 
 
-def write_new(path: Path, text: str) -> None:
-    """Write a file that does not exist yet, whole or not at all (one line where it exists)."""
+def write_new(path: Path, text: str) -> bool:
+    """Write a file that does not exist yet, whole or not at all; True where it exists with
+    this very text (written before: kept), one line where it exists with any other."""
     import os
 
+    if path.is_file() and not path.is_symlink():
+        try:
+            if path.read_text() == text:
+                return True
+        except (OSError, UnicodeDecodeError):
+            pass
+    if path.exists() or path.is_symlink():  # a spec a study ran from, a note, the screening spec: never replaced
+        raise AnalysisError(f"{path} exists; nothing is overwritten: name another file with --out-spec PATH")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     try:
@@ -199,6 +269,7 @@ def write_new(path: Path, text: str) -> None:
         raise AnalysisError(f"{path} exists; nothing is overwritten: name another file with --out-spec PATH") from None
     finally:
         tmp.unlink(missing_ok=True)
+    return False
 
 
 MAX_NAME = 64  # trials.spec.NAME_RE: the longest sweep name `trials run` accepts
@@ -217,12 +288,12 @@ def confirmation_name(exp: str, term: str, response: str | None = None) -> str:
     return f"{full[:MAX_NAME - 9].rstrip('-.')}-{digest}"
 
 
-def _confirming_spec(raw: dict, v, exp: str, term: str, name: str, arms: dict, base: dict, fixed: str, first: int,
+def _confirming_spec(raw: dict, v, exp: str, name: str, arms: dict, base: dict, fixed: str, first: int,
                      most: int, alpha: float, several: bool = False) -> dict:
     """The confirmation's spec: two arms, one response, a plan that looks at `first` blocks
     and again at `most` (look_every: the blocks between), and its link to the screening study
     (`several`: the screening has more than one primary response, so the name says which)."""
-    r = v.response
+    r, term = v.response, v.term
     lo, hi, _ = v.interval()  # the interval its verdict used
     return {"name": confirmation_name(exp, term, r if several else None),
             "description": (f"confirms {term} on {r} from the screening study {exp} (its estimate {v.estimate:+.4g} "

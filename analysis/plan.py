@@ -11,6 +11,7 @@ experiment measured (`analysis.power`).
 from __future__ import annotations
 
 import math
+import shlex
 
 import pandas as pd
 
@@ -207,8 +208,8 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
                          else f"; {why_not_items(v, most)}")
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
                 step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None, name=name)}"
-                if not v.term.startswith("vs "):  # the cheaper route: that question alone, two arms
-                    step += f"; or that question alone: analysis plan {name} --confirm {v.term} --response {r}"
+                # the cheaper route: that question alone, two arms
+                step += f"; or that question alone: analysis plan {name} --confirm {shlex.quote(v.term)} --response {r}"
             lines.append(f"    {v.term}: {step}")
             if check.primary and v.in_family:
                 blocks_all = None if v.blocks is None or blocks_all is None else max(blocks_all, v.blocks)

@@ -67,10 +67,15 @@ def test_the_operating_point_is_confirmed_by_two_arms_sized_at_the_measured_nois
     own = v.noise.blocks * (v.noise.seeds + v.noise.item_run) * 2 / 0.5
     assert v_pair == pytest.approx(own) and v_pair < 2 * d.checks["val/bpb"].sigma ** 2
     assert math.sqrt(v_pair) == pytest.approx(0.0265, abs=5e-4) and b == 57
-    # and nothing it writes replaces a file: the spec it just wrote, or any other
+    # and nothing it writes replaces a file: the same command again keeps the spec it wrote (its text
+    # the same: a rerun of `make demo`), another question is refused
     before = out.read_text()
+    capsys.readouterr()
     assert main(["plan", "seed-questions", "--parquet", str(PARQUET), "--confirm", "operating_point", "--response",
-                 "val/bpb", "--spec", str(SPEC), "--out-spec", str(out), "--at", "head=rnn"]) == 2
+                 "val/bpb", "--spec", str(SPEC), "--out-spec", str(out), "--at", "head=rnn"]) == 0
+    assert f"{out} (written before, unchanged)" in capsys.readouterr().out and out.read_text() == before
+    assert main(["plan", "seed-questions", "--parquet", str(PARQUET), "--confirm", "operating_point", "--response",
+                 "val/bpb", "--spec", str(SPEC), "--out-spec", str(out), "--at", "head=markov"]) == 2
     assert f"{out} exists; nothing is overwritten: name another file with --out-spec PATH" in capsys.readouterr().err
     assert out.read_text() == before
     for bad in ("2", "nan", "0", "-1"):  # every value a user gives to plan, checked before any work
