@@ -259,6 +259,8 @@ def write_new(path: Path, text: str) -> bool:
                 return True
         except (OSError, UnicodeDecodeError):
             pass
+    if not path.parent.is_dir():
+        raise AnalysisError(f"{path}: its folder {path.parent} does not exist; nothing written")
     if path.exists() or path.is_symlink():  # a spec a study ran from, a note, the screening spec: never replaced
         raise AnalysisError(f"{path} exists; nothing is overwritten: name another file with --out-spec PATH")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
