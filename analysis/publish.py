@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trials.store.client import tracking_client
+from trials.store.client import set_tags, tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
 from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQUENTIAL_TAG, VERDICT_PREFIX
 
@@ -38,8 +38,7 @@ def record_look(sweep: SweepFrame, tracking_uri: str | None, plan_json: str, loo
     exp_dir = sweep_storage(client.get_run(record.parent_run_id).data.tags, record.experiment)
     if exp_dir is not None:
         keep_parent_record(exp_dir, "look", tags)
-    for k, v in tags.items():
-        client.set_tag(record.parent_run_id, k, v)
+    set_tags(client, record.parent_run_id, tags)  # the record past MLflow's 8,000 characters: in parts
 
 
 def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> None:
@@ -47,7 +46,8 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> N
     description (`mlflow.note.content`: a sentence per primary response first, then the
     verdict table and a link to the report), the verdict table as one artifact
     (`attribution/verdicts.csv`) beside the report files, four headline metrics (how many of
-    the family's verdicts are in each state, `verdicts/matters_beyond`, ...), and two tags of
+    the family's verdicts are in each state, `verdicts/matters_beyond`, ..., at the look's index
+    as the step, no point where no count changed), and two tags of
     what the verdicts rest on (the margins; the alpha and the family). No tag per verdict: the
     page listed dozens of them above the answer. Any `verdict.*` tag an earlier version left
     is deleted, so that no stale verdict stays beside the new ones."""
@@ -68,8 +68,12 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> N
             RunTag(NOTE_TAG, parent_note(rep, sweep))]  # the run page's description
     if used:  # no empty tag
         tags.insert(0, RunTag(MARGINS_TAG, json.dumps(used)[:5000]))
-    ts = int(time.time() * 1000)
-    counts = [Metric(COUNT_METRICS[k], float(n), ts, 0) for k, n in d.counts().items()]
+    ts, step = int(time.time() * 1000), rep.look.index if rep.look is not None else 0
+    now = client.get_run(parent).data.metrics
+    # one point a look (its index the step): a report of the same counts adds none
+    counts = [Metric(COUNT_METRICS[k], float(n), ts, step) for k, n in d.counts().items()]
+    if all(now.get(m.key) == m.value for m in counts):
+        counts = []
     client.log_batch(parent, metrics=counts, tags=tags)
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "verdicts.csv"

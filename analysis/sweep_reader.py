@@ -27,7 +27,7 @@ import pandas as pd
 from trials.store.client import check_store, tracking_client
 from trials.store.keys import (CONFIRMS_TAG, CONTRASTS_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTORS_PARAM,
                                PRIMARY_TERMS_TAG, RESPONSES_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG,
-                               StoreReadError, sweep_parent, sweep_trials)
+                               StoreReadError, read_split_tag, sweep_parent, sweep_trials)
 
 import trials.export as export
 # the export is the engine's (trials.export); its writers are named here too, where the
@@ -67,16 +67,16 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
     sweep = finished_frame(df, order)
     if parent is None:
         return replace(sweep, record=SweepRecord(experiment=experiment, experiment_id=exp.experiment_id))
-    record = SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
-                         experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
-                         design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
-                         sequential=parent.data.tags.get(SEQUENTIAL_TAG, ""),
-                         timing=parent.data.tags.get(SUMMARY_TAG, ""),
-                         primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
-                         contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
-                         confirms=_json_dict(parent.data.tags.get(CONFIRMS_TAG, "{}")),
-                         workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
     try:  # the parent's tags are input too: checked as a parquet export's metadata is
+        record = SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
+                             experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
+                             design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
+                             sequential=read_split_tag(parent.data.tags, SEQUENTIAL_TAG),  # in parts past 5,000
+                             timing=parent.data.tags.get(SUMMARY_TAG, ""),
+                             primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
+                             contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
+                             confirms=_json_dict(parent.data.tags.get(CONFIRMS_TAG, "{}")),
+                             workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
         check_record({"factors": sweep.factors, **asdict(record)}, sweep.runs.columns)
     except ValueError as e:
         raise ValueError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}, parent run "

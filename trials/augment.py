@@ -40,8 +40,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from trials.store.keys import PASS_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, reeval_tag, sweep_parent, sweep_trials
-from trials.store.client import tracking_client
+from trials.store.keys import (PASS_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, read_split_tag, reeval_tag, sweep_parent,
+                               sweep_trials)
+from trials.store.client import set_tags, tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
 
 from . import expand, saved
@@ -163,7 +164,7 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     spec, out, wait = _finish_first(spec, kwargs, pending, say)
     parent = out["parent_run_id"]
     _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
-    client.set_tag(parent, SEQUENTIAL_TAG, plan.to_json())
+    set_tags(client, parent, {SEQUENTIAL_TAG: plan.to_json()})
     while True:
         if wait:  # no binding look on timed values the tool calls busy
             return {"looks": looks, "stopped": f"stop: {wait}", "replicates": spec.replicates, "ok": False}
@@ -358,7 +359,7 @@ def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float,
 def _recorded_plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool):
     from analysis.sequential import Plan, plan_of
 
-    plan = plan_of(tags.get(SEQUENTIAL_TAG, ""), alpha)
+    plan = plan_of(read_split_tag(tags, SEQUENTIAL_TAG), alpha)
     if plan.planned:
         if max_replicates is not None and max_replicates != plan.max_replicates:
             raise ValueError(f"--max-replicates: this sweep's plan allows {plan.max_replicates} blocks; "

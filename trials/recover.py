@@ -32,7 +32,7 @@ from .layout import read_results
 from .identity import check_same_sweep, identity_tags
 from trials.spec import SweepSpec, Trial
 from trials.store.kept import read_records
-from trials.store.client import SQLITE, sqlite_path, tracking_client
+from trials.store.client import SQLITE, set_tags, sqlite_path, tracking_client
 
 
 def trial_dirs(spec: SweepSpec, exp_dir: Path) -> dict[str, list[Path]]:
@@ -170,5 +170,5 @@ def _replay_one(ledger, run_id: str, rec: dict, steps: dict[str, int]) -> None:
     for path, local in rec["files"].items():
         folder = path.rpartition("/")[0]
         ledger.client.log_artifact(run_id, str(local), artifact_path=folder or None)
-    for k, v in rec["tags"].items():
-        ledger.client.set_tag(run_id, k, v)
+    if rec["tags"]:
+        set_tags(ledger.client, run_id, rec["tags"])

@@ -234,6 +234,10 @@ def test_report_cli_writes_html_and_summary(store, tmp_path, capsys):
     assert again.returncode == 0 and "fixed-sample analysis (no sequential plan declared)" in again.stdout
     plan = json.loads(client.get_run(sweep.record.parent_run_id).data.tags["sequential"])
     assert len(plan["looks"]) == 1
+    # the same look reported again adds no point to the verdict counts (a point a look, at its index)
+    assert main(["report", "synthetic", "--tracking-uri", store, "--out", str(tmp_path / "rep")]) == 0
+    capsys.readouterr()
+    assert [m.step for m in client.get_metric_history(sweep.record.parent_run_id, "verdicts/undecided")] == [1]
     # a what-if (a margin of one's own) goes to its own folder and leaves the logged results as they were
     before = client.get_run(sweep.record.parent_run_id).data
     html_before = (tmp_path / "rep" / "synthetic" / "report.html").read_text()

@@ -10,7 +10,7 @@ import yaml
 
 from analysis.anova import AnalysisError
 from analysis.cli import main
-from analysis.confirm import blocks_for, confirm, paired_noise
+from analysis.confirm import _price, blocks_for, confirm, paired_noise
 from analysis.sweep_reader import read_parquet
 from analysis.report import build_report
 from trials import validate
@@ -192,3 +192,45 @@ def test_a_confirmation_name_stays_within_what_trials_run_accepts():
     assert len(a) <= MAX_NAME and len(b) <= MAX_NAME and a != b
     assert NAME_RE.match(a) and NAME_RE.match(b)
     assert confirmation_name("seed", "D1[shifted->aligned]") == "seed-confirm-d1-shifted-aligned"
+
+
+def test_next_is_the_open_question_the_fewest_blocks_decide(screening, tmp_path, capsys):
+    sweep, d = screening
+    raw = yaml.safe_load(SPEC.read_text())
+    # every open primary term of step time priced on its own; `next` is the one the fewest blocks decide
+    open_ = [v for v in d.of("train/step_ms") if v.verdict == "undecided" and v.in_family]
+    assert open_ == []  # the screening decided every step-time term: nothing to confirm, nothing written
+    said = confirm(sweep, d, "next", "train/step_ms", spec=str(SPEC), out=str(tmp_path / "none.yaml"))
+    assert "no open question to confirm on train/step_ms" in said and not (tmp_path / "none.yaml").exists()
+    priced = {v.term: _price(sweep, d, raw, v, {}, 0.05, 0.8).blocks
+              for v in d.of("val/bpb") if v.verdict == "undecided" and v.in_family}
+    assert len(priced) >= 5 and len(set(priced.values())) > 1  # a choice to make
+    cheapest = min(priced, key=lambda t: priced[t])
+    out = tmp_path / "next.yaml"
+    said = confirm(sweep, d, "next", "val/bpb", spec=str(SPEC), out=str(out))
+    assert said.startswith(f"seed-questions: the open question the cheapest study decides: {cheapest} on val/bpb")
+    assert f"blocks: {priced[cheapest]} in one look" in said
+    assert yaml.safe_load(out.read_text().split("\n", 1)[1])["confirms"]["term"] == cheapest
+
+
+def test_the_aux_head_against_pure_ce_is_confirmed_by_the_control_against_one_cell(screening, tmp_path):
+    sweep, d = screening
+    out = tmp_path / "ctl.yaml"
+    said = confirm(sweep, d, "vs control=pure_ce", "train/step_ms", at={"head": "rnn"}, spec=str(SPEC), out=str(out))
+    raw = yaml.safe_load(out.read_text())
+    # the control's overrides against the cell the other factors fix (head as given, the rest at their last level)
+    assert raw["factors"] == {"pure_ce": {"control": {"aux_weight": 0.0}, "cell": {}}}
+    assert raw["base"]["head"] == "rnn" and raw["base"]["window"] == "aligned"
+    assert raw["base"]["confidence_input"] == "hidden+markov" and raw["base"]["aux_weight"] == 0.1
+    assert raw["confirms"]["term"] == "vs control=pure_ce" and raw["responses"]["train/step_ms"]["better"] == "lower"
+    assert out.read_text().startswith("# written by `analysis plan seed-questions --confirm 'vs control=pure_ce' "
+                                      "--at head=rnn --response train/step_ms`")
+    assert "arms: pure_ce = control vs cell" in said
+    assert validate.load_spec(out).factors["pure_ce"]  # a spec `trials validate` accepts
+    # priced on the control contrast's own paired error: a block's contrast is the 16 arms' mean
+    # minus one control run, so sum(w^2) = 1 + 1/16
+    v = next(x for x in d.of("train/step_ms") if x.term == "vs control=pure_ce")
+    v_pair, v_it = paired_noise(v, d.checks["train/step_ms"].sigma, 1 + 1 / 16)
+    assert f"blocks: {blocks_for(v, v_pair, v_it, 0.05, 0.8)} in one look" in said
+    with pytest.raises(AnalysisError, match="vs control=aux0: no such term"):
+        confirm(sweep, d, "vs control=aux0", "train/step_ms", spec=str(SPEC), out=str(tmp_path / "x.yaml"))

@@ -15,7 +15,7 @@ import re
 import time
 from pathlib import Path
 
-from .keys import StoreReadError
+from .keys import StoreReadError, split_tag
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 SQLITE = "sqlite:///"
@@ -109,6 +109,25 @@ class sqlite_init_lock:
 
     def __exit__(self, *exc) -> None:
         os.close(self.fd)  # closing the descriptor releases the lock
+
+
+def set_tags(client, run_id: str, tags: dict[str, str]) -> None:
+    """Tags on a run with no value cut short: a value past MLflow's limit goes in parts
+    (`keys.split_tag`), the parts written before the header that names them, so a write cut
+    short leaves the record as it was; the parts the old header named are deleted after."""
+    from mlflow.entities import RunTag  # MLflow: only where a record is written
+
+    stored = {key: split_tag(key, v) for key, v in tags.items()}
+    parts = [RunTag(k, v) for key, t in stored.items() for k, v in t.items() if k != key]
+    old = client.get_run(run_id).data.tags
+    for i in range(0, len(parts), 100):  # 100 parts of 5,000 characters: half of a batch's 1 MB
+        client.log_batch(run_id, tags=parts[i:i + 100])
+    client.log_batch(run_id, tags=[RunTag(key, t[key]) for key, t in stored.items()])
+    for key, t in stored.items():
+        part = re.compile(rf"{re.escape(key)}/[0-9a-f]{{16}}/[0-9]+")
+        for k in old:
+            if part.fullmatch(k) and k not in t:
+                client.delete_tag(run_id, k)
 
 
 def store_error(uri: str, e: BaseException) -> str:

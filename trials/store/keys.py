@@ -10,6 +10,9 @@ Plain names and string functions: importing it loads neither MLflow nor torch.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 PARENT_TAG = "mlflow.parentRunId"
 SWEEP_PARENT_TAG = "sweep_parent"
 FACTOR_PREFIX = "factor."
@@ -110,3 +113,46 @@ def reeval_tag(field: str) -> str:
     """The tag a run carries once `trials reeval` evaluated it with a count (`reeval.<field>`,
     the field one of the workload's `reeval_counts`: DSpark's `reeval.spec_prompts`)."""
     return REEVAL_PREFIX + field
+
+
+PART_CHARS = 5000  # the longest tag value written whole: MLflow cuts a tag at 8,000 characters
+SPLIT_MARK = "split_tag"  # the header of a value stored in parts
+
+
+def split_tag(key: str, value: str) -> dict[str, str]:
+    """A tag value of any length as the tags that store it: a short one as itself; a longer
+    one in parts `key/<digest>/1..n` and, last, a header in `key` (JSON: the part count, the
+    length and the SHA-256 of the whole) that `read_split_tag` checks the parts against.
+    The parts are named by the digest, so writing a new value never touches the parts the
+    header in place names: a write cut short leaves the old value readable."""
+    if len(value) <= PART_CHARS:
+        return {key: value}
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    parts = [value[i:i + PART_CHARS] for i in range(0, len(value), PART_CHARS)]
+    tags = {f"{key}/{digest[:16]}/{i}": part for i, part in enumerate(parts, 1)}
+    tags[key] = json.dumps({SPLIT_MARK: 1, "parts": len(parts), "chars": len(value), "sha256": digest})
+    return tags
+
+
+def read_split_tag(tags: dict[str, str], key: str) -> str:
+    """The whole value `split_tag` stored under `key` ("" where there is none); ValueError in
+    one line where a part is missing or the parts do not add up to the header's total."""
+    value = tags.get(key, "")
+    if not value.startswith(f'{{"{SPLIT_MARK}"'):
+        return value
+    try:
+        head = json.loads(value)
+        n, chars, digest = int(head["parts"]), int(head["chars"]), str(head["sha256"])
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"the {key} record's header is malformed ({type(e).__name__}): {value[:120]}") from None
+    if not 0 < n <= 10_000 or len(digest) != 64:
+        raise ValueError(f"the {key} record's header is malformed: {value[:120]}")
+    missing = [i for i in range(1, n + 1) if f"{key}/{digest[:16]}/{i}" not in tags]
+    if missing:
+        raise ValueError(f"the {key} record is stored in {n} parts and {len(missing)} are missing "
+                         f"(part {missing[0]} first): it cannot be read whole")
+    whole = "".join(tags[f"{key}/{digest[:16]}/{i}"] for i in range(1, n + 1))
+    if len(whole) != chars or hashlib.sha256(whole.encode()).hexdigest() != digest:
+        raise ValueError(f"the {key} record's {n} parts hold {len(whole)} characters that do not match its "
+                         f"header ({chars} characters, sha256 {digest[:12]}...): a part was changed or cut")
+    return whole
