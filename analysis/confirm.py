@@ -40,6 +40,9 @@ from typing import NamedTuple
 import numpy as np
 import yaml
 
+from trials.store.yaml_input import MAX_SPEC_BYTES, YamlRefused, safe_yaml
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD
+
 from .anova import AnalysisError
 from .frame import SweepFrame
 from .power import p_decided
@@ -53,17 +56,44 @@ GROWTH = 1.25  # the plan's maximum over the fixed-sample blocks
 
 
 def screening_spec(sweep: SweepFrame, given: str | None) -> tuple[dict, Path]:
-    """The screening study's spec as written: `given`, else sweeps/NAME.yaml; one line where
-    neither holds a readable one."""
+    """The screening study's spec as written: `given`, else sweeps/NAME.yaml, read as a spec is
+    (no alias bomb, no deep nesting, no key given twice) and checked to be the screening's: its
+    name, workload, factors and their levels those the runs hold. One line where it is not."""
     path = Path(given) if given else Path("sweeps") / f"{sweep.record.experiment}.yaml"
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise AnalysisError(f"--confirm: cannot read the screening spec {path} ({type(e).__name__}); give it with "
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise ValueError(f"{path.stat().st_size} bytes, past a spec's {MAX_SPEC_BYTES}")
+        raw = safe_yaml(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as e:
+        why = str(e).splitlines()[0][:200] if isinstance(e, (YamlRefused, ValueError)) else type(e).__name__
+        raise AnalysisError(f"--confirm: cannot read the screening spec {path} ({why}); give it with "
                             "--spec PATH") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("factors"), dict):
         raise AnalysisError(f"--confirm: {path} is not a sweep spec with factors")
+    if (why := _not_the_screening(raw, sweep)):
+        raise AnalysisError(f"--confirm: {path} is not the spec {sweep.record.experiment} ran: {why}; give that one "
+                            "with --spec PATH")
     return raw, path
+
+
+def _not_the_screening(raw: dict, sweep: SweepFrame) -> str:
+    """Why this spec is not the one the screening's runs came from ("" where it may be)."""
+    if raw.get("name") != sweep.record.experiment:
+        return f"its name is {str(raw.get('name'))[:64]!r}"
+    workload = raw.get("workload") or DEFAULT_WORKLOAD
+    if sweep.record.workload and workload != sweep.record.workload:
+        return f"its workload is {str(workload)[:64]!r}, the runs' {sweep.record.workload!r}"
+    factors = raw["factors"]
+    if set(factors) != set(sweep.factors):
+        return f"its factors are {', '.join(map(str, factors))[:120]}, the runs' {', '.join(sweep.factors)}"
+    for f in sweep.factors:
+        levels = factors[f]
+        if not isinstance(levels, dict) or not all(isinstance(v, (dict, type(None))) for v in levels.values()):
+            return f"{f}'s levels are not a mapping of level -> overrides"
+        ran = sorted(set(sweep.runs[f].dropna().astype(str)))
+        if (missing := [lv for lv in ran if lv not in levels]):
+            return f"{f} has no level {missing[0]!r}, which the runs have"
+    return ""
 
 
 def _arms(raw: dict, term: str, v: Verdict) -> tuple[str, dict[str, dict], list[str]]:

@@ -234,3 +234,28 @@ def test_the_aux_head_against_pure_ce_is_confirmed_by_the_control_against_one_ce
     assert f"blocks: {blocks_for(v, v_pair, v_it, 0.05, 0.8)} in one look" in said
     with pytest.raises(AnalysisError, match="vs control=aux0: no such term"):
         confirm(sweep, d, "vs control=aux0", "train/step_ms", spec=str(SPEC), out=str(tmp_path / "x.yaml"))
+
+
+def test_the_screening_spec_is_read_as_a_spec_and_must_be_the_one_the_runs_came_from(screening, tmp_path):
+    """Another study's spec, another workload, a factor renamed, a level the runs have missing,
+    a key given twice or YAML nested 1,000 deep: one line each naming the file, nothing written
+    (they once trained the edited arms, wrote a tiny study that 'confirms seed-questions', or
+    raised a RecursionError of thousands of lines)."""
+    sweep, d = screening
+    raw = yaml.safe_load(SPEC.read_text())
+    other = {**raw, "name": "head-and-block"}
+    renamed = {**raw, "factors": {("window" if k == "D1" else k): v for k, v in raw["factors"].items()}}
+    no_level = {**raw, "factors": {**raw["factors"], "head": {"markov": raw["factors"]["head"]["markov"]}}}
+    cases = {"other": (yaml.safe_dump(other), "its name is 'head-and-block'"),
+             "workload": (yaml.safe_dump({**raw, "workload": "mlp"}), "its workload is 'mlp'"),
+             "renamed": (yaml.safe_dump(renamed), "its factors are"),
+             "level": (yaml.safe_dump(no_level), "head has no level 'rnn'"),
+             "twice": (SPEC.read_text() + "\nname: seed-questions\n", "given twice"),
+             "deep": ("a: " + "[" * 1000 + "]" * 1000 + "\n", "nests deeper than")}
+    for name, (text, match) in cases.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        out = tmp_path / f"out-{name}.yaml"
+        with pytest.raises(AnalysisError, match=re.escape(match)) as e:
+            confirm(sweep, d, "head", "val/bpb", spec=str(path), out=str(out))
+        assert "\n" not in str(e.value) and str(path) in str(e.value) and not out.exists()
