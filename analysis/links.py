@@ -22,14 +22,15 @@ from .frame import SweepFrame
 from .sweep_reader import load_runs, read_parquet
 
 
-def confirmation_lines(found: list[SweepFrame]) -> list[str]:
+def confirmation_lines(found: list[SweepFrame | str]) -> list[str]:
     """One line per confirmation run for a screening study: its verdict, estimate and
     interval on its one question, at the blocks it has (or why it has none yet); then, where
     there are several, the family they make (`family_lines`)."""
     from .report import build_report
 
-    lines, claims = [], []
-    for conf in sorted(found, key=lambda s: s.record.experiment):
+    lines = [f for f in found if isinstance(f, str)]  # a confirmation that could not be read: why
+    claims = []
+    for conf in sorted((f for f in found if not isinstance(f, str)), key=lambda s: s.record.experiment):
         c, name = conf.record.confirms, conf.record.experiment
         try:
             rep = build_report(conf, None)
@@ -94,19 +95,29 @@ def in_folders(folder: str | Path, experiment: str) -> list[SweepFrame]:
     return out
 
 
-def in_store(tracking_uri: str | None, experiment: str) -> list[SweepFrame]:
-    """The confirmations of `experiment` among the sweeps of the same MLflow store."""
+def in_store(tracking_uri: str | None, experiment: str) -> list[SweepFrame | str]:
+    """The confirmations of `experiment` among the sweeps of the same MLflow store; one that
+    cannot be read (a damaged record, a malformed `confirms` tag naming the study) as a line
+    saying so, so that one damaged study never stops the screening's report or hides its link."""
     client = tracking_client(tracking_uri)
     ids = [e.experiment_id for e in client.search_experiments()]
     if not ids:
         return []
     parents = client.search_runs(ids, filter_string=f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=1000)
-    names = []
+    names, out = [], []
     for run in parents:
+        text, name = run.data.tags.get(CONFIRMS_TAG) or "{}", run.data.tags.get(SWEEP_TAG)
         try:
-            study = json.loads(run.data.tags.get(CONFIRMS_TAG) or "{}").get("study")
-        except (ValueError, AttributeError):
+            study = json.loads(text).get("study")
+        except (ValueError, AttributeError, RecursionError):
+            if name and experiment in text:
+                out.append(f"confirmation {name}: its confirms record is malformed ({text[:80]!r}); not read")
             continue
-        if study == experiment and run.data.tags.get(SWEEP_TAG):
-            names.append(run.data.tags[SWEEP_TAG])
-    return [load_runs(n, tracking_uri) for n in sorted(set(names))]
+        if study == experiment and name:
+            names.append(name)
+    for name in sorted(set(names)):
+        try:
+            out.append(load_runs(name, tracking_uri))
+        except (AnalysisError, ValueError, KeyError) as e:
+            out.append(f"confirmation {name}: cannot be read ({' '.join(str(e).split())[:300]})")
+    return out

@@ -259,3 +259,35 @@ def test_the_screening_spec_is_read_as_a_spec_and_must_be_the_one_the_runs_came_
         with pytest.raises(AnalysisError, match=re.escape(match)) as e:
             confirm(sweep, d, "head", "val/bpb", spec=str(path), out=str(out))
         assert "\n" not in str(e.value) and str(path) in str(e.value) and not out.exists()
+
+
+def test_a_damaged_confirmation_is_a_line_in_its_screening_report_not_a_refusal(tmp_path):
+    """One confirmation whose record is damaged, another whose `confirms` tag is malformed: the
+    screening's links say so, one line each, and its report still builds (a damaged one once
+    made the screening's own report refuse; a malformed tag dropped the link silently)."""
+    import json as _json
+
+    from analysis import links
+    from analysis.sweep_reader import load_runs
+    from tests.analysis.conftest import synthetic_sweep
+    from trials.store.client import tracking_client
+    from trials.store.keys import CONFIRMS_TAG, SEQUENTIAL_TAG, sweep_parent
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for name in ("screen", "conf-damaged", "conf-garbled"):
+        synthetic_sweep(uri, name=name, replicates=2, failed=0)
+    client = tracking_client(uri)
+
+    def parent(name):
+        return sweep_parent(client, client.get_experiment_by_name(name).experiment_id).info.run_id
+
+    claim = {"study": "screen", "term": "D1", "response": "spec/tau", "estimate": 1.0, "low": 0.5, "high": 1.5,
+             "verdict": "undecided"}
+    client.set_tag(parent("conf-damaged"), CONFIRMS_TAG, _json.dumps(claim))
+    client.set_tag(parent("conf-damaged"), SEQUENTIAL_TAG, '{"declared": true, "looks": [')
+    client.set_tag(parent("conf-garbled"), CONFIRMS_TAG, '{"study": "screen", "term": ')
+    lines = links.confirmation_lines(links.in_store(uri, "screen"))
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("confirmation conf-garbled: its confirms record is malformed")
+    assert lines[1].startswith("confirmation conf-damaged: cannot be read (") and "sequential" in lines[1]
+    assert build_report(load_runs("screen", uri), None, links=lines).decision is not None
