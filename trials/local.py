@@ -155,6 +155,14 @@ def _rows_done(sweep: SweepFrame, spec: SweepSpec) -> dict:
     for rec in sweep.local_rows:
         if rec["tags"].get("trial_key") in keys and rec.get("status", "FINISHED") == "FINISHED":  # a failed one reruns
             done[rec["tags"]["trial_key"]] = rec
+    for key, rec in done.items():  # a spec edited since: its finished rows are another sweep's (as a Ray resume refuses)
+        now = config_params(keys[key].config.to_dict())
+        changed = sorted(k for k in set(now) | set(rec.get("params", {})) if now.get(k) != rec["params"].get(k))
+        if changed:
+            k = changed[0]
+            raise ValueError(f"--out: {rec['run_name']} in it ran with {k} {rec['params'].get(k, '(unset)')}, the spec "
+                             f"now gives {now.get(k, '(unset)')} ({len(changed)} setting(s) differ): an edited spec is "
+                             "a new sweep; write it to another --out, or rerun the spec as it was")
     return done
 
 

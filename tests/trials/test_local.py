@@ -67,3 +67,29 @@ def test_the_local_command_imports_neither_ray_nor_mlflow(tmp_path, corpus_dir):
     bad = subprocess.run([sys.executable, "-m", "trials.cli", "run", str(path), "--local"], cwd=tmp_path,
                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and "--local: give --out" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_a_local_rerun_of_an_edited_spec_is_refused_before_any_work(tmp_path):
+    """`trials run --local --out` of a spec whose base changed since its finished rows: refused
+    in one line naming the setting, the parquet as it was (it once finished the sweep with 1
+    run at the new settings beside 3 at the old, and the report said nothing)."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "examples" / "mlp.yaml").read_text())
+    raw.update(replicates=1, factors={"decay": raw["factors"]["decay"]}, base={"steps": 50})
+    raw.pop("sequential")
+    path = tmp_path / "mlp.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "runs.parquet"
+    said = []
+    spec = validate.load_spec(path)
+    run_local(spec, out, tmp_path / "st", deadline_s=0.0, say=said.append)  # one of the two
+    before = out.read_bytes()
+    raw["base"] = {"steps": 100}
+    path.write_text(yaml.safe_dump(raw))
+    import pytest
+
+    with pytest.raises(ValueError, match=r"ran with steps 50, the spec now gives 100") as e:
+        run_local(validate.load_spec(path), out, tmp_path / "st", say=said.append)
+    assert "\n" not in str(e.value) and out.read_bytes() == before
+    assert len(run_local(spec, out, tmp_path / "st", say=said.append).runs) == 2  # as it was: resumes
