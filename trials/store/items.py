@@ -151,17 +151,36 @@ def document(columns: dict, into: dict | None = None) -> dict:
 
 
 def columns(doc: dict) -> dict[str, float]:
-    """The flat columns of an artifact (`document`'s inverse; nulls left out); ValueError
-    where it is not one."""
+    """The flat columns of an artifact (`document`'s inverse; nulls left out); ValueError,
+    naming the response, where it is not one: a value that is not a finite number (text such
+    as "1e308", NaN, inf), an item count that is not an integer >= 2, or a response whose
+    jackknife holds another number of groups than its count gives."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} document (format {str(doc.get('format') if isinstance(doc, dict) else doc)[:40]!r})")
     out: dict[str, float] = {}
     try:
         for section, prefix in SECTIONS.items():
             for response, values in (doc.get(section) or {}).items():
-                out.update({f"{prefix}{response}@g{g}": float(v) for g, v in enumerate(values) if v is not None})
-        out.update({count_name(r): float(n) for r, n in (doc.get("items") or {}).items() if n is not None})
-        out.update({f"{SPLIT_PREFIX}{k}": float(v) for k, v in (doc.get("evaluation") or {}).items() if v is not None})
-    except (TypeError, ValueError, AttributeError) as e:
+                out.update({f"{prefix}{response}@g{g}": _stored(response, v) for g, v in enumerate(values)
+                            if v is not None})
+        counts = {r: _stored(r, n) for r, n in (doc.get("items") or {}).items() if n is not None}
+        out.update({count_name(r): n for r, n in counts.items()})
+        out.update({f"{SPLIT_PREFIX}{k}": _stored(k, v) for k, v in (doc.get("evaluation") or {}).items()
+                    if v is not None})
+    except (TypeError, AttributeError) as e:
         raise ValueError(f"{FORMAT} document: {type(e).__name__}: {str(e)[:80]}") from None
+    for response, n in counts.items():
+        if n != int(n) or n < 2:
+            raise ValueError(f"items of {response!r}: a count of {n:g}, not an integer >= 2")
+        groups = (doc.get("jackknife") or {}).get(response)
+        if groups is not None and len(groups) != jack_groups(int(n)):
+            raise ValueError(f"items of {response!r}: {len(groups)} jackknife groups for {int(n)} items "
+                             f"(min(items, {JACK_GROUPS}) = {jack_groups(int(n))})")
     return out
+
+
+def _stored(response: str, v) -> float:
+    """A stored item value: a finite JSON number (never text, a flag or NaN)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+        raise ValueError(f"items of {response!r}: {str(v)[:40]!r} is not a finite number")
+    return float(v)

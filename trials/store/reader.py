@@ -264,6 +264,9 @@ def _rest_run(r: dict) -> Run:
                        {m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics") or []}))
 
 
+MAX_ITEMS_BYTES = 8 * 1024 * 1024
+
+
 def run_items(client, run) -> dict[str, float]:
     """The item columns (`trials.store.items`) of a run's items artifact; {} for a run without one
     (recorded before it, whose item columns are its metrics). StoreReadError, in one line,
@@ -281,8 +284,11 @@ def run_items(client, run) -> dict[str, float]:
                              f"{_one_line(str(e), 120)})") from None
     if raw is None:
         raise StoreReadError(f"run {run_id}: tagged {ITEMS_TAG} but it has no {ITEMS_FILE}")
+    if len(raw) > MAX_ITEMS_BYTES:  # a few KB per response: one this size is not an evaluation's items
+        raise StoreReadError(f"run {run_id}: {ITEMS_FILE} is {len(raw):,} bytes, past {MAX_ITEMS_BYTES:,}; not read")
     try:
-        return columns(json.loads(raw))
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        return columns(bounded_json(text, ITEMS_FILE))
     except (ValueError, UnicodeDecodeError) as e:
         raise StoreReadError(f"run {run_id}: {ITEMS_FILE}: {_one_line(str(e), 120)}") from None
 

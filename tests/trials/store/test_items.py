@@ -105,6 +105,35 @@ def test_an_unreadable_artifact_is_one_line_naming_the_run(tmp_path):
         run_items(client, client.get_run(a))
 
 
+def test_damaged_items_are_one_line_naming_the_run_and_the_response(tmp_path):
+    """Values given as text ("1e308"), NaN or inf, a count that is no integer, a jackknife with
+    another number of groups than the count gives, JSON nested 100,000 deep, a file of 9 MB:
+    refused in one line naming the run (each was once read into an interval, or raised a
+    RecursionError, or took 13 s and 1.46 GB)."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    _, (a, _) = _sweep(client)
+    log_metrics(client, a, {f"jack/val/bpb@g{g}": 2.0 + g / 10 for g in range(4)} | {"jack/val/bpb@n": 4.0}, 1)
+    stored = Path(client.get_run(a).info.artifact_uri) / ITEMS_FILE
+    good = json.loads(stored.read_text())
+    assert len(run_items(client, client.get_run(a))) == 5
+    bad = {"text": ({**good, "jackknife": {"val/bpb": [2.0, "1e308", 2.2, 2.3]}}, "'1e308' is not a finite number"),
+           "inf": ({**good, "jackknife": {"val/bpb": [2.0, 1e999, 2.2, 2.3]}}, "is not a finite number"),
+           "count": ({**good, "items": {"val/bpb": 2.5}}, "a count of 2.5"),
+           "groups": ({**good, "items": {"val/bpb": 40}}, "4 jackknife groups for 40 items")}
+    for name, (doc, match) in bad.items():
+        stored.write_text(json.dumps(doc))
+        with pytest.raises(StoreReadError, match=f"run {a}: {ITEMS_FILE}: .*{match}") as e:
+            run_items(client, client.get_run(a))
+        assert "\n" not in str(e.value), name
+    stored.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(StoreReadError, match="nested deeper than"):
+        run_items(client, client.get_run(a))
+    stored.write_text(" " * (9 * 1024 * 1024))
+    with pytest.raises(StoreReadError, match="past 8,388,608; not read"):
+        run_items(client, client.get_run(a))
+
+
 def test_the_committed_exports_still_carry_their_item_records():
     """Exports written before the artifact hold the item columns under the old names; the
     statistics read the same records from them (the seed's questions: a jackknife over the
