@@ -11,6 +11,7 @@ import psutil
 from mlflow.tracking import MlflowClient
 
 from trials import expand, runner, validate
+from trials.store.client import tracking_client
 from trials.store.reader import run_items
 from tests.trials.conftest import D1_D9, write_spec
 
@@ -18,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def children(uri, name):
-    c = MlflowClient(uri)
+    # the project's client: a new SQLite store is first opened under the lock the driver takes
+    # too (MLflow creating its tables from two processes at once failed the driver in CI)
+    c = tracking_client(uri)
     exp = c.get_experiment_by_name(name)
     runs = c.search_runs([exp.experiment_id], "", max_results=1000)
     parents = [r for r in runs if r.data.tags.get("sweep_parent") == "true"]
