@@ -59,7 +59,8 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> N
     client = tracking_client(tracking_uri)
     d = rep.decision
 
-    for stale in client.get_run(parent).data.tags:
+    run = client.get_run(parent).data  # its tags and metrics as they stand, read once
+    for stale in run.tags:
         if stale.startswith(VERDICT_PREFIX):
             client.delete_tag(parent, stale)
     used = {r: {"better": c.better, "margin": c.margin} for r, c in d.checks.items() if c.margin is not None}
@@ -69,10 +70,9 @@ def log_to_parent(rep: Report, sweep: SweepFrame, tracking_uri: str | None) -> N
     if used:  # no empty tag
         tags.insert(0, RunTag(MARGINS_TAG, json.dumps(used)[:5000]))
     ts, step = int(time.time() * 1000), rep.look.index if rep.look is not None else 0
-    now = client.get_run(parent).data.metrics
     # one point a look (its index the step): a report of the same counts adds none
     counts = [Metric(COUNT_METRICS[k], float(n), ts, step) for k, n in d.counts().items()]
-    if all(now.get(m.key) == m.value for m in counts):
+    if all(run.metrics.get(m.key) == m.value for m in counts):
         counts = []
     client.log_batch(parent, metrics=counts, tags=tags)
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ import re
 import time
 from pathlib import Path
 
-from .keys import StoreReadError, split_tag
+from .keys import StoreReadError, is_part, split_tag
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 SQLITE = "sqlite:///"
@@ -124,9 +124,8 @@ def set_tags(client, run_id: str, tags: dict[str, str]) -> None:
         client.log_batch(run_id, tags=parts[i:i + 100])
     client.log_batch(run_id, tags=[RunTag(key, t[key]) for key, t in stored.items()])
     for key, t in stored.items():
-        part = re.compile(rf"{re.escape(key)}/[0-9a-f]{{16}}/[0-9]+")
         for k in old:
-            if part.fullmatch(k) and k not in t:
+            if is_part(key, k) and k not in t:
                 client.delete_tag(run_id, k)
 
 

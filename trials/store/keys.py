@@ -129,9 +129,21 @@ def split_tag(key: str, value: str) -> dict[str, str]:
         return {key: value}
     digest = hashlib.sha256(value.encode()).hexdigest()
     parts = [value[i:i + PART_CHARS] for i in range(0, len(value), PART_CHARS)]
-    tags = {f"{key}/{digest[:16]}/{i}": part for i, part in enumerate(parts, 1)}
+    tags = {part_key(key, digest, i): part for i, part in enumerate(parts, 1)}
     tags[key] = json.dumps({SPLIT_MARK: 1, "parts": len(parts), "chars": len(value), "sha256": digest})
     return tags
+
+
+def part_key(key: str, digest: str, i: int) -> str:
+    """The tag holding part `i` (from 1) of the value whose SHA-256 is `digest`."""
+    return f"{key}/{digest[:16]}/{i}"
+
+
+def is_part(key: str, tag: str) -> bool:
+    """Whether `tag` holds a part of some value stored under `key` (`part_key`'s shape)."""
+    head, _, rest = tag.partition(f"{key}/")
+    digest, _, i = rest.partition("/")
+    return head == "" and len(digest) == 16 and all(c in "0123456789abcdef" for c in digest) and i.isdigit()
 
 
 def read_split_tag(tags: dict[str, str], key: str) -> str:
@@ -147,11 +159,11 @@ def read_split_tag(tags: dict[str, str], key: str) -> str:
         raise ValueError(f"the {key} record's header is malformed ({type(e).__name__}): {value[:120]}") from None
     if not 0 < n <= 10_000 or len(digest) != 64:
         raise ValueError(f"the {key} record's header is malformed: {value[:120]}")
-    missing = [i for i in range(1, n + 1) if f"{key}/{digest[:16]}/{i}" not in tags]
+    missing = [i for i in range(1, n + 1) if part_key(key, digest, i) not in tags]
     if missing:
         raise ValueError(f"the {key} record is stored in {n} parts and {len(missing)} are missing "
                          f"(part {missing[0]} first): it cannot be read whole")
-    whole = "".join(tags[f"{key}/{digest[:16]}/{i}"] for i in range(1, n + 1))
+    whole = "".join(tags[part_key(key, digest, i)] for i in range(1, n + 1))
     if len(whole) != chars or hashlib.sha256(whole.encode()).hexdigest() != digest:
         raise ValueError(f"the {key} record's {n} parts hold {len(whole)} characters that do not match its "
                          f"header ({chars} characters, sha256 {digest[:12]}...): a part was changed or cut")
