@@ -147,6 +147,10 @@ def document(columns: dict, into: dict | None = None) -> dict:
             fresh.setdefault((section, key), {})[group] = value
     for (section, key), by_group in fresh.items():
         doc[section][key] = [by_group.get(g) for g in range(max(by_group) + 1)]
+    for response, groups in doc["jackknife"].items():  # a last group left undefined (NaN) is no column
+        n = doc["items"].get(response)
+        if isinstance(n, (int, float)) and len(groups) < jack_groups(int(n)):
+            groups.extend([None] * (jack_groups(int(n)) - len(groups)))
     return doc
 
 
@@ -154,7 +158,8 @@ def columns(doc: dict) -> dict[str, float]:
     """The flat columns of an artifact (`document`'s inverse; nulls left out); ValueError,
     naming the response, where it is not one: a value that is not a finite number (text such
     as "1e308", NaN, inf), an item count that is not an integer >= 2, or a response whose
-    jackknife holds another number of groups than its count gives."""
+    jackknife holds more groups than its count gives (fewer are groups left undefined: a
+    response such as AUROC that a group's removal leaves without both outcomes)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} document (format {str(doc.get('format') if isinstance(doc, dict) else doc)[:40]!r})")
     out: dict[str, float] = {}
@@ -173,7 +178,7 @@ def columns(doc: dict) -> dict[str, float]:
         if n != int(n) or n < 2:
             raise ValueError(f"items of {response!r}: a count of {n:g}, not an integer >= 2")
         groups = (doc.get("jackknife") or {}).get(response)
-        if groups is not None and len(groups) != jack_groups(int(n)):
+        if groups is not None and len(groups) > jack_groups(int(n)):
             raise ValueError(f"items of {response!r}: {len(groups)} jackknife groups for {int(n)} items "
                              f"(min(items, {JACK_GROUPS}) = {jack_groups(int(n))})")
     return out

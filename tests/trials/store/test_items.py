@@ -107,7 +107,7 @@ def test_an_unreadable_artifact_is_one_line_naming_the_run(tmp_path):
 
 def test_damaged_items_are_one_line_naming_the_run_and_the_response(tmp_path):
     """Values given as text ("1e308"), NaN or inf, a count that is no integer, a jackknife with
-    another number of groups than the count gives, JSON nested 100,000 deep, a file of 9 MB:
+    more groups than the count gives, JSON nested 100,000 deep, a file of 9 MB:
     refused in one line naming the run (each was once read into an interval, or raised a
     RecursionError, or took 13 s and 1.46 GB)."""
     uri = f"sqlite:///{tmp_path / 'm.db'}"
@@ -117,10 +117,17 @@ def test_damaged_items_are_one_line_naming_the_run_and_the_response(tmp_path):
     stored = Path(client.get_run(a).info.artifact_uri) / ITEMS_FILE
     good = json.loads(stored.read_text())
     assert len(run_items(client, client.get_run(a))) == 5
+    # a last group its removal leaves undefined (AUROC of one prompt's records) is no group, not damage
+    log_metrics(client, a, {"jack/conf/auroc_mean@g0": 0.9, "jack/conf/auroc_mean@g1": float("nan"),
+                            "jack/conf/auroc_mean@n": 2.0}, 2)
+    read = run_items(client, client.get_run(a))
+    assert read["jack/conf/auroc_mean@g0"] == 0.9 and "jack/conf/auroc_mean@g1" not in read
+    good = json.loads(stored.read_text())
+    assert good["jackknife"]["conf/auroc_mean"] == [0.9, None]
     bad = {"text": ({**good, "jackknife": {"val/bpb": [2.0, "1e308", 2.2, 2.3]}}, "'1e308' is not a finite number"),
            "inf": ({**good, "jackknife": {"val/bpb": [2.0, 1e999, 2.2, 2.3]}}, "is not a finite number"),
            "count": ({**good, "items": {"val/bpb": 2.5}}, "a count of 2.5"),
-           "groups": ({**good, "items": {"val/bpb": 40}}, "4 jackknife groups for 40 items")}
+           "groups": ({**good, "items": {"val/bpb": 3}}, "4 jackknife groups for 3 items")}
     for name, (doc, match) in bad.items():
         stored.write_text(json.dumps(doc))
         with pytest.raises(StoreReadError, match=f"run {a}: {ITEMS_FILE}: .*{match}") as e:
