@@ -56,10 +56,14 @@ GROWTH = 1.25  # the plan's maximum over the fixed-sample blocks
 
 
 def screening_spec(sweep: SweepFrame, given: str | None) -> tuple[dict, Path]:
-    """The screening study's spec as written: `given`, else sweeps/NAME.yaml, read as a spec is
-    (no alias bomb, no deep nesting, no key given twice) and checked to be the screening's: its
-    name, workload, factors and their levels those the runs hold. One line where it is not."""
-    path = Path(given) if given else Path("sweeps") / f"{sweep.record.experiment}.yaml"
+    """The screening study's spec: `given`, else the one `trials run` saved with the sweep
+    (`<storage>/NAME/spec.yaml`, where this machine sees it), else sweeps/NAME.yaml; read as a
+    spec is (no alias bomb, no deep nesting, no key given twice) and checked to be the
+    screening's: its name, workload, factors and levels those the runs hold, and every setting
+    it gives a level or the base the one the runs recorded. One line where it is not."""
+    saved = Path(sweep.record.storage) / sweep.record.experiment / "spec.yaml" if sweep.record.storage else None
+    path = (Path(given) if given else saved if saved is not None and saved.is_file()
+            else Path("sweeps") / f"{sweep.record.experiment}.yaml")
     try:
         if path.stat().st_size > MAX_SPEC_BYTES:
             raise ValueError(f"{path.stat().st_size} bytes, past a spec's {MAX_SPEC_BYTES}")
@@ -93,7 +97,37 @@ def _not_the_screening(raw: dict, sweep: SweepFrame) -> str:
         ran = sorted(set(sweep.runs[f].dropna().astype(str)))
         if (missing := [lv for lv in ran if lv not in levels]):
             return f"{f} has no level {missing[0]!r}, which the runs have"
+    return _settings_differ(raw, sweep)
+
+
+def _settings_differ(raw: dict, sweep: SweepFrame) -> str:
+    """The first setting the spec gives a level (or its base, where no level or control arm
+    sets it) that the runs at it did not record ("" where none): an edited spec is not the one
+    they ran."""
+    runs, given = sweep.runs, {}
+    for f in sweep.factors:
+        for level, overrides in raw["factors"][f].items():
+            for key, value in (overrides or {}).items():
+                given[(f, str(level), key)] = value
+    controls = raw.get("controls") if isinstance(raw.get("controls"), dict) else {}
+    set_by_level = {key for (_, _, key) in given} | {k for c in controls.values() if isinstance(c, dict) for k in c}
+    base = raw.get("base") if isinstance(raw.get("base"), dict) else {}
+    given.update({(None, None, k): v for k, v in base.items() if k not in set_by_level})
+    for (f, level, key), value in given.items():
+        if key not in runs.columns or value is None or (isinstance(value, str) and "/" in value):
+            continue  # not a recorded setting, or a path (resolved where it ran)
+        rows = runs[key] if f is None else runs.loc[runs[f].astype(str) == level, key]
+        if (other := [v for v in rows.dropna().unique() if not _same_setting(v, value)]):
+            where = f"{f}={level}" if f is not None else "base"
+            return f"{where} sets {key}: {str(value)[:40]}, but its runs recorded {str(other[0])[:40]}"
     return ""
+
+
+def _same_setting(recorded, given) -> bool:
+    try:
+        return float(recorded) == float(given)
+    except (TypeError, ValueError):
+        return str(recorded).strip().lower() == str(given).strip().lower()
 
 
 def _arms(raw: dict, term: str, v: Verdict) -> tuple[str, dict[str, dict], list[str]]:
@@ -256,7 +290,7 @@ def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None,
     timed = timing_of(sweep) if sweep.registry.is_timed(r) else None
     if timed:  # timed as the screening was, so the noise it was sized from is the noise it will meet
         new["timing"] = timed
-    path = Path(out) if out else source.parent / f"{new['name']}.yaml"
+    path = Path(out) if out else (source.parent if spec else Path("sweeps")) / f"{new['name']}.yaml"
     flags = "".join(f" --at {f}={lv}" for f, lv in at.items()) + (f" --response {r}" if several else "")
     header = (f"# written by `analysis plan {exp} --confirm {shlex.quote(v.term)}{flags}` from {source} and the "
               f"screening study's noise: paired sd {math.sqrt(p.v_pair):.3g} a block, items x term sd "

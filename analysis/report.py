@@ -22,6 +22,7 @@ from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_respon
 from .frame import SweepFrame, busy_timing
 from .sweep_reader import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
+from .record_check import checked
 from .sequential import look_for, look_shares, plan_prices
 from .result_types import Report
 from .variance import residuals
@@ -53,16 +54,28 @@ def _verdict_residuals(models, r: str, terms: list[tuple[str, ...]]):
     return residuals(models.models[r], models.rows[r].index, terms)
 
 
+def _checked_input(sweep: SweepFrame, check: bool) -> tuple[SweepFrame, list[str]]:
+    """The sweep refused in one line where it has no runs, its recorded decisions checked
+    against their runs where `check` (`analysis.record_check`: one line per look not used)."""
+    _refuse_empty(sweep)
+    return checked(sweep, _unchecked) if check else (sweep, [])
+
+
+def _unchecked(sweep: SweepFrame) -> Report:
+    """A look made again on its runs (`analysis.record_check`): the report at the defaults."""
+    return build_report(sweep, None, check=False)
+
+
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
                  adjust: str = "bonferroni", typ: int | None = None, alpha: float | None = None,
                  margins: dict[str, float] | None = None, ui: str = UI_URL, unrecorded: str = "",
-                 what_if: bool = False, links: list[str] | None = None) -> Report:
+                 what_if: bool = False, links: list[str] | None = None, check: bool = True) -> Report:
     """The whole attribution of a sweep (`ui`: the MLflow UI the HTML's run links open). `margins` (`--margin`) supply or override the
-    spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep
-    analysed look after look (`trials augment --until-decided`), the alpha its spending
-    rule gives the look at this data; a given `alpha` or `margins` make the report a what-if."""
+    spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep analysed look after look
+    (`trials augment --until-decided`), the alpha its spending rule gives the look at this data; a given `alpha` or
+    `margins` make the report a what-if; `check`: recorded decisions checked against their runs (`record_check`)."""
+    sweep, distrusted = _checked_input(sweep, check)
     df, factors, record = sweep.runs, list(sweep.factors), sweep.record
-    _refuse_empty(sweep)
     rules = sweep.registry
     stage = stage_of(df, rules)
     declared = margins_for(record, margins, sweep.registry, df)
@@ -92,7 +105,7 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     _busy_caveat(decision, record)
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
     header = header_text(sweep, stage, factors, look.label(), links)
-    closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped)
+    closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped) + "".join(f"\n{x}" for x in distrusted)
     summary = (header + "\n" + verdict_table_text(decision) + "\n" + summarise(decision, results, drift, noise, look)
                + closing)
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,

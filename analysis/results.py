@@ -16,6 +16,7 @@ from trials.store.kept import write_atomic
 
 from .anova import AnalysisError
 from .sweep_reader import read_parquet, to_parquet
+from .record_check import decisions_at
 from .sequential import fingerprint, plan_of, timed_digest
 
 RUNS = "runs.parquet"
@@ -43,7 +44,8 @@ def rebuild(folder: str | Path) -> Path:
         sweep = replayed
         to_parquet(sweep, folder / RUNS)  # the binding decisions kept with the runs
     found = links.in_folders(folder, sweep.record.experiment)
-    rep = build_report(sweep, folder, unrecorded="read from a parquet export", links=links.confirmation_lines(found))
+    rep = build_report(sweep, folder, unrecorded="read from a parquet export", links=links.confirmation_lines(found),
+                       check=False)  # its decisions were just made again on their runs
     text = rep.summary + "\n\n" + plan_text(sweep, None)
     write_atomic(folder / SUMMARY, text + "\n")
     return folder / SUMMARY
@@ -67,6 +69,8 @@ def replay(sweep, force: bool = False):
         return sweep
     order = sorted(sweep.runs["replicate"].unique())
     timed = sweep.registry.timed()
+    margins = {}
+    build = lambda sub: _kept(build_report(sub, None, check=False), margins)  # noqa: E731
     for j, look in enumerate(plan.looks if force else plan.looks[:-1]):
         look.decided, look.note = {}, ""
         if j == 0:
@@ -75,19 +79,22 @@ def replay(sweep, force: bool = False):
         if (why := _not_replayed(look, runs, timed)):
             look.note = f"not replayed: {why}"
             continue
-        before = dataclasses.replace(plan, looks=plan.looks[:j])
-        sub = dataclasses.replace(sweep, runs=runs,
-                                  record=dataclasses.replace(sweep.record, sequential=before.to_json()))
         try:
-            rep = build_report(sub, None)
+            look.decided = decisions_at(sweep, plan, j, runs, build)
         except AnalysisError as e:
             look.note = f"not replayed: {str(e)[:200]}"
             continue
-        if rep.look is not None and rep.look.look is not None:
-            look.decided = dict(rep.look.look.decided)
-            if j == 0:
-                look.margins = dict(rep.look.look.margins)
+        if j == 0:
+            look.margins = dict(margins)
     return dataclasses.replace(sweep, record=dataclasses.replace(sweep.record, sequential=plan.to_json()))
+
+
+def _kept(rep, margins: dict):
+    """The report, its first look's resolved margins kept in `margins`."""
+    margins.clear()
+    if rep.look is not None and rep.look.look is not None:
+        margins.update(rep.look.look.margins)
+    return rep
 
 
 def _not_replayed(look, runs, timed: tuple[str, ...]) -> str:

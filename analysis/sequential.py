@@ -53,6 +53,7 @@ from .anova import AnalysisError
 from .boundaries import MIN_STEP, PATHS, nominal_levels, spent, t_levels
 from .frame import SweepFrame
 
+MAX_LOOKS_PAST_BLOCKS = 20  # looks a plan may record beyond one per block: re-evaluations with more items
 MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.result_types.MIN_DF)
 
 RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information scale; group-sequential boundaries "
@@ -287,7 +288,40 @@ class Plan:
                     and all(0 <= f <= 1 for f in last.fractions.values())):
                 raise ValueError(f"look {i + 1}: blocks >= 1, t and alpha in [0, 1], got {last.blocks}, {last.t}, "
                                  f"{last.alpha}")
+        if plan.planned and not legacy:
+            plan.check_spending()
         return plan
+
+    def check_spending(self) -> None:
+        """ValueError, naming the look, where the looks are not what this plan's rule records:
+        each within the plan's blocks, its information at least the last look's, its alpha the
+        rule's spending between them (so that no record spends past the plan's alpha), and no
+        more looks than blocks and re-evaluations can give (MAX_LOOKS_PAST_BLOCKS)."""
+        if len(self.looks) > self.max_replicates + MAX_LOOKS_PAST_BLOCKS:
+            raise ValueError(f"{len(self.looks)} looks, more than a plan of {self.max_replicates} blocks records "
+                             f"(one per block and at most {MAX_LOOKS_PAST_BLOCKS} re-evaluations)")
+        before = 0.0
+        for i, x in enumerate(self.looks):
+            if x.blocks > self.max_replicates:
+                raise ValueError(f"look {i + 1}: {x.blocks} blocks, past the plan's maximum of {self.max_replicates}")
+            if x.t < before:
+                raise ValueError(f"look {i + 1}: information {x.t:g}, less than look {i}'s {before:g}")
+            want = spent(x.t, self.alpha) - spent(before, self.alpha)
+            if not math.isclose(x.alpha, want, rel_tol=1e-9, abs_tol=1e-15):
+                raise ValueError(f"look {i + 1}: alpha {x.alpha:.6g}, but the plan's spending gives {want:.6g} "
+                                 f"between information {before:g} and {x.t:g} (alpha {self.alpha:g})")
+            before = x.t
+
+    def departs_from(self, declared: "Plan") -> str:
+        """How this recorded plan departs from the one declared when its sweep was created (""
+        where it does not): its maximum, alpha, evaluation maxima and error rule cannot change
+        between looks; a look_every may fill one that names none (`trials augment`)."""
+        for name in ("max_replicates", "alpha", "max_prompts", "max_eval_batches", "declared", "block_errors"):
+            if getattr(self, name) != getattr(declared, name):
+                return f"its {name} is {getattr(self, name)!r}, the declared plan's {getattr(declared, name)!r}"
+        if declared.look_every is not None and self.look_every != declared.look_every:
+            return f"its look_every is {self.look_every!r}, the declared plan's {declared.look_every!r}"
+        return ""
 
 
 def _retimed(last: Look, key: str, blocks: int, evaluation: dict) -> bool:

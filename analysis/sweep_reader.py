@@ -26,7 +26,7 @@ import pandas as pd
 
 from trials.store.client import check_store, tracking_client
 from trials.store.keys import (CONFIRMS_TAG, CONTRASTS_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTORS_PARAM,
-                               PRIMARY_TERMS_TAG, RESPONSES_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG,
+                               PLAN_PARAM, PRIMARY_TERMS_TAG, STORAGE_TAG, RESPONSES_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG,
                                StoreReadError, read_split_tag, sweep_parent, sweep_trials)
 
 import trials.export as export
@@ -72,6 +72,8 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
                              experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
                              design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
                              sequential=read_split_tag(parent.data.tags, SEQUENTIAL_TAG),  # in parts past 5,000
+                             declared_plan=parent.data.params.get(PLAN_PARAM, ""),
+                             storage=parent.data.tags.get(STORAGE_TAG, ""),
                              timing=parent.data.tags.get(SUMMARY_TAG, ""),
                              primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
                              contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
@@ -152,8 +154,19 @@ def check_record(given: dict, columns) -> None:
     plan as the statistics read it (`analysis.sequential.plan_of`): ValueError naming the
     first field that is wrong."""
     export.check_record(given, columns)
-    if given.get("sequential"):
-        plan_of(given["sequential"])  # ValueError naming the sequential record
+    check_plan(given.get("sequential") or "", given.get("declared_plan") or "")
+
+
+def check_plan(sequential: str, declared: str) -> None:
+    """The sequential record as the statistics read it (`analysis.sequential.plan_of`: its
+    looks spent as its rule spends), and its plan the one declared when the sweep was made
+    (the parent's write-once param; absent for sweeps made before it): ValueError in one line."""
+    if not sequential:
+        return
+    plan = plan_of(sequential)
+    if declared and (how := plan.departs_from(plan_of(declared))):
+        raise ValueError(f"the sequential record is not the plan declared when the sweep was made ({how}): "
+                         "its looks are not used")
 
 
 def read_parquet(path: str | Path) -> SweepFrame:
@@ -163,7 +176,7 @@ def read_parquet(path: str | Path) -> SweepFrame:
     sweep = export.read_parquet(path)
     if sweep.record.sequential:
         try:
-            plan_of(sweep.record.sequential)
+            check_plan(sweep.record.sequential, sweep.record.declared_plan)
         except ValueError as e:
             raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
     return sweep

@@ -40,7 +40,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from trials.store.keys import (PASS_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, read_split_tag, reeval_tag, sweep_parent,
+from trials.store.keys import (PASS_TAG, PLAN_PARAM, SEQUENTIAL_TAG, SUMMARY_TAG, read_split_tag, reeval_tag, sweep_parent,
                                sweep_trials)
 from trials.store.client import set_tags, tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
@@ -165,6 +165,8 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
     parent = out["parent_run_id"]
     _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     set_tags(client, parent, {SEQUENTIAL_TAG: plan.to_json()})
+    if not plan.looks and PLAN_PARAM not in client.get_run(parent).data.params:  # a plan this augment adds
+        client.log_param(parent, PLAN_PARAM, plan.to_json())
     while True:
         if wait:  # no binding look on timed values the tool calls busy
             return {"looks": looks, "stopped": f"stop: {wait}", "replicates": spec.replicates, "ok": False}

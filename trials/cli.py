@@ -337,6 +337,10 @@ def cmd_time(args) -> int:
     try:
         out = time_sweep(args.name, args.storage, args.tracking_uri, args.address, settings, again=args.again)
     except KeyboardInterrupt as e:
+        if getattr(e, "recorded", False):
+            print(f"trials: timing pass of {args.name} stopped by a SIGTERM after it was recorded whole; nothing is "
+                  f"lost (analysis report {args.name} reads it)", file=sys.stderr)
+            return 143
         print(f"trials: timing pass of {args.name} interrupted; nothing was recorded. Run it again with:\n"
               f"  trials time {args.name} --storage {saved.storage_root(args.storage)}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) or SIGTERMED else 130

@@ -44,6 +44,8 @@ class SweepRecord:
     design: str = ""  # full | 2^(k-p)
     responses: dict = field(default_factory=dict)  # the primary responses and their margins
     sequential: str = ""  # JSON of analysis.sequential.Plan: the declared plan and the looks so far
+    declared_plan: str = ""  # that plan as declared when the sweep was made (the parent's write-once param)
+    storage: str = ""  # the storage root `trials run` saved the sweep's spec in (the parent's `sweep.storage`)
     timing: str = ""  # JSON: the last timing pass (the parent's `timing` tag), with its `busy` count
     primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
     contrasts: dict = field(default_factory=dict)  # the spec's named contrasts: {name: {from: {f: level}, to: {...}}}
@@ -253,8 +255,8 @@ def _without_pandas_attrs(table):
     return table.replace_schema_metadata(meta)
 
 
-TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "workload",
-               "timing")
+TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "declared_plan",
+               "workload", "timing", "storage")
 
 
 def _short(value) -> str:

@@ -176,12 +176,14 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
         say(f"{name}: timing {len(finished)} run(s) ({hooks.response[stage]}): {settings.rounds} rounds, "
             f"{settings.warmup} warm-up(s) each, {size} {hooks.size[stage]} a repetition")
 
+        before = signal.getsignal(signal.SIGTERM)  # Ray's init sets its own: restored past the pass
         started = cluster.init_ray(address)
-        record = _on_ray(started, lambda: _drive(spec, stage, {t.key: bound[t.key].to_dict() for t in finished},
-                                                  checkpoints, settings, say))
+        record = _on_ray(started, before, lambda: _drive(spec, stage, {t.key: bound[t.key].to_dict()
+                                                                         for t in finished}, checkpoints, settings, say))
         record["runs"] = {t.key: t.run_name for t in finished}
         check_pass(record, hooks.response[stage], name)
-        log_pass(client, {t.key: runs[t.key] for t in finished}, record, root / name)
+        with held_sigterm():  # recorded whole: a SIGTERM now stops the command once it is
+            log_pass(client, {t.key: runs[t.key] for t in finished}, record, root / name)
     if record["busy"]:
         say(busy_warning(name, record))
     return record
@@ -197,23 +199,50 @@ def busy_warning(name: str, record: dict) -> str:
             f"again on a quiet machine: trials time {name} --again")
 
 
-def _on_ray(started: bool, work):
+def _on_ray(started: bool, before, work):
     """`work()` on the Ray just joined, a SIGTERM stopping it as a Ctrl-C would; the Ray shut
-    down after where this pass started it."""
-    previous = stop_on_sigterm()  # after ray.init, which sets its own (sys.exit(15): exit 1 and a stack dump)
+    down after where this pass started it, and the SIGTERM handler from `before` Ray's init
+    put back (Ray's own, sys.exit(15), would end the command with no line)."""
+    ours = stop_on_sigterm()  # after ray.init, which sets its own (sys.exit(15): exit 1 and a stack dump)
     try:
         return work()
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         if started:
             import ray
 
             ray.shutdown()
+        if ours is not None and before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+class held_sigterm:
+    """A SIGTERM while the block runs is held until it ends, then raised as `Terminated` with
+    `recorded` set: what the block writes is written whole. Off the main thread: nothing held."""
+
+    def __enter__(self):
+        self.got: list[int] = []
+        try:
+            self.previous = signal.signal(signal.SIGTERM, lambda signum, frame: self.got.append(signum))
+        except ValueError:
+            self.previous = None
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+        if self.got and kind is None:
+            SIGTERMED.extend(self.got)
+            raise Terminated(recorded=True)
+        return False
 
 
 class Terminated(KeyboardInterrupt):
-    """A SIGTERM during the pass: stopped like a Ctrl-C (nothing of the pass is recorded), exit 143."""
+    """A SIGTERM during the pass: stopped like a Ctrl-C, exit 143; nothing of the pass is
+    recorded, unless `recorded` (it came while the pass was being written, which finished)."""
+
+    def __init__(self, *args, recorded: bool = False):
+        super().__init__(*args)
+        self.recorded = recorded
 
 
 SIGTERMED: list[int] = []  # the SIGTERMs received: Ray may hand the interrupt on as a plain KeyboardInterrupt

@@ -246,10 +246,15 @@ def test_the_screening_spec_is_read_as_a_spec_and_must_be_the_one_the_runs_came_
     other = {**raw, "name": "head-and-block"}
     renamed = {**raw, "factors": {("window" if k == "D1" else k): v for k, v in raw["factors"].items()}}
     no_level = {**raw, "factors": {**raw["factors"], "head": {"markov": raw["factors"]["head"]["markov"]}}}
+    edited = {**raw, "factors": {**raw["factors"], "head": {**raw["factors"]["head"],
+                                                           "markov": {"head": "rnn", "d_model": 999}}}}
+    rebased = {**raw, "base": {**raw["base"], "target_steps": 40}}
     cases = {"other": (yaml.safe_dump(other), "its name is 'head-and-block'"),
              "workload": (yaml.safe_dump({**raw, "workload": "mlp"}), "its workload is 'mlp'"),
              "renamed": (yaml.safe_dump(renamed), "its factors are"),
              "level": (yaml.safe_dump(no_level), "head has no level 'rnn'"),
+             "edited": (yaml.safe_dump(edited), "head=markov sets d_model: 999, but its runs recorded 128"),
+             "rebased": (yaml.safe_dump(rebased), "base sets target_steps: 40, but its runs recorded 400"),
              "twice": (SPEC.read_text() + "\nname: seed-questions\n", "given twice"),
              "deep": ("a: " + "[" * 1000 + "]" * 1000 + "\n", "nests deeper than")}
     for name, (text, match) in cases.items():
@@ -259,6 +264,23 @@ def test_the_screening_spec_is_read_as_a_spec_and_must_be_the_one_the_runs_came_
         with pytest.raises(AnalysisError, match=re.escape(match)) as e:
             confirm(sweep, d, "head", "val/bpb", spec=str(path), out=str(out))
         assert "\n" not in str(e.value) and str(path) in str(e.value) and not out.exists()
+
+
+def test_the_spec_saved_with_the_sweep_is_read_before_the_one_in_sweeps(screening, tmp_path, monkeypatch):
+    """Where the sweep's storage is seen, `trials run`'s saved spec is the screening's, not a
+    sweeps/NAME.yaml edited since (the runs' record of each setting checks either)."""
+    sweep, d = screening
+    saved = tmp_path / "st" / "seed-questions" / "spec.yaml"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(SPEC.read_text())
+    monkeypatch.chdir(tmp_path)  # no sweeps/seed-questions.yaml here: found only in storage
+    import dataclasses
+    stored = dataclasses.replace(sweep, record=dataclasses.replace(sweep.record, storage=str(tmp_path / "st")))
+    out = tmp_path / "c.yaml"
+    confirm(stored, d, "head", "val/bpb", out=str(out))
+    assert f"from {saved} and the screening study's noise" in out.read_text().splitlines()[0]
+    with pytest.raises(AnalysisError, match="cannot read the screening spec sweeps/seed-questions.yaml"):
+        confirm(sweep, d, "head", "val/bpb", out=str(tmp_path / "d.yaml"))
 
 
 def test_a_damaged_confirmation_is_a_line_in_its_screening_report_not_a_refusal(tmp_path):

@@ -285,9 +285,9 @@ def test_a_timing_pass_run_again_cannot_be_tested_again():
     same, new = plan.look("aaa", 3, {"timing_rounds": 5}, 0.5, timed="t1")
     assert not new and same is first
     old = Plan.from_json('{"declared": true, "max_replicates": 6, "alpha": 0.05, "looks": '
-                         '[{"data": "bbb", "blocks": 3, "alpha": 0.02, "t": 0.5}]}')
+                         f'[{{"data": "bbb", "blocks": 3, "alpha": {spent(0.5, 0.05)!r}, "t": 0.5}}]}}')
     found, new = old.look("bbb", 3, {}, 0.5, timed="first")
-    assert not new and found.alpha == 0.02 and found.timed == "first"  # sealed
+    assert not new and found.alpha == spent(0.5, 0.05) and found.timed == "first"  # sealed
     assert Plan.from_json(old.to_json()).looks[0].timed == "first"
     with pytest.raises(ValueError, match="no alpha left"):
         old.look("bbb", 3, {}, 0.5, timed="second")

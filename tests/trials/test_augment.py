@@ -327,6 +327,16 @@ def test_a_plan_that_looks_every_few_blocks_adds_them_between_looks(ray_local, t
     assert len(runs) == 4 * out["replicates"]
     plan = Plan.from_json(parent.data.tags["sequential"])
     assert plan.look_every == 2 and [x.blocks for x in plan.looks] == looks
+    # the plan as declared is the parent's write-once param; a record edited past it is not read
+    declared = Plan.from_json(parent.data.params["sequential"])
+    assert (declared.max_replicates, declared.look_every, declared.looks) == (3, 2, [])
+    from analysis.sweep_reader import load_runs
+    edited = json.loads(parent.data.tags["sequential"]) | {"max_replicates": 30}
+    MlflowClient(uri).set_tag(parent.info.run_id, "sequential", json.dumps(edited))
+    with pytest.raises(ValueError, match="the sequential record is not the plan declared when the sweep was made "
+                                         r"\(its max_replicates is 30, the declared plan's 3\)"):
+        load_runs("every", uri)
+    MlflowClient(uri).set_tag(parent.info.run_id, "sequential", parent.data.tags["sequential"])
     if looks == [1, 3]:
         t = plan.looks[0].t  # a third of the plan's blocks (to the hundredth, as looks keep it)
         assert t == pytest.approx(1 / 3, abs=0.01) and plan.looks[1].t == 1.0

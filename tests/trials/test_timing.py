@@ -401,3 +401,25 @@ def test_a_pass_with_a_value_that_is_no_time_records_nothing_and_names_the_runs(
             check_pass({**good, "values": {"a": 16.3, "b": v}}, "train/step_ms", "demo")
         assert str(e.value) == (f"time: the pass measured no usable train/step_ms (finite and > 0) for 1 run(s), "
                                 f"D1=y r0 ({v!r}); nothing is recorded: run `trials time demo` again")
+
+
+def test_a_sigterm_past_the_last_round_still_ends_on_a_line():
+    """Killed just after its last round, `trials time` once exited with no line: the pass put
+    Ray's own SIGTERM handler back (sys.exit(15)). Now the handler from before Ray's init is
+    put back, and a SIGTERM while the pass is written is held until it is written whole."""
+    from trials.timing import SIGTERMED, Terminated, _on_ray, held_sigterm
+
+    ours, rays = (lambda signum, frame: None), (lambda signum, frame: None)
+    old = signal.signal(signal.SIGTERM, rays)  # what ray.init leaves
+    try:
+        assert _on_ray(False, ours, lambda: 7) == 7
+        assert signal.getsignal(signal.SIGTERM) is ours
+        written = []
+        with pytest.raises(Terminated) as e:
+            with held_sigterm():
+                os.kill(os.getpid(), signal.SIGTERM)
+                written.append("whole")  # not cut short by the signal
+        assert e.value.recorded and written == ["whole"] and signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        SIGTERMED.clear()  # this process's record of SIGTERMs: the next test starts with none

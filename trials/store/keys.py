@@ -37,6 +37,9 @@ WORKLOAD_TAG = "workload"  # the parent: the workload swept (`trials.workload`; 
 GIT_COMMIT_TAG = "git_commit"
 NOTE_TAG = "mlflow.note.content"  # MLflow's description of a run or an experiment
 REPLICATES_PARAM, BASE_PARAM = "replicates", "base"
+# the parent's sequential plan as declared, without looks: a param, which MLflow keeps write-once, so the
+# looks recorded in SEQUENTIAL_TAG are checked against the plan they were spent under
+PLAN_PARAM = "sequential"
 DRIVER_HOST_TAG, DRIVER_PID_TAG, DRIVER_STARTED_TAG = "driver_host", "driver_pid", "driver_started"
 RESUMED_TAG = "resumed"  # a trial run: how many times a sweep was resumed into it
 RAY_NODES_TAG = "ray_nodes"  # a trial run: the Ray nodes it ran on

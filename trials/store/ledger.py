@@ -18,7 +18,7 @@ from mlflow.entities import Param
 from .client import tracking_client
 from .keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DRIVER_HOST_TAG, DRIVER_PID_TAG,
                    DRIVER_STARTED_TAG, ERROR_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM, GIT_COMMIT_TAG, MODEL_TRAINING,
-                   NOTE_TAG, PARENT_TAG, PRIMARY_TERMS_TAG, CONFIRMS_TAG, CONTRASTS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
+                   NOTE_TAG, PARENT_TAG, PLAN_PARAM, PRIMARY_TERMS_TAG, CONFIRMS_TAG, CONTRASTS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
                    SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, metric_name,
                    sweep_parent, sweep_trials)
 from .runs import config_params, git_commit, log_metrics, log_params, source_tags
@@ -96,7 +96,8 @@ class Ledger:
             Param(DESIGN_PARAM, self.spec.design), Param(REPLICATES_PARAM, str(self.spec.replicates)),
             # level order matters: the analysis reads it back as each factor's order
             Param(FACTORS_PARAM, json.dumps(self.spec.factors, default=str)[:6000]),
-            Param(BASE_PARAM, json.dumps(self.spec.base, sort_keys=True, default=str)[:6000])])
+            Param(BASE_PARAM, json.dumps(self.spec.base, sort_keys=True, default=str)[:6000]),
+            *([Param(PLAN_PARAM, self.declared_plan())] if self.spec.sequential else [])])
         return run.info.run_id
 
     def declared_plan(self) -> str:
