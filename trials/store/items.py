@@ -127,13 +127,21 @@ def _parse(name: str) -> tuple[str, str, int | None] | None:
     return None
 
 
-def document(columns: dict, into: dict | None = None) -> dict:
+def document(columns: dict, into: dict | None = None, run: str = "", values: dict | None = None) -> dict:
     """The artifact of `columns` (item columns only), merged into an earlier one (`into`): a
     response's groups replace its earlier ones as a whole (a re-evaluation on fewer items
-    leaves none of the old behind). A value that is not finite is kept as null (not measured)."""
-    doc = {"format": FORMAT, "jackknife": {}, "groups": {}, "items": {}, "evaluation": {}}
-    for section in ("jackknife", "groups", "items", "evaluation"):
+    leaves none of the old behind). A value that is not finite is kept as null (not measured).
+    `run` and `values` (each response's value logged with its items) bind it to its run: a
+    reader checks them against the run it reads it from (`trials.store.reader.run_items`)."""
+    doc = {"format": FORMAT, "jackknife": {}, "groups": {}, "items": {}, "evaluation": {}, "values": {}}
+    for section in ("jackknife", "groups", "items", "evaluation", "values"):
         doc[section].update((into or {}).get(section) or {})
+    for r in responses_of(columns):  # new items: the value the old ones were logged with no longer applies
+        doc["values"].pop(r, None)
+    doc["values"].update({r: float(v) for r, v in (values or {}).items()
+                          if isinstance(v, (int, float)) and math.isfinite(float(v))})
+    if run or (into or {}).get("run"):
+        doc["run"] = run or into["run"]
     fresh: dict[tuple[str, str], dict[int, float | None]] = {}
     for name, v in columns.items():
         parsed = _parse(name)
@@ -152,6 +160,12 @@ def document(columns: dict, into: dict | None = None) -> dict:
         if isinstance(n, (int, float)) and len(groups) < jack_groups(int(n)):
             groups.extend([None] * (jack_groups(int(n)) - len(groups)))
     return doc
+
+
+def responses_of(columns: dict) -> set[str]:
+    """The responses whose items these item columns carry."""
+    return {key for name in columns if (p := _parse(name)) is not None and p[0] in ("jackknife", "items")
+            for key in [p[1]]}
 
 
 def columns(doc: dict) -> dict[str, float]:

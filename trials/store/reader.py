@@ -21,6 +21,7 @@ gives on the same server, and that every failure is one line.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from .items import ITEMS_FILE, ITEMS_TAG, columns, document
 
 from .client import SQLITE, STORE_TIMEOUT_S, sqlite_path, store_error, tracking_client
-from .keys import StoreReadError
+from .keys import StoreReadError, store_key
 from .kept import bounded_json
 
 # settings that MLflow's client honours and this reader does not: where one is set, MLflow's
@@ -270,9 +271,45 @@ MAX_ITEMS_BYTES = 8 * 1024 * 1024
 def run_items(client, run) -> dict[str, float]:
     """The item columns (`trials.store.items`) of a run's items artifact; {} for a run without one
     (recorded before it, whose item columns are its metrics). StoreReadError, in one line,
-    where the tagged artifact is missing or is not one."""
-    if not run.data.tags.get(ITEMS_TAG):
+    where the tagged artifact is missing or is not one, or is another run's. A response whose
+    items were logged with another value than the run's now (it was measured again without
+    items, as a timing pass with too few prompts does) has no items: they describe another value."""
+    doc = _item_doc(client, run)
+    if doc is None:
         return {}
+    stale = _stale(doc, run)
+    return {k: v for k, v in columns(doc).items() if not _of(k, stale)}
+
+
+def _of(column: str, responses: set[str]) -> bool:
+    return any(column.startswith(f"jack/{r}@") for r in responses)
+
+
+def _stale(doc: dict, run) -> set[str]:
+    """The responses whose items were logged with a value that is not the run's value now."""
+    out = set()
+    for response, v in (doc.get("values") or {}).items():
+        now = run.data.metrics.get(store_key(str(response)))
+        if now is not None and not (isinstance(v, (int, float)) and math.isclose(float(v), now, rel_tol=1e-9,
+                                                                                   abs_tol=1e-12)):
+            out.add(str(response))
+    return out
+
+
+def _bound(doc: dict, run) -> str:
+    """Why an items document is not this run's ("" where it is, or predates the binding)."""
+    if doc.get("run") not in (None, run.info.run_id):
+        return f"it is run {str(doc['run'])[:40]}'s"
+    if not isinstance(doc.get("values") or {}, dict):
+        return "its values are not a mapping of response -> value"
+    return ""
+
+
+def _item_doc(client, run) -> dict | None:
+    """A run's items artifact, checked (`trials.store.items.columns`, `_bound`); None where the
+    run has none."""
+    if not run.data.tags.get(ITEMS_TAG):
+        return None
     run_id = run.info.run_id
     try:
         raw = client.read_artifact(run_id, ITEMS_FILE) if hasattr(client, "read_artifact") else \
@@ -288,15 +325,19 @@ def run_items(client, run) -> dict[str, float]:
         raise StoreReadError(f"run {run_id}: {ITEMS_FILE} is {len(raw):,} bytes, past {MAX_ITEMS_BYTES:,}; not read")
     try:
         text = raw.decode() if isinstance(raw, bytes) else raw
-        return columns(bounded_json(text, ITEMS_FILE))
+        doc = bounded_json(text, ITEMS_FILE)
+        columns(doc)  # ValueError where it is not one
+        if (why := _bound(doc, run)):
+            raise ValueError(f"not this run's items: {why}")
     except (ValueError, UnicodeDecodeError) as e:
         raise StoreReadError(f"run {run_id}: {ITEMS_FILE}: {_one_line(str(e), 120)}") from None
+    return doc
 
 
 def run_item_document(client, run) -> dict | None:
     """A run's items artifact as a document, for a writer to merge into; None where it has none."""
-    found = run_items(client, run)
-    return document(found) if found or run.data.tags.get(ITEMS_TAG) else None
+    doc = _item_doc(client, run)
+    return document(columns(doc), doc) if doc is not None else None
 
 
 def _downloaded(client, run, path: str) -> bytes | None:

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .items import FORMAT, ITEMS_FILE, ITEMS_TAG, document, is_item_column
+from .items import FORMAT, ITEMS_FILE, ITEMS_TAG, document, is_item_column, responses_of
 
 from .keys import ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING, store_key
 from .client import tracking_client
@@ -70,13 +70,14 @@ def log_metrics(client, run_id: str, metrics: dict, step: int) -> None:
         client.log_batch(run_id, metrics=batch[i:i + 900])
     items = {k: v for k, v in metrics.items() if is_item_column(k)}
     if items:
-        log_items(client, run_id, items)
+        log_items(client, run_id, items, {r: metrics[r] for r in responses_of(items) if r in metrics})
 
 
-def log_items(client, run_id: str, columns: dict) -> None:
+def log_items(client, run_id: str, columns: dict, values: dict | None = None) -> None:
     """The run's items artifact (`items.json`) with `columns` merged in (a response's groups
-    replace its earlier ones), then its tag: the readers read the artifact of a tagged run."""
-    doc = document(columns, run_item_document(client, client.get_run(run_id)))
+    replace its earlier ones), bound to the run and to the values logged with them (`values`),
+    then its tag: the readers read the artifact of a tagged run."""
+    doc = document(columns, run_item_document(client, client.get_run(run_id)), run_id, values)
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, ITEMS_FILE).write_text(json.dumps(doc, sort_keys=True))
         client.log_artifact(run_id, str(Path(tmp, ITEMS_FILE)))

@@ -150,3 +150,30 @@ def test_the_committed_exports_still_carry_their_item_records():
     assert got is not None and got.groups >= 2 and got.pseudo.shape[0] == len(sweep.runs)
     full = pd.to_numeric(sweep.runs["val/bpb"]).to_numpy()
     assert np.allclose(got.pseudo.mean(axis=1), full, rtol=1e-6)  # pseudo-values average to the response
+
+
+def test_items_are_bound_to_their_run_and_the_values_logged_with_them(tmp_path):
+    """Another run's items.json copied in is refused naming both runs; items logged with a
+    value that is not the run's value now are not used (issue 61: both were read into
+    intervals silently); a re-evaluation that logs new values and items together reads."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    _, (a, b) = _sweep(client)
+    four = {f"jack/val/bpb@g{g}": 2.0 + g / 10 for g in range(4)}
+    log_metrics(client, a, {"val/bpb": 2.15, **four, "jack/val/bpb@n": 4.0}, 1)
+    log_metrics(client, b, {"val/bpb": 2.30}, 1)
+    stored = Path(client.get_run(a).info.artifact_uri) / ITEMS_FILE
+    doc = json.loads(stored.read_text())
+    assert doc["run"] == a and doc["values"] == {"val/bpb": 2.15}
+    copied = Path(client.get_run(b).info.artifact_uri) / ITEMS_FILE
+    copied.parent.mkdir(parents=True, exist_ok=True)
+    copied.write_text(stored.read_text())
+    client.set_tag(b, ITEMS_TAG, doc["format"])
+    with pytest.raises(StoreReadError, match=f"run {b}: {ITEMS_FILE}: not this run's items: it is run {a}'s"):
+        run_items(client, client.get_run(b))
+    # relabelled, its items describe val/bpb = 2.15, not b's 2.30 (as after a re-measure without items): none
+    copied.write_text(json.dumps({**doc, "run": b}))
+    assert run_items(client, client.get_run(b)) == {}
+    log_metrics(client, a, {"val/bpb": 2.5, **{k: v + 0.4 for k, v in four.items()}}, 2)  # a re-evaluation
+    assert run_items(client, client.get_run(a))["jack/val/bpb@g0"] == pytest.approx(2.4)
+    assert json.loads(stored.read_text())["values"] == {"val/bpb": 2.5}
