@@ -102,11 +102,6 @@ def model_formula(response_col: str, factors: list[str], terms, safe, block: str
     return f"{response_col} ~ " + " + ".join(parts)
 
 
-def is_balanced(df: pd.DataFrame, factors: list[str]) -> bool:
-    counts = df.groupby([df[f].astype(str) for f in factors], observed=True).size()
-    return counts.nunique() == 1
-
-
 @dataclass(frozen=True)
 class ModelFit:
     """How well one response's OLS model fits, as a DOE report states it."""

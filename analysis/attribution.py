@@ -15,10 +15,10 @@ from statsmodels.stats.multitest import multipletests
 
 from trials.registry import Registry
 
-from .anova import AnalysisError, anova_with_fit, check_design, is_balanced
+from .anova import AnalysisError, anova_with_fit, check_design
 from .coded_design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
-from .model import control_contrast as contrast
+from .model import control_contrast as contrast, is_balanced
 from .result_types import ResponseResult
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
@@ -74,7 +74,7 @@ def _analyse_one(data: pd.DataFrame, r: str, factors: list[str], typ: int | None
              ] if missing else []
     rows = with_value(data, r)
     check_design(rows, r, factors)
-    balanced = is_balanced(rows, factors)
+    balanced = is_balanced(rows, factors, None)
     use_typ = typ or (2 if balanced else 3)
     if not balanced:
         notes.append("unbalanced design (unequal runs per cell): Type III sums of squares with effect coding")

@@ -43,14 +43,14 @@ def build(folder: Path) -> tuple[str, Path, Path]:
     import json
 
     from trials.saved import save_sweep_files
-    from trials.validate import load_spec as load
+    from trials.validate import load_spec
     from trials.tracking import open_ledger
 
     raw = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())
     raw.update(name="bench", replicates=3)
     spec_file = folder / "bench.yaml"
     spec_file.write_text(yaml.safe_dump(raw))
-    spec = load(spec_file)
+    spec = load_spec(spec_file)
     uri = f"sqlite:///{folder / 'm.db'}"
     ledger = open_ledger(uri, spec)
     rng = np.random.default_rng(0)

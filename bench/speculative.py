@@ -36,9 +36,9 @@ from dspark.train import Trainer
 
 def sweep_cell(path: str, cell: str):
     """The config of one cell of a sweep (replicate 0) and its bench folder name."""
-    from trials.validate import load_spec as load
+    from trials.validate import load_spec
 
-    spec = load(path)
+    spec = load_spec(path)
     want = dict(kv.split("=", 1) for kv in cell.split(",")) if cell else {}
     for trial in spec.trials:
         if trial.replicate == 0 and all(trial.levels.get(k) == v for k, v in want.items()):

@@ -28,7 +28,6 @@ from .speculative_eval import decode_set, prompts_from
 from .train import Trainer
 
 RESPONSE = {"drafter": "spec/speedup", "backbone": "train/step_ms"}
-SIZE = {"drafter": "prompts", "backbone": "steps"}  # what one repetition holds, per stage
 
 
 def arms(stage: str, configs: dict[str, dict], checkpoints: dict[str, str], settings, tmp: str):

@@ -264,13 +264,6 @@ def driver_alive(tags: dict[str, str]) -> bool | None:
         return False
 
 
-def driver_died(client, experiment_id: str) -> bool:
-    """Whether a sweep's parent is still RUNNING though its driver is gone (checked by pid
-    on this host): what `reap_dead_driver` closes. Reads only, so any reader will do."""
-    return any(p.info.status == "RUNNING" and driver_alive(p.data.tags) is False
-               for p in client.search_runs([experiment_id], f"tags.{SWEEP_PARENT_TAG} = 'true'", max_results=10))
-
-
 def reap_dead_driver(client, experiment_id: str) -> int:
     """A sweep whose driver died without closing its runs (kill -9): its RUNNING runs,
     parent and children, end KILLED. Returns how many runs were closed."""

@@ -554,4 +554,3 @@ def sequential_problems(spec: "SweepSpec") -> list[str]:
     return out
 
 
-load = load_spec  # its old name

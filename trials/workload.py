@@ -109,7 +109,6 @@ BUILTIN = {"dspark": "dspark.workload:WORKLOAD"}  # known without installed meta
 GROUP = "dspark_sweeps.workloads"  # the entry point group of installed workloads
 TRUST_ENV = "DSPARK_SWEEPS_WORKLOADS"  # comma-separated `package.module:object` paths the user allows
 SHOWN = 120  # characters of a workload's name a message quotes
-REQUIRED = CORE  # the rest has defaults (trials/workload_defaults.py)
 
 
 class SharedArtifacts(Protocol):
@@ -322,4 +321,3 @@ def _import(name: str, path: str, known: tuple[str, ...]) -> Loaded:
         raise WorkloadError(f"workload: {shown(name)}: {e}") from None
 
 
-load = load_workload  # its old name

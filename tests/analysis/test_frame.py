@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from trials.registry import recorded
-from trials.workload import load_workload as load
+from trials.workload import load_workload
 import pyarrow.parquet as pq
 import pytest
 
@@ -36,7 +36,7 @@ def _every_field_set() -> SweepFrame:
                          confirms={"study": "screen", "term": "A", "response": "y", "estimate": 0.5, "low": -0.1,
                                    "high": 1.1, "verdict": "undecided"},
                          workload="tests.toy.workload:WORKLOAD",
-                         registry=recorded(load("tests.toy.workload:WORKLOAD").registry, ["val/acc", "val/loss"]))
+                         registry=recorded(load_workload("tests.toy.workload:WORKLOAD").registry, ["val/acc", "val/loss"]))
     failed = {"run_id": "r9", "run_name": "A=lo|B=lo|C=lo r9", "status": "FAILED", "cell": "A=lo|B=lo|C=lo",
               "replicate": "9", "seed": "9", "arm": "factorial", "run_order": "99"}
     local = {"run_id": "local-x", "run_name": "x", "status": "FINISHED", "tags": {"trial_key": "x"},

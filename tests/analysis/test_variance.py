@@ -275,9 +275,9 @@ def test_a_term_with_block_by_term_variation_is_judged_against_it():
 
 
 def test_without_records_or_for_a_timed_response_there_is_no_split():
-    from trials.workload import load_workload as load
+    from trials.workload import load_workload
 
-    rules = load("dspark").registry  # spec/speedup is DSpark's timed response
+    rules = load_workload("dspark").registry  # spec/speedup is DSpark's timed response
 
     def split(df, r):
         return response_models(df, [r], ["A", "B"], rules).split(r)

@@ -302,11 +302,11 @@ def test_p_decided_matches_simulation_and_blocks_reach_the_target():
 def test_margins_come_from_the_spec_and_the_command_line():
     from analysis.frame import SweepRecord
 
-    from trials.workload import load_workload as load
+    from trials.workload import load_workload
 
     record = SweepRecord(responses={"spec/tau": {"better": "higher", "margin": 0.1}})
     assert margins_for(record) == {"spec/tau": {"better": "higher", "margin": 0.1}}
-    both = margins_for(record, {"spec/tau": 0.2, "val/bpb": 0.01}, load("dspark").registry)  # the sweep's rules
+    both = margins_for(record, {"spec/tau": 0.2, "val/bpb": 0.01}, load_workload("dspark").registry)  # the sweep's rules
     assert both["spec/tau"]["margin"] == 0.2 and both["val/bpb"] == {"better": "lower", "margin": 0.01}
     assert parse_margins(["spec/tau=0.05", "tf/accept@3=0.01"]) == {"spec/tau": 0.05, "tf/accept@3": 0.01}
     for bad in ("spec/tau", "spec/tau=0", "spec/tau=nan", "=0.1", "spec/tau=-1", "spec/tau=x", "spec/tau=0%",

@@ -192,9 +192,9 @@ def test_a_shared_target_says_where_its_training_is_while_it_trains(ray_local, t
     monkeypatch.setattr(runner, "TARGET_PROGRESS_S", 0.1)
     cfg = tiny(data=(str(corpus_dir),), target_steps=100, eval_interval=20)
     h = address(cfg)[0]
-    from trials.workload import load_workload as load
+    from trials.workload import load_workload
 
-    out = runner.ensure_targets(load("dspark"), {h: cfg}, tmp_path, {"cpu": 1}, 2)
+    out = runner.ensure_targets(load_workload("dspark"), {h: cfg}, tmp_path, {"cpu": 1}, 2)
     lines = capsys.readouterr().out.splitlines()
     steps = [int(m.group(1)) for ln in lines for m in [re.match(rf"shared target {h}: step (\d+)/100, val/bpb "
                                                                 r"\d\.\d{4}, \S+ elapsed, ~\S+ left$", ln)] if m]

@@ -236,7 +236,7 @@ def test_a_write_whose_answer_was_lost_lands_once(tmp_path):
 def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
     from trials.layout import key_hash
     from trials.layout import latest_checkpoints
-    from trials.workload import load_workload as load
+    from trials.workload import load_workload
     from trials.validate import parse
 
     spec = parse({"name": "c", "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
@@ -254,7 +254,7 @@ def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path):
     newest.write_bytes(newest.read_bytes()[:1000])  # a copy cut short by a kill or a full disk
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = latest_checkpoints(tmp_path, [t], load())
+        found = latest_checkpoints(tmp_path, [t], load_workload())
     assert found == {t.key: str(trial_dir / "checkpoint_000000")}
     assert any("checkpoint_000001" in str(w.message) and "not intact" in str(w.message) for w in caught)
 
@@ -482,13 +482,13 @@ def _saved_sweep(root: Path, name: str, uri: str) -> None:
     import yaml
 
     from trials.saved import save_sweep_files
-    from trials.validate import load_spec as load
+    from trials.validate import load_spec
 
     (root / name).mkdir(parents=True)
     spec_file = root / f"{name}.yaml"
     spec_file.write_text(yaml.safe_dump({"name": name, "base": {"preset": "tiny"}, "replicates": 1, "factors": {
         "D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}}}))
-    save_sweep_files(root / name, load(spec_file), uri, None)
+    save_sweep_files(root / name, load_spec(spec_file), uri, None)
 
 
 def test_list_reads_states_from_storage_so_a_sweep_whose_server_is_down_is_listed_too(tmp_path):
@@ -613,7 +613,7 @@ def test_storage_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     the write and the replace leaves the older files whole and no temporary behind. A lease
     gets its name only once its content is whole (os.link of a written file)."""
     from trials.saved import save_sweep_files
-    from trials.validate import load_spec as load
+    from trials.validate import load_spec
 
     _saved_sweep(tmp_path / "st", "s", "sqlite:///old.db")
     exp_dir = tmp_path / "st" / "s"
@@ -624,7 +624,7 @@ def test_storage_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        save_sweep_files(exp_dir, load(tmp_path / "st" / "s.yaml"), "sqlite:///new.db", 3)
+        save_sweep_files(exp_dir, load_spec(tmp_path / "st" / "s.yaml"), "sqlite:///new.db", 3)
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in exp_dir.iterdir()} == before
     named = []

@@ -138,9 +138,9 @@ def test_dspark_comes_through_the_same_door_with_the_same_configs():
     from dspark.config import Config, from_dict
     from trials import validate
     from trials.workload_defaults import ConfigView
-    from trials.workload import load_workload as load
+    from trials.workload import load_workload
 
-    wl = load("dspark")
+    wl = load_workload("dspark")
     assert type(wl) is Loaded and not hasattr(wl, "full") and wl.native_config is Config
     for path in sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml")):
         for t in validate.load_spec(path).trials:

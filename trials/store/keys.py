@@ -103,11 +103,6 @@ def sweep_parent(client, experiment_id: str):
     return found[0] if found else None
 
 
-def tag_key(text: str) -> str:
-    """Text made a valid MLflow tag key (letters, digits, '_', '-', '.', ' ', ':', '/')."""
-    return "".join(ch if ch.isalnum() or ch in "_-. :/" else "_" for ch in text)
-
-
 def is_metric(key: str) -> bool:
     return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
 
