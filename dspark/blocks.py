@@ -57,7 +57,8 @@ def draft_blocks(models: Models, x: torch.Tensor, anchors: torch.Tensor, window:
     prev_pos, label_pos, target_pos = window_positions(anchors, K, window)
     valid = window_valid(prev_pos, label_pos, target_pos, T)
     if models.drafter is not None:
-        ctx = models.drafter.context([h.detach() for h in lm.layer_hidden])  # (B, T, D)
+        # (B, T, D); an HF target keeps only its hooked layers (None at the others)
+        ctx = models.drafter.context([h.detach() if h is not None else None for h in lm.layer_hidden])
         anchor_emb = models.target.wte(x.gather(1, anchors))  # (B, A, D)
         h = models.drafter(ctx, anchor_emb, anchors)  # (B, A, K, D)
         U = models.target.lm_head(h)  # (B, A, K, V), shared frozen head

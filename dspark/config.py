@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from .curves import parse_curve
@@ -42,6 +44,25 @@ def knob(role: str, default: Any, smoke: Any = _MISSING):
         raise ValueError(f"knob: role {role!r} is not one of {', '.join(ROLES)}")
     meta = {"role": role} if smoke is _MISSING else {"role": role, "smoke": smoke}
     return dataclasses.field(default=default, metadata=meta)
+
+
+# the tiny HF targets built in code (dspark/hf_target.py): name -> (hidden size, layers)
+TINY_TARGETS = {"qwen3-tiny": (64, 4), "llama-tiny": (64, 4)}
+
+
+def hf_target_shape(source: str) -> tuple[int, int]:
+    """(hidden size, layers) of an HF target: a tiny config's, or a local directory's
+    config.json; ValueError in one line where it has none."""
+    if source in TINY_TARGETS:
+        return TINY_TARGETS[source]
+    path = Path(source) / "config.json"
+    try:
+        given = json.loads(path.read_text())
+        return int(given["hidden_size"]), int(given["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"target_model: {source!r} is neither a tiny HF config ({', '.join(TINY_TARGETS)}) nor a "
+                         "local from_pretrained directory whose config.json gives hidden_size and num_hidden_layers"
+                         ) from None
 
 
 @dataclass
@@ -101,6 +122,10 @@ class Config:
     # roofline:<accelerator>:<size> (a model) or table:<path>
     sched_curve: str = knob('evaluation', "measured")
     # --- run plumbing ---
+    # the target: "" is the byte LM above; a tiny HF config's name (TINY_TARGETS) or a local
+    # from_pretrained directory is a Hugging Face causal LM (dspark/hf_target.py), whose width
+    # and depth d_model and n_layers must state
+    target_model: str = knob('target', "")
     checkpoint_every_s: float = knob('plumbing', 0.0)  # seconds between checkpoints at evals (0: every eval); a stage's end always writes one
     target_path: str = knob('plumbing', "")  # load a trained target instead of training one
     out_dir: str = knob('plumbing', "runs/dspark")  # `dspark train` without it: a new runs/<preset>-<date>-<time>
@@ -165,6 +190,8 @@ class Config:
             raise ValueError(f"block_size: {self.block_size} leaves no room in seq_len={self.seq_len}")
         if self.confidence_input == "hidden+markov" and self.head == "none":
             raise ValueError("confidence_input: 'hidden+markov' needs a sequential head (head is 'none'); use 'hidden'")
+        if self.target_model:  # first: its shape is the model's, which the checks below read
+            self._check_hf_target()
         for i in self.context_layers:
             if not -self.n_layers <= i < self.n_layers:
                 raise ValueError(f"context_layers: layer {i} does not exist in a {self.n_layers}-layer target")
@@ -209,10 +236,25 @@ class Config:
         d["data"] = list(self.data)
         return d
 
+    def _check_hf_target(self) -> None:
+        """An HF target's width and depth are the model's (read from its config.json, no
+        weights): d_model and n_layers must state them, and its context layers are hooked
+        decoder layers below the final one (dspark/hf_target.py)."""
+        hidden, layers = hf_target_shape(self.target_model)
+        if (self.d_model, self.n_layers) != (hidden, layers):
+            raise ValueError(f"target_model: {self.target_model} is {hidden} wide and {layers} layers deep; set "
+                             f"d_model={hidden} and n_layers={layers} (got {self.d_model} and {self.n_layers})")
+        if any(not 0 <= i < layers - 1 for i in self.context_layers):
+            raise ValueError(f"context_layers: an HF target's are decoder layers 0..{layers - 2} (not the final "
+                             f"layer, whose hidden_states[-1] is the normed state), got {list(self.context_layers)}")
+        if self.parallel_stage != "drafter":
+            raise ValueError("target_model: an HF target serves the drafter stage (parallel_stage: drafter)")
+
     def target_dict(self) -> dict[str, Any]:
         """The fields that determine the target LM (what a shared target is addressed by)."""
         d = self.to_dict()
-        return {k: d[k] for k in with_role("target")}
+        # target_model only where set: the byte LM's targets keep the address they always had
+        return {k: d[k] for k in with_role("target") if k != "target_model" or self.target_model}
 
     def replace(self, **overrides: Any) -> "Config":
         return from_dict({**self.to_dict(), **overrides})

@@ -199,7 +199,7 @@ def one_round(target: TargetLM, drafter: Drafter, head: DraftHead, state: Decode
     # keep the anchor and the n accepted drafts; the rejected suffix is overwritten later
     state.target_cache.crop(L + 1 + n)
     if drafter is not None:
-        drafter.extend_context(state.ctx_cache, [h[:, :n + 1] for h in out.layer_hidden])
+        drafter.extend_context(state.ctx_cache, [h[:, :n + 1] if h is not None else None for h in out.layer_hidden])
     committed = drafts[:n] + [token]
     state.tokens.extend(committed)
     state.anchor = token

@@ -20,6 +20,7 @@ import torch
 
 from .config import Config
 from .data import build_corpus
+from .hf_target import rebuild
 from .model import TargetLM
 
 
@@ -82,7 +83,7 @@ def load_target(path: str | os.PathLike, device="cpu") -> tuple[TargetLM, dict]:
         raise ValueError(f"target_path: {path} is not a file")
     try:
         blob = torch.load(path, map_location=device, weights_only=True)
-        target = TargetLM(**blob["arch"])
+        target = rebuild(blob["arch"]) if "hf" in blob["arch"] else TargetLM(**blob["arch"])
         target.load_state_dict(blob["state"])
         meta = json.loads(blob["meta"])
     except Exception as e:  # not a torch file, a pickle refused by weights_only, another dict

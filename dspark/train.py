@@ -36,6 +36,7 @@ from .data import Corpus, build_corpus, held_out_batches, sample_batch
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
 from .loss import dspark_loss
+from .hf_target import HFTarget, is_given
 from .model import Drafter, TargetLM, sync
 from .targets import load_target, save_target, target_hash, write_atomic
 from .windows import random_anchors, strided_anchors
@@ -110,7 +111,7 @@ class Trainer:
         # a drafter-stage target depends on target_seed alone (so replicates can share it),
         # the draft head on seed; in the backbone stage the LM is trained with the head, on seed
         torch.manual_seed(cfg.target_seed if cfg.parallel_stage == "drafter" else cfg.seed)
-        self.target = TargetLM.from_config(cfg).to(self.device)
+        self.target = (HFTarget.from_config(cfg) if cfg.target_model else TargetLM.from_config(cfg)).to(self.device)
         self.target_data_gen = torch.Generator().manual_seed(cfg.target_seed)
         torch.manual_seed(cfg.seed)
         self.data_gen = torch.Generator().manual_seed(cfg.seed)
@@ -278,7 +279,10 @@ class Trainer:
         return self.final_metrics()
 
     def train_target(self) -> None:
-        """The target stage: next-byte CE on the corpus until target_steps, one `step` each."""
+        """The target stage: next-byte CE on the corpus until target_steps, one `step` each. A
+        user's own HF model (a directory) is used as given: nothing to train."""
+        if is_given(self.cfg.target_model):
+            return
         cfg = self.cfg
         tokens, t0 = 0, time.perf_counter()
         while self.stage_step < cfg.target_steps:

@@ -106,6 +106,7 @@ def test_what_reads_the_roles_sorts_fields_as_before():
     assert sorted(cfg.target_dict()) == sorted([
         "d_model", "n_layers", "n_heads", "seq_len", "batch_size", "target_steps", "target_lr", "weight_decay",
         "warmup_steps", "grad_clip", "target_seed", "precision", "data", "text_column", "max_corpus_bytes"])
+    # an HF target's address holds its source too (tests/dspark/test_hf_target.py)
     assert set(NOT_TRAINING) == {"preset", "out_dir", "target_path", "device", "checkpoint_every_s",
                                  "eval_interval", "eval_batches", "spec_prompts", "spec_prompt_len",
                                  "spec_new_tokens", "spec_interval_prompts", "sched_curve"}
