@@ -254,7 +254,7 @@ class Plan:
         try:
             return cls._parse(text)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError, OverflowError) as e:
-            raise ValueError(f"the sequential record is malformed ({type(e).__name__}: {str(e)[:100]})") from None
+            raise ValueError(f"the sequential record is malformed ({type(e).__name__}: {str(e)[:200]})") from None
 
     @classmethod
     def _parse(cls, text: str) -> "Plan":
