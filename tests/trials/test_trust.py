@@ -110,9 +110,9 @@ def test_validate_turns_every_import_failure_into_one_line(tmp_path, name, words
 def test_the_installed_workload_loads_by_name_and_the_group_is_declared():
     assert workloads.installed()["dspark"] == "dspark.workload:WORKLOAD"
     assert "dspark_sweeps.workloads" in (ROOT / "pyproject.toml").read_text()
-    assert workloads.load("dspark").name == "dspark"
+    assert workloads.load_workload("dspark").name == "dspark"
     with pytest.raises(workloads.WorkloadError, match="not an installed workload"):
-        workloads.load("json:dumps")  # a real module, named by a record: not imported
+        workloads.load_workload("json:dumps")  # a real module, named by a record: not imported
 
 
 def test_a_workload_the_user_ran_stays_allowed_for_them_alone(tmp_path, monkeypatch):
@@ -124,8 +124,8 @@ def test_a_workload_the_user_ran_stays_allowed_for_them_alone(tmp_path, monkeypa
     (tmp_path / "mine.py").write_text("from tests.toy.workload import WORKLOAD\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(workloads.WorkloadError, match="not an installed workload"):
-        workloads.load("mine:WORKLOAD")  # named by storage, never run by this user
-    workloads.load("mine:WORKLOAD", trusted=True)  # the user's own spec names it
+        workloads.load_workload("mine:WORKLOAD")  # named by storage, never run by this user
+    workloads.load_workload("mine:WORKLOAD", trusted=True)  # the user's own spec names it
     mine = str((tmp_path / "mine.py").resolve())
     assert workloads.ran_file().read_text() == f"mine:WORKLOAD\t{mine}\n" and "mine:WORKLOAD" in workloads.allowed()
     workloads.ran_file().chmod(0o666)  # writable by others: not the user's word any more
@@ -150,7 +150,7 @@ def test_a_workload_the_user_ran_is_trusted_from_its_file_not_by_its_name(tmp_pa
 
     def load(cwd, trusted):
         code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from trials import workload as w; "
-                f"w.load('mywl:WORKLOAD', trusted={trusted})")
+                f"w.load_workload('mywl:WORKLOAD', trusted={trusted})")
         return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
 
     assert load(mine, True).returncode == 0 and (tmp_path / "ours").exists()  # the user's own spec named it
