@@ -24,6 +24,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+from .anova import AnalysisError
 from .frame import SweepFrame
 from .sequential import Look, Plan, fingerprint, plan_of, timed_digest
 
@@ -47,7 +48,10 @@ def checked(sweep: SweepFrame, build: Callable) -> tuple[SweepFrame, list[str]]:
         if kind == "superseded":
             continue
         if kind == "same":
-            why = differs(look.decided, decisions_at(sweep, plan, j, runs, build))
+            try:
+                why = differs(look.decided, decisions_at(sweep, plan, j, runs, build))
+            except AnalysisError as e:  # its runs no longer make a report (they were edited since)
+                why = f"it cannot be made again on its runs ({str(e).splitlines()[0][:160]})"
         if why:
             look.decided = {}
             look.note = f"not used: its recorded decisions do not match its runs ({why})"
