@@ -276,6 +276,7 @@ def parent_note(rep: Report, sweep: SweepFrame) -> str:
     lines += ["", *[f"- {md(r)}: {md(n)}" for r in answer_columns(d) for n in d.caveats.get(r, [])], "",
               f"The family's verdicts: {d.counts_text()}. {report}",
               f"Attribution{f' at {md(look)}' if look else ''}.", "",
+              *([f"**{md(x)}**" for x in rep.look.distrusted] + [""] if rep.look and rep.look.distrusted else []),
               f"**Next:** `{next_command(d, record.experiment, rep.look)[1]}`"]
     text = "\n".join(lines)
     if len(text) <= NOTE_LIMIT:
@@ -484,9 +485,10 @@ def _look_html(rep: Report) -> str:
     label = rep.look.label() if rep.look is not None else ""
     if not label:
         return ""
-    loud = label.startswith(("POST HOC", "what-if"))
-    style = " style='background:#fdecea;padding:4px 8px;font-weight:bold'" if loud else ""
-    return f"<p class='look'{style}>{html.escape(label)}</p>"
+    loud = " style='background:#fdecea;padding:4px 8px;font-weight:bold'"
+    style = loud if label.startswith(("POST HOC", "what-if")) else ""
+    return f"<p class='look'{style}>{html.escape(label)}</p>" + "".join(
+        f"<p class='look'{loud}>{html.escape(x)}</p>" for x in rep.look.distrusted)
 
 
 def _pct_text(level: float) -> str:
@@ -519,7 +521,7 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
              f"<p><small>{esc(d.method())}. {CELLS_NOTE}</small></p>",
              f"<p><b>Next:</b> <code>{esc(next_command(d, record.experiment, rep.look)[1])}</code></p>",
              "".join(f"<p>{esc(line)}</p>" for line in header.splitlines()[1:]
-                     if not (rep.look and line == rep.look.label())),
+                     if not (rep.look and (line == rep.look.label() or line in rep.look.distrusted))),
              _model_fit_html(rep)]
     with tempfile.TemporaryDirectory() as tmp:
         img = Path(tmp)

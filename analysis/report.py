@@ -88,7 +88,7 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
     models = response_models(df, chosen, factors, rules)
     look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if=what_if or bool(margins))
-    look.unrecorded = unrecorded
+    look.unrecorded, look.distrusted = unrecorded, distrusted
     controls = control_cells(df)
     decision = decide_look(sweep, chosen, declared, look, models, plan_prices(look, models, chosen, declared, rules),
                            adjust)
@@ -104,8 +104,8 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
                 "the model misses a trend, so its intervals may be too narrow")
     _busy_caveat(decision, record)
     dunnett, pooled = against_control(df, chosen, controls, decision.alpha_star)
-    header = header_text(sweep, stage, factors, look.label(), links)
-    closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped) + "".join(f"\n{x}" for x in distrusted)
+    header = header_text(sweep, stage, factors, "\n".join([look.label(), *look.distrusted]), links)  # 1st screen
+    closing = notes(sweep, data, chosen, fraction, bool(dunnett), skipped)
     summary = (header + "\n" + verdict_table_text(decision) + "\n" + summarise(decision, results, drift, noise, look)
                + closing)
     rep = Report(results, summary, None, skipped, dunnett, stage=stage, control=pooled, drift=drift,

@@ -420,6 +420,7 @@ class LookResult:
     sealed: bool = False  # an old look's record gained the timed values' digest: to be written again
     given: bool = False  # the alpha was given (a what-if at a fixed level, outside the plan)
     retimed: bool = False  # the last look's runs, timed again since: its decisions stand, nothing is tested
+    distrusted: list = field(default_factory=list)  # a line per earlier look whose decisions are not used (record_check)
 
     @property
     def family_alpha(self) -> float:

@@ -46,6 +46,7 @@ def test_a_forged_decision_is_named_and_not_used(study):
     rep = build_report(_with(study, d), None, unrecorded="a test")
     named = [x for x in rep.summary.splitlines() if x.startswith("look 1's recorded decisions are not used")]
     assert named and "+55 [+43, +67]" in named[0], rep.summary[-800:]
+    assert rep.look.distrusted == named  # beside the look, on the first screen of the HTML and the MLflow note
     # not used: the term is decided at look 2 from its runs, as recorded there, not at the forged look 1
     v = next(v for v in rep.decision.verdicts if v.response == "spec/tau" and v.term == "D2")
     assert v.verdict == "matters, size unsure" and v.estimate == pytest.approx(real["estimate"])
