@@ -27,7 +27,8 @@ from .power import p_decided
 from .text import wrap_text
 from .sequential import LookResult, PlanPrices, boundary_lines, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
-from .variance import PROMPT_FACTORS, WHAT, prompts_to_decide, why_not_items
+from .item_kinds import WHAT
+from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
 from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, margins_for, response_models
 
 

@@ -34,10 +34,12 @@ import trials.export as export
 # statistics' readers are
 from trials.export import (INCOMPLETE_KEY, META_COLUMNS, PARQUET_KEY, SweepFrame, SweepRecord,  # noqa: F401
                            check_writable, finished_frame, run_row, to_parquet, type_columns)
+from trials.store.items import JACK_PREFIX
 from trials.store.reader import reading_client, run_items
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 
 from .sequential import plan_of
+from .item_kinds import count_column
 
 
 def _factor_levels(parent) -> dict[str, list[str]]:
@@ -83,7 +85,10 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
     except ValueError as e:
         raise ValueError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}, parent run "
                          f"{parent.info.run_id}: {e}") from None
-    return replace(sweep, record=record)
+    sweep = replace(sweep, record=record)
+    if (why := item_count_problem(sweep)):
+        raise StoreReadError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}: {why}")
+    return sweep
 
 
 def _json_list(text: str) -> list:
@@ -169,11 +174,40 @@ def check_plan(sequential: str, declared: str) -> None:
                          "its looks are not used")
 
 
+def item_count_problem(sweep: SweepFrame) -> str:
+    """Why a run's items cannot be its evaluation's (one line naming the run), or "": each
+    response's item count (`jack/<response>@n`) against the evaluation count its registry row
+    says its items are drawn on (`Registry.item_count`, such as `split/prompts`). Items over
+    another count are another evaluation's, or damaged; a run without either count is not
+    checked (recorded before counts were)."""
+    df = sweep.runs
+    counted = [c for c in df.columns if c.startswith(JACK_PREFIX) and c.endswith("@n")]
+    if not counted:
+        return ""
+    rules = sweep.registry
+    for column in counted:
+        response = column[len(JACK_PREFIX):-len("@n")]
+        declared = count_column(response, rules)
+        if not declared or declared not in df.columns:
+            continue
+        n, m = pd.to_numeric(df[column], errors="coerce"), pd.to_numeric(df[declared], errors="coerce")
+        bad = n.notna() & m.notna() & (n != m)
+        if bad.any():
+            i = bad.to_numpy().nonzero()[0][0]
+            row = df.iloc[i]
+            return (f"run {row.get('run_id', i)} ({row.get('cell', '?')} r{row.get('replicate', '?')}): its items of "
+                    f"{response!r} are over {n.iloc[i]:g} items, but its evaluation counted {m.iloc[i]:g} ({declared}): "
+                    "not that evaluation's items; not read")
+    return ""
+
+
 def read_parquet(path: str | Path) -> SweepFrame:
     """A parquet export back as the analysis frame (`trials.export.read_parquet`: every field
     of its record and its numbers checked), its sequential plan checked too: a crafted or
     damaged file is refused in one line naming the file and what is wrong."""
     sweep = export.read_parquet(path)
+    if (why := item_count_problem(sweep)):
+        raise ValueError(f"parquet: {path}: {why}")
     if sweep.record.sequential:
         try:
             check_plan(sweep.record.sequential, sweep.record.declared_plan)

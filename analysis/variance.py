@@ -58,25 +58,16 @@ import pandas as pd
 from scipy import stats
 
 from trials.store.items import count_name, jack_groups, jack_name, split_name
-from trials.registry import UNKNOWN, Registry
+from trials.registry import Registry
 
+from .item_kinds import COUNTS, kind_of
 from .model import Fit, block_interaction
 from .power import p_decided
 from .result_types import BLOCK_ALPHA, BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value
-DECODED = ("spec/", "conf/", "sched/")  # responses of the decoded prompts; the others of held-out batches
-COUNTS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_prompts": "timing/prompts"}
-WHAT = {"prompts": "prompts", "eval_batches": "held-out batches", "timing_prompts": "prompts of the timing pass"}
 
-
-def kind_of(response: str, rules: Registry | None = None) -> str:
-    """What a re-evaluation adds to a response: prompts, held-out batches, or (a timed
-    response of the timing pass) the prompts the pass decodes."""
-    if (rules or UNKNOWN).is_timed(response):
-        return "timing_prompts"
-    return "prompts" if response.startswith(DECODED) else "eval_batches"
 
 
 def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:

@@ -14,7 +14,7 @@ base metric's row. Plain data only: importing it loads neither torch nor MLflow.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 STAGES = ("drafter", "backbone")
 
@@ -41,6 +41,9 @@ class Metric:
     # a ratio's break-even (1.0: as fast as the baseline) and what it means when every arm is below it
     break_even: float | None = None
     below: str = ""
+    # the evaluation count its items (`report(..., items=)`) are drawn on, a column of the run:
+    # the statistics check a run's item count against it and scale the count in plans
+    items: str = ""
 
     def __post_init__(self):
         if self.better not in ("higher", "lower", ""):
@@ -165,6 +168,20 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("target/tokens_per_s", "higher", "tokens/s", DRAFTER, "the shared target's training throughput"),
 )
 
+
+
+def _items_of(m: Metric) -> str:
+    """Which of the run's evaluation counts a row's items are drawn on: the timing pass's
+    prompts for a timed drafter response, the decoded prompts for the speculative evaluation's
+    (spec/, conf/, sched/), the held-out batches for the teacher-forced and LM responses."""
+    if m.timed:
+        return "timing/prompts" if m.stages == DRAFTER else ""
+    if m.stages == DRAFTER and m.name.startswith(("spec/", "conf/", "sched/")):
+        return "split/prompts"
+    return "split/eval_batches" if m.better and m.name.startswith(("val/", "tf/")) else ""
+
+
+REGISTRY = tuple(replace(m, items=_items_of(m)) if not m.items else m for m in REGISTRY)
 _BY_NAME = {m.name: m for m in REGISTRY}
 _SUFFIX = re.compile(r"@[^/@]+$")
 

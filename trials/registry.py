@@ -6,7 +6,8 @@ The workload supplies the rows (`Workload.metrics`: `lookup(name)` returns a row
 fields below, or None; `DEFAULT_RESPONSES` maps a variant to its default responses); the
 rules here are the engine's, the same for every workload. A row has: `name`, `better`
 ('higher', 'lower' or ''), `unit`, `stages` (the variants that measure it), `meaning`,
-`degenerate_in` and `constant_in` (variant -> why), `headline` and `timed`.
+`degenerate_in` and `constant_in` (variant -> why), `headline`, `timed`, and `items`: the
+evaluation count (a column of the run, such as `split/prompts`) its items are drawn on.
 
 An evaluation's item records are not metrics: a workload reports them as `items`
 (`trials.store.items`, where their column names live; DSpark's `dspark.metrics` writes the same
@@ -89,6 +90,12 @@ class Registry:
         return (f"every arm's {name} is below {even:g} (at most {max(means):.3g}): "
                 + (getattr(m, "below", "") or f"each arm is worse than the baseline {name} is relative to"))
 
+    def item_count(self, name: str) -> str:
+        """The column holding the evaluation count a response's items are drawn on (its row's
+        `items`), or "" where its row declares none."""
+        m = self.lookup(name)
+        return str(getattr(m, "items", "") or "") if m is not None else ""
+
     def timed(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.metrics.REGISTRY if getattr(m, "timed", False))
 
@@ -148,7 +155,7 @@ class Registry:
 
 
 ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",
-              "break_even", "below")
+              "break_even", "below", "items")
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,7 @@ class Row:
     timed: bool = False
     break_even: float | None = None
     below: str = ""
+    items: str = ""
 
 
 class RecordedMetrics:
@@ -203,7 +211,8 @@ def from_record(data: dict) -> Registry:
         raise ValueError("registry: {variant_field, default_responses, metrics} as a sweep's record keeps them")
     rows = {}
     for name, row in data["metrics"].items():
-        if not isinstance(row, dict) or set(row) - set(ROW_FIELDS) or row.get("better", "") not in ("higher", "lower", ""):
+        if not isinstance(row, dict) or set(row) - set(ROW_FIELDS) or row.get("better", "") not in ("higher", "lower", "") \
+                or not isinstance(row.get("items", ""), str):
             raise ValueError(f"registry.metrics.{str(name)[:60]}: a metric row ({', '.join(ROW_FIELDS)})")
         try:
             rows[str(name)] = Row(**{**row, "name": str(name), "stages": tuple(row.get("stages") or ())})

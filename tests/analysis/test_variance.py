@@ -28,7 +28,8 @@ from analysis import variance
 from analysis.model import fit_response, term_contrasts
 from analysis.power import p_decided
 from analysis.result_types import UNDECIDED, Contrast, TermNoise
-from analysis.variance import PROMPT_FACTORS, groups_of, kind_of, prompts_to_decide
+from analysis.item_kinds import kind_of
+from analysis.variance import PROMPT_FACTORS, groups_of, prompts_to_decide
 from analysis.verdicts import decide, decide_all, response_models
 from dspark import calibration
 from dspark.metrics import jack_groups

@@ -352,3 +352,29 @@ def test_a_plan_that_looks_every_few_blocks_adds_them_between_looks(ray_local, t
     with pytest.raises(specmod.SpecError, match="sequential.look_every: an integer >= 1"):
         validate.load_spec(write_spec(tmp_path / "b.yaml", corpus_dir, "bad", D1_D9, base=QUICK, responses=PRIMARY,
                                  sequential={"max_replicates": 3, "look_every": 0}))
+
+
+def test_a_look_that_decided_every_term_stops_the_augment_before_any_training(ray_local, tmp_path, corpus_dir):
+    """A report's binding look that decided the family's every term is the plan's last: a
+    later `augment --until-decided` looks again at the same runs, finds nothing undecided and
+    stops, training nothing (issue 61: it once went on to train blocks that could change no
+    verdict). The margin is so wide that any estimate's interval lies within it: negligible (4
+    blocks: a term's own block-by-term error needs 3 df)."""
+    from analysis.cli import main as analysis_main
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    storage = str(tmp_path / "st")
+    wide = {"tf/tau": {"better": "higher", "margin": 1000.0}}
+    spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "done", D1_D9, base=QUICK, responses=wide,
+                                         replicates=4, sequential={"max_replicates": 6, "alpha": 0.05}))
+    runner.run(spec, tracking_uri=uri, storage=storage, verbose=0)
+    assert analysis_main(["report", "done", "--tracking-uri", uri, "--out", str(tmp_path / "rep")]) == 0
+    parent, before = kids(uri, "done")
+    plan = json.loads(parent.data.tags["sequential"])
+    assert len(plan["looks"]) == 1 and plan["looks"][0]["decided"], plan  # the report's look, binding
+    said = []
+    out = augment("done", storage, until_decided=True, say=said.append)
+    assert out["ok"] and out["replicates"] == 4 and out["stopped"].startswith("stop: every term of the family is decided")
+    _, after = kids(uri, "done")
+    assert sorted(r.info.run_id for r in after) == sorted(r.info.run_id for r in before)  # nothing trained
+    assert len(json.loads(kids(uri, "done")[0].data.tags["sequential"])["looks"]) == 1  # the same look, not a new one

@@ -194,7 +194,9 @@ def _recover_rebuilds_what_the_store_held(tmp_path, uri, storage):
             assert held["tags"][reeval_tag("spec_prompts")] == "4" and set(held["eval"]) == {"eval/per_prompt_4.json",
                                                                          "eval/rounds_4.npz"}
             assert len(held["points"]["spec/speedup"]) == 2 and held["items"]["split/prompts"] == 4.0
-            assert "jack/spec/speedup@g0" in held["items"] and "jack/spec/tau@g3" in held["items"]
+            # the second pass timed 1 prompt (no items): the first pass's items describe a value the
+            # run no longer holds, and stay unread through the re-evaluation's merge and the rebuild
+            assert "jack/spec/speedup@g0" not in held["items"] and "jack/spec/tau@g3" in held["items"]
     assert set(load_runs("timed", rebuilt).runs["split/prompts"]) == {4.0}
 
 

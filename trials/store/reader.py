@@ -335,9 +335,11 @@ def _item_doc(client, run) -> dict | None:
 
 
 def run_item_document(client, run) -> dict | None:
-    """A run's items artifact as a document, for a writer to merge into; None where it has none."""
+    """A run's items artifact as a document, for a writer to merge into; None where it has none.
+    The values its responses were logged with stay bound to them: a merge of another
+    response's items must not unbind them (the stale check, `_stale`, reads them)."""
     doc = _item_doc(client, run)
-    return document(columns(doc), doc) if doc is not None else None
+    return document(columns(doc), doc, values=doc.get("values")) if doc is not None else None
 
 
 def _downloaded(client, run, path: str) -> bytes | None:

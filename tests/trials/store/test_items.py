@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.sweep_reader import load_runs, read_parquet
+from analysis.sweep_reader import load_runs, read_parquet, to_parquet
 from analysis.variance import item_records
 from trials.store.items import FORMAT, ITEMS_FILE, ITEMS_TAG, columns, document, encode
 from trials.store.keys import StoreReadError, SWEEP_PARENT_TAG, TRIAL_KEY_TAG
@@ -177,3 +177,59 @@ def test_items_are_bound_to_their_run_and_the_values_logged_with_them(tmp_path):
     log_metrics(client, a, {"val/bpb": 2.5, **{k: v + 0.4 for k, v in four.items()}}, 2)  # a re-evaluation
     assert run_items(client, client.get_run(a))["jack/val/bpb@g0"] == pytest.approx(2.4)
     assert json.loads(stored.read_text())["values"] == {"val/bpb": 2.5}
+    # another response's items merged in keep val/bpb's binding: re-measured without items, its
+    # old items are stale still (a merge once dropped every earlier response's value)
+    log_metrics(client, a, {"spec/speedup": 1.5, "jack/spec/speedup@g0": 1.4, "jack/spec/speedup@g1": 1.6}, 3)
+    assert json.loads(stored.read_text())["values"] == {"val/bpb": 2.5, "spec/speedup": 1.5}
+    log_metrics(client, a, {"val/bpb": 2.7}, 4)
+    read = run_items(client, client.get_run(a))
+    assert "jack/val/bpb@g0" not in read and read["jack/spec/speedup@g1"] == 1.6
+
+
+def test_items_over_another_count_than_their_evaluations_are_refused_naming_the_run(tmp_path):
+    """A response's item count must be the evaluation count its registry row says its items
+    are drawn on (val/bpb: the held-out batches, `split/eval_batches`): items.json's count
+    edited, or a parquet export's, is refused in one line naming the run (issue 61: a wrong
+    item count was accepted); a count that agrees reads."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    _, (a, b) = _sweep(client)
+    for rid in (a, b):
+        log_metrics(client, rid, {"val/bpb": 2.15, **{f"jack/val/bpb@g{g}": 2.0 + g / 10 for g in range(4)},
+                                  "jack/val/bpb@n": 4.0, "split/eval_batches": 4.0}, 1)
+        client.set_terminated(rid, "FINISHED")
+    sweep = load_runs("items", uri)
+    assert list(sweep.runs["jack/val/bpb@n"]) == [4.0, 4.0]
+    stored = Path(client.get_run(b).info.artifact_uri) / ITEMS_FILE
+    doc = json.loads(stored.read_text())
+    stored.write_text(json.dumps({**doc, "items": {"val/bpb": 12}}))  # 12 items still give 12 >= 4 groups
+    with pytest.raises(StoreReadError, match=f"run {b} .*items of 'val/bpb' are over 12 items, but its evaluation "
+                                             r"counted 4 \(split/eval_batches\)") as e:
+        load_runs("items", uri)
+    assert "\n" not in str(e.value)
+    path = tmp_path / "runs.parquet"
+    runs = sweep.runs.copy()
+    runs.loc[runs["run_id"] == a, "jack/val/bpb@n"] = 8.0
+    to_parquet(sweep.with_runs(runs), path)
+    with pytest.raises(ValueError, match=f"parquet: .*run {a} .*over 8 items, but its evaluation counted 4"):
+        read_parquet(path)
+
+
+def test_a_registry_row_declares_the_count_its_items_are_drawn_on():
+    """The statistics read a response's item kind from its row (`items`), not from its name:
+    a recorded registry keeps the declaration, and a declared row wins over the name's prefix."""
+    from analysis.item_kinds import kind_of
+    from trials.registry import Registry, from_record, recorded
+    from trials.workload import load_workload
+
+    rules = load_workload("dspark").registry
+    assert rules.item_count("spec/tau") == "split/prompts" and rules.item_count("val/bpb") == "split/eval_batches"
+    assert rules.item_count("spec/speedup") == "timing/prompts" and rules.item_count("train/step_ms") == ""
+    kept = recorded(rules, ["spec/tau", "tf/accept@2"])
+    assert kept["metrics"]["tf/accept@2"]["items"] == "split/eval_batches"
+    assert from_record(kept).item_count("spec/tau") == "split/prompts"
+    own = from_record({"metrics": {"spec/x": {"better": "higher", "items": "split/eval_batches"}}})
+    assert kind_of("spec/x", own) == "eval_batches" and kind_of("spec/x", Registry(own.metrics)) == "eval_batches"
+    assert kind_of("spec/y", own) == "prompts"  # undeclared: the name's prefix, as records before rows declared it
+    with pytest.raises(ValueError, match="registry.metrics.spec/x: a metric row"):
+        from_record({"metrics": {"spec/x": {"items": 3}}})
