@@ -95,7 +95,7 @@ def _estimable(distinct: tuple[tuple[str, ...], ...], n: int, factors: tuple[str
     return tuple(kept)
 
 
-def model_formula(response_col: str, factors: list[str], terms, safe, block: str | None) -> str:
+def model_formula(response_col: str, terms, safe, block: str | None) -> str:
     parts = [":".join(f"C({safe[f]}, Sum)" for f in t) for t in terms]
     if block:
         parts.append(f"C({safe[block]}, Sum)")
@@ -141,7 +141,7 @@ def anova_with_fit(df: pd.DataFrame, response: str, factors: list[str], typ: int
     for f in factors + ([block] if block else []):
         rdata[safe[f]] = rdata[safe[f]].astype(str)
     rdata["y__"] = pd.to_numeric(data[response]).to_numpy()
-    model = smf.ols(model_formula("y__", factors, terms, safe, block), data=rdata).fit()
+    model = smf.ols(model_formula("y__", terms, safe, block), data=rdata).fit()
     if model.df_resid < 1:
         raise AnalysisError(f"too few runs ({len(data)}) for the terms asked: no residual degrees of freedom")
     with warnings.catch_warnings():

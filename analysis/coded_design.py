@@ -5,10 +5,9 @@ inside the factorial, the coded design matrix and its alias structure. The lowes
 
 from __future__ import annotations
 
-import itertools
-
-import numpy as np
 import pandas as pd
+
+from trials.fraction import alias_lines
 
 
 def levels(df: pd.DataFrame, factor: str) -> list:
@@ -61,26 +60,9 @@ def design_matrix(data: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
 
 def alias_structure(coded: pd.DataFrame, max_order: int = 2) -> list[str]:
     """The aliases of every main effect and two-factor interaction, read off the coded
-    design (one row per cell, -1/+1): two terms are aliased when their product columns
-    agree, or are opposite, in every cell. The first line is the defining relation."""
+    design (one row per cell, -1/+1; `trials.fraction.alias_lines`, the spec's own reading).
+    The first line is the defining relation."""
     factors = list(coded.columns)
     if not all(set(coded[f].unique()) <= {-1, 1} for f in factors):
         return ["factors of more than two levels: no alias structure is computed"]
-    x = coded.to_numpy(int)
-
-    def column(term):
-        return np.prod(x[:, [factors.index(f) for f in term]], axis=1) if term else np.ones(len(x), int)
-
-    terms = [t for r in range(len(factors) + 1) for t in itertools.combinations(factors, r)]
-    name = lambda t: ":".join(t) if t else "I"  # noqa: E731
-    sign = lambda a, b: "" if (a == b).all() else "-" if (a == -b).all() else None  # noqa: E731
-    lines = []
-    identity = [f"{sign(column(t), column(())) or ''}{name(t)}" for t in terms
-                if t and sign(column(t), column(())) is not None]
-    lines.append("I = " + " = ".join(identity) if identity else "full factorial: no effect is aliased")
-    if identity:
-        for t in (t for t in terms if 1 <= len(t) <= max_order):
-            aliases = [f"{sign(column(o), column(t))}{name(o)}" for o in terms
-                       if o != t and o and sign(column(o), column(t)) is not None]
-            lines.append(f"{name(t)} = " + " = ".join(aliases) if aliases else f"{name(t)}: not aliased")
-    return lines
+    return alias_lines(factors, coded.to_numpy(int).tolist(), max_order)

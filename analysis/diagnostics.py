@@ -180,7 +180,7 @@ def sensitivity(data: pd.DataFrame, res: ResponseResult, factors: list[str], alp
     return Sensitivity(float(sigma), n_cells, reps, float(base), by_term)
 
 
-def residuals(data: pd.DataFrame, res: ResponseResult) -> pd.Series:
+def residuals(res: ResponseResult) -> pd.Series:
     return res.fit.resid if res.fit is not None else pd.Series([], dtype=float)
 
 
@@ -201,7 +201,7 @@ def drift_check(data: pd.DataFrame, res: ResponseResult, resid: pd.Series | None
     term interactions each own error allows for); the ANOVA's where None."""
     if "run_order" not in data.columns:
         return None
-    resid = residuals(data, res) if resid is None else resid
+    resid = residuals(res) if resid is None else resid
     if len(resid) == 0 or np.allclose(resid.to_numpy(float), 0, atol=1e-12 * max(1.0, float(np.abs(resid).max()))):
         return None  # an exact fit: no residual to drift
     raw = pd.to_numeric(data.loc[resid.index, "run_order"], errors="coerce")

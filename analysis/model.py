@@ -120,7 +120,7 @@ def _design(rows: tuple[tuple[str, ...], ...], factors: tuple[str, ...], block: 
 
     safe = safe_names(list(factors) + ([block] if block else []))
     rdata = pd.DataFrame(list(rows), columns=list(safe.values()))
-    rhs = model_formula("y__", list(factors), terms, safe, block).split("~", 1)[1]
+    rhs = model_formula("y__", terms, safe, block).split("~", 1)[1]
     design = patsy.dmatrix(rhs, rdata, return_type="dataframe")
     cells = sorted({r[:len(factors)] for r in rows})
     blocks = sorted({r[-1] for r in rows}) if block else [None]

@@ -65,7 +65,7 @@ def summarise(decision: Decision, results: dict[str, ResponseResult],
     any_margin = any(c.margin is not None for c in decision.checks.values())
     for r, check in decision.checks.items():
         res = results.get(r)
-        head = check.text(decision.alpha_of(r))
+        head = check.text()
         if res is not None and not res.balanced:
             head = head[:-1] + "; unbalanced)"
         prefix = "primary: " if check.margin is not None else "secondary: " if any_margin else ""
@@ -648,7 +648,7 @@ def _response_html(data: pd.DataFrame, r: str, res: ResponseResult, rep: Report,
                f"{d.alpha_of(r):.3g})</h3>" + _table_html(effects_table(d, r))
                + f"<p class='legend'><small>{esc(EFFECTS_LEGEND)}</small></p>")
     parts = [f"<h2>{esc(r)} <small>({esc(_col_note(check))})</small></h2>",
-             f"<p>{esc(check.text(d.alpha_of(r)))}.</p>"]
+             f"<p>{esc(check.text())}.</p>"]
     if check.margin is not None:  # a secondary response's table is folded: the answer stays on the first screens
         parts.append(effects)
     else:
@@ -694,7 +694,7 @@ def _response_figures(data: pd.DataFrame, r: str, res: ResponseResult, rep: Repo
         e = e.loc[[t for t in res.effects.index if t in e.index]]
         figs.append(plots.pareto(e, img / f"{slug}_pareto.png", d.alpha_of(r), response=r))
         figs.append(plots.half_normal(res.effects, img / f"{slug}_halfnormal.png", response=r))
-    resid = residuals(data, res)
+    resid = residuals(res)
     if len(resid) > 2:
         figs.append(plots.residual_checks(res.fit.fitted.to_numpy(float), resid.to_numpy(float), r,
                                           img / f"{slug}_residuals.png"))
@@ -755,7 +755,7 @@ def write_markdown(sweep: SweepFrame, rep: Report, factors: list[str], path: Pat
              _md_table(grid.rename_axis("term")), "", d.method() + ".", "", "## Model fit", "",
              _md_table(model_fit_table(rep.results)), "", "## Summary", "", *_fenced(body)]
     for r, res in rep.results.items():
-        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text(d.alpha_of(r)) + ".", ""]
+        parts += ["", f"## {r} ({_col_note(d.checks[r])})", "", d.checks[r].text() + ".", ""]
         if r in rep.noise:
             parts += [f"Noise: {rep.noise[r].text()}.", ""]
         parts += [f"Contrasts (intervals at {100 * (1 - d.alpha_of(r)):.3g}%, equivalence at "

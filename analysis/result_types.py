@@ -302,7 +302,7 @@ class ResponseCheck:
             return "no margin declared"
         return f"+-{self.margin:.4g}" + (f" ({self.margin_of})" if self.margin_of else "")
 
-    def text(self, alpha_star: float) -> str:
+    def text(self) -> str:
         parts = [f"{self.better} is better" if self.better else "no better direction",
                  f"margin {self.margin_text}" if self.margin is not None else "no margin declared",
                  f"sigma {self.sigma:.3g} [95% CI {self.sigma_low:.3g}, {self.sigma_high:.3g}] on {self.df_resid:g} df",

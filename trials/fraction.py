@@ -1,7 +1,6 @@
 """A fractional factorial design's algebra, as a spec declares it: generator words, the
 defining relation and its resolution, the cells of a fraction, and the alias structure
-read off its coded cells (as the statistics read the runs' cells; a test holds the two to
-one answer).
+read off its coded cells (`alias_lines`, which the statistics read the runs' cells with).
 """
 
 from __future__ import annotations
@@ -9,8 +8,14 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from typing import Protocol
 
-from .spec import SweepSpec
+
+class Design(Protocol):
+    """What the algebra reads of a spec (`trials.spec.SweepSpec`): a leaf module, which the
+    statistics import for `alias_lines`."""
+    factors: dict
+    generators: dict
 
 
 def parse_generator(text: str, factors: list[str]) -> list[str] | None:
@@ -64,12 +69,10 @@ def cells(factors: dict[str, dict], generators: dict[str, list[str]]) -> list[di
     return cells
 
 
-def alias_structure(spec: SweepSpec, max_order: int = 2) -> list[str]:
-    """The defining relation and the aliases of main effects and two-factor interactions,
-    read off the fraction's coded cells (-1/+1): two terms are aliased when their product
-    columns agree, or are opposite, in every cell. The statistics read the runs' cells the
-    same way (`analysis.coded_design.alias_structure`); a test holds the two to one answer, so that
-    the engine imports no statistics for `trials validate`."""
+def alias_structure(spec: Design, max_order: int = 2) -> list[str]:
+    """The defining relation and the aliases of main effects and two-factor interactions of
+    the spec's fraction, read off its coded cells (`alias_lines`): the statistics read the
+    runs' cells with the same function (`analysis.coded_design.alias_structure`)."""
     if not spec.generators:
         return ["full factorial: no effect is aliased"]
     names = list(spec.factors)
@@ -77,7 +80,14 @@ def alias_structure(spec: SweepSpec, max_order: int = 2) -> list[str]:
         return ["factors of more than two levels: no alias structure is computed"]
     coded = [[-1 if cell[f] == next(iter(spec.factors[f])) else 1 for f in names]
              for cell in cells(spec.factors, spec.generators)]
+    return alias_lines(names, coded, max_order)
 
+
+def alias_lines(names: list[str], coded: list[list[int]], max_order: int = 2) -> list[str]:
+    """The defining relation, then the aliases of every term of up to `max_order` factors, of
+    a two-level design given as its coded cells (one row per cell, -1/+1 per factor in
+    `names`' order): two terms are aliased when their product columns agree, or are
+    opposite, in every cell."""
     def column(term):
         return tuple(math.prod(row[names.index(f)] for f in term) for row in coded)
 
@@ -93,4 +103,3 @@ def alias_structure(spec: SweepSpec, max_order: int = 2) -> list[str]:
                    if o != t and sign(column(o), column(t)) is not None]
         lines.append(f"{':'.join(t)} = " + " = ".join(aliases) if aliases else f"{':'.join(t)}: not aliased")
     return lines
-

@@ -305,7 +305,7 @@ def _contrast_side_problems(where: str, sides: dict[str, dict[str, str]], spec: 
 
 
 def _parse_confirms(raw: dict, problems: list[str]) -> dict[str, Any]:
-    """A confirmation's link to its screening study (`trials.spec.confirms_problem`)."""
+    """A confirmation's link to its screening study (`trials.store.record.confirms_problem`)."""
     given = raw.get("confirms")
     if given is None:
         return {}
