@@ -66,7 +66,7 @@ def tiny_model(name: str, seq_len: int = 512, seed: int = 0) -> nn.Module:
     config = getattr(tf, kind)(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers, max_position_embeddings=seq_len, tie_word_embeddings=False,
                                attn_implementation="eager", **sizes)
     torch.manual_seed(seed)
-    return tf.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    return tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
 
 def load_target_model(source: str, seq_len: int = 512, seed: int = 0) -> nn.Module:
@@ -88,7 +88,7 @@ def load_target_model(source: str, seq_len: int = 512, seed: int = 0) -> nn.Modu
                                 f"({str(e).splitlines()[0][:160]})") from None
         if type(config) not in tf.MODEL_FOR_CAUSAL_LM_MAPPING:
             raise HFTargetError(f"hf target {source!r}: a {type(config).__name__} is not a causal LM")
-        model = tf.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
+        model = tf.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     vocab = model.get_output_embeddings().weight.shape[0]
     if vocab < VOCAB_SIZE:
         raise HFTargetError(f"hf target {source!r}: a vocabulary of {vocab} tokens cannot encode the byte corpus "

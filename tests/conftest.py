@@ -38,6 +38,20 @@ def tiny(**overrides):
     return from_dict(base)
 
 
+# the drafter's two targets: the byte LM and a Hugging Face causal LM (dspark/hf_target.py), one
+# interface; a suite parametrised over TARGETS runs on both
+TARGETS = ("byte", "hf")
+
+
+def target_overrides(kind: str) -> dict:
+    """The config fields that make `tiny` draft for `kind`'s target (the HF one needs the `hf`
+    extra, which make test and .ci/run install: skipped where it is missing)."""
+    if kind == "byte":
+        return {}
+    pytest.importorskip("transformers")
+    return {"target_model": "qwen3-tiny", "n_layers": 4, "context_layers": (1, 2)}
+
+
 # metrics that depend on wall-clock timings, so vary from run to run (test comparisons skip them)
 TIMING_KEYS = ("tokens_per_s", "_ms", "speedup", "throughput", "seq_frac", "sched/alg1", "decode_s")
 

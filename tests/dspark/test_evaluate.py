@@ -13,14 +13,16 @@ from dspark.data import fixed_batches, held_out_batches
 from dspark.evaluate import JACK_RESPONSES, lm_bpb, teacher_forced
 from dspark.metrics import JACK_GROUPS
 from dspark.train import Trainer, train
-from tests.conftest import tiny
+from tests.conftest import TARGETS, target_overrides, tiny
 
 
-@pytest.fixture(scope="module")
-def trainer(corpus_dir, tmp_path_factory):
-    """An untrained drafter-stage trainer (the identities below hold for any weights)."""
+@pytest.fixture(scope="module", params=TARGETS)
+def trainer(request, corpus_dir, tmp_path_factory):
+    """An untrained drafter-stage trainer (the identities below hold for any weights), on
+    the byte LM and on the HF target."""
     torch.manual_seed(0)
-    t = Trainer(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path_factory.mktemp("ev")), eval_batches=20))
+    t = Trainer(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path_factory.mktemp("ev")), eval_batches=20,
+                     **target_overrides(request.param)))
     t.target.eval()
     t.head.eval()
     t.drafter.eval()

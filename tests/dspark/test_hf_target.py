@@ -158,3 +158,62 @@ def test_a_shared_hf_target_is_trained_once_saved_and_loaded_by_its_trials(corpu
     assert t.target_loaded and final["spec/tau"] >= 1
     for (k, a), b in zip(saved.state_dict().items(), t.target.state_dict().values()):
         assert torch.equal(a, b), k  # frozen: the drafter stage changed none of the target's weights
+
+
+def _sharp_models(seed: int = 0, K: int = 2, sharpness: float = 40.0):
+    """A tiny HF target whose next-token distributions are peaked (its LM head scaled), and a
+    random drafter of K slots that it often rejects: few outcomes hold the mass, so a sample
+    of a few thousand decodings tests their distribution."""
+    from dspark.heads import DraftHead
+    from dspark.model import Drafter
+
+    torch.manual_seed(seed)
+    model = tiny_model("qwen3-tiny", seq_len=64, seed=seed).double().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    target = HFTarget(model, (1, 2))
+    drafter = Drafter(target.d_model, 4, 1, (1, 2), K).double().eval()
+    head = DraftHead("markov", "hidden+markov", 256, target.d_model, 8).double().eval()
+    with torch.no_grad():
+        head.seq.W2.weight.normal_(std=0.5)
+    return model, target, drafter, head
+
+
+@torch.no_grad()
+def _exact_three(model, prompt: torch.Tensor, floor: float = 1e-4) -> dict[tuple, float]:
+    """The target's own probability of each first three new tokens (t1, t2, t3) at temperature
+    1, by its forward alone, for every (t1, t2) of probability above `floor`."""
+    p1 = torch.softmax(model(prompt).logits[0, -1], -1)  # (V,)
+    seqs = torch.cat([prompt.repeat(256, 1), torch.arange(256)[:, None]], 1)  # (V, P+1)
+    p12 = p1[:, None] * torch.softmax(model(seqs).logits[:, -1], -1)  # (V, V)
+    pairs = (p12 > floor).nonzero().tolist()
+    seqs = torch.cat([prompt.repeat(len(pairs), 1), torch.tensor(pairs)], 1)  # (N, P+2)
+    p3 = torch.softmax(model(seqs).logits[:, -1], -1)  # (N, V)
+    return {(a, b, c): float(p12[a, b] * p3[i, c]) for i, (a, b) in enumerate(pairs) for c in range(256)}
+
+
+def test_speculative_sampling_on_the_hf_target_draws_the_targets_own_distribution():
+    """Lossless at temperature 1 on the HF target: the first three new tokens of speculative
+    decoding over 500 seeds follow the target's own joint distribution, computed by its
+    forward alone (chi-square; each outcome of expected count >= 5 a bin, the rest one), with
+    drafts accepted and rejected and the cache cropped along the way (K = 2: the third token
+    comes after a rollback whenever the first draft is rejected). It tests the HF target's
+    logits, cache and positions at temperature 1; with this random drafter's rare acceptances
+    it has little power against a wrong rejection residual, which the Markov-chain test
+    (tests/dspark/test_speculate.py, target-free) holds to account."""
+    from scipy.stats import chisquare
+
+    from dspark.speculate import RoundStats, generate
+
+    model, target, drafter, head = _sharp_models(sharpness=25.0)
+    prompt = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(3))
+    exact = _exact_three(model, prompt)
+    N, counts, stats = 500, {}, RoundStats()
+    for s in range(N):
+        got = tuple(generate(target, drafter, head, prompt, 3, 1.0, torch.Generator().manual_seed(s), stats))
+        counts[got] = counts.get(got, 0) + 1
+    bins = [t for t, p in exact.items() if p * N >= 5]
+    observed = [counts.get(t, 0) for t in bins] + [N - sum(counts.get(t, 0) for t in bins)]
+    expected = [exact[t] * N for t in bins] + [N * (1 - sum(exact[t] for t in bins))]
+    assert len(bins) >= 8 and 0 < sum(stats.accepted) < sum(stats.verified)  # a test with power; both paths taken
+    assert chisquare(observed, expected).pvalue > 1e-3

@@ -7,9 +7,9 @@ from scipy.stats import chisquare
 
 from dspark.heads import DraftHead
 from dspark.model import Drafter, TargetLM
-from dspark.speculate import autoregressive, compiled, generate, one_round, prefill, sample, verify
+from dspark.speculate import RoundStats, autoregressive, compiled, generate, one_round, prefill, sample, verify
 from dspark.train import Trainer
-from tests.conftest import tiny
+from tests.conftest import TARGETS, tiny
 
 
 # ---------- verify() with stub distributions of fixed logits ----------
@@ -124,7 +124,6 @@ def test_the_test_catches_a_wrong_residual():
 
 # ---------- real models: greedy exactness and KV caches ----------
 
-TARGETS = ("byte", "hf")  # the byte LM and a Hugging Face causal LM (dspark/hf_target.py): one interface
 
 
 def _random_models(seed=0, K=4, kind="byte"):
@@ -249,3 +248,27 @@ def test_the_acceptance_metrics_state_the_hardest_prompts_too():
     m = acceptance_metrics([0, 1, 2, 3], taus, K=4)
     assert m["spec/tau_p10"] == pytest.approx(2.0)  # numpy's linear percentile of 1..11
     assert np.isnan(acceptance_metrics([0], [], K=4)["spec/tau_p10"])
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_ragged_prompts_decode_each_request_as_alone(kind):
+    """An evaluation decodes prompts of different lengths one request at a time, none padded
+    (`speculative_eval.decode_set`): every request's tokens, greedy and sampled, are those it
+    gets decoded alone with its own seed, and its greedy tokens the target's own; a request's
+    rounds do not depend on the requests before it (state, caches, generators all its own)."""
+    from dspark.speculative_eval import DECODE_SEED, decode_set
+
+    target, drafter, head = _random_models(seed=5, kind=kind)
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(32, 127, (1, P), generator=g) for P in (5, 17, 9)]
+    for temperature in (0.0, 1.0):
+        together, taus, _, _ = decode_set(target, drafter, head, prompts, 24, temperature, "cpu")
+        for i, prompt in enumerate(prompts):
+            alone = RoundStats()
+            gen = torch.Generator().manual_seed(DECODE_SEED + i)  # request i's seed, as in the set
+            tokens = generate(target, drafter, head, prompt, 24, temperature, gen, alone)
+            start = sum(together.prompt_rounds[:i])
+            assert together.accepted[start:start + together.prompt_rounds[i]] == alone.accepted, (kind, temperature, i)
+            assert taus[i] == pytest.approx(float(np.mean([n + 1 for n in alone.accepted])))
+            if temperature == 0:
+                assert tokens == autoregressive(target, prompt, 24, 0)

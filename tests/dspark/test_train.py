@@ -4,18 +4,18 @@ import pytest
 import torch
 
 from dspark.train import Trainer, load_target, save_target, train
-from tests.conftest import is_timing_metric
-from tests.conftest import tiny
+from tests.conftest import TARGETS, is_timing_metric, target_overrides, tiny
 
 
 def _strip(m):
     return {k: v for k, v in m.items() if not is_timing_metric(k)}
 
 
-def test_tiny_run_learns(corpus_dir, tmp_path):
+@pytest.mark.parametrize("kind", TARGETS)
+def test_tiny_run_learns(corpus_dir, tmp_path, kind):
     reports = []
     cfg = tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), target_steps=60, draft_steps=60,
-               eval_interval=30)
+               eval_interval=30, **target_overrides(kind))
     final = train(cfg, report=lambda m, c, items=None: reports.append((m, c)))
     draft = [m for m, _ in reports if "tf/tau" in m]
     assert draft[0]["step"] == 60  # the draft stage's step-0 evaluation, before any update
@@ -45,12 +45,14 @@ def test_checkpoint_every_s_keeps_only_stage_ends_within_the_interval(corpus_dir
     assert _strip(few) == _strip(full)
 
 
-def test_resume_ends_with_the_same_metrics(corpus_dir, tmp_path):
+@pytest.mark.parametrize("kind", TARGETS)
+def test_resume_ends_with_the_same_metrics(corpus_dir, tmp_path, kind):
     """One interrupted run, resumed from inside the target stage (step 30) and from inside
-    the draft stage (step 90): both end bit for bit where the uninterrupted run ends."""
+    the draft stage (step 90): both end bit for bit where the uninterrupted run ends, on
+    either target."""
     import shutil
 
-    kw = dict(data=(str(corpus_dir),), target_steps=60, draft_steps=60, eval_interval=30)
+    kw = dict(data=(str(corpus_dir),), target_steps=60, draft_steps=60, eval_interval=30, **target_overrides(kind))
     full = train(tiny(out_dir=str(tmp_path / "full"), **kw))
     kept = {}
 
@@ -83,8 +85,16 @@ def test_non_finite_loss_names_the_step(corpus_dir, tmp_path):
     dict(window="ids_only"),
     dict(parallel_stage="backbone", aux_weight=0.5),
 ])
-def test_every_arm_trains(corpus_dir, tmp_path, overrides):
-    final = train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), **overrides))
+@pytest.mark.parametrize("kind", TARGETS)
+def test_every_arm_trains(corpus_dir, tmp_path, overrides, kind):
+    """Every arm on either target; the backbone stage trains the byte LM itself, which an HF
+    target (frozen, as DeepSpec keeps it) refuses in one line."""
+    given = {**overrides, **target_overrides(kind)}
+    if kind == "hf" and overrides.get("parallel_stage") == "backbone":
+        with pytest.raises(ValueError, match="an HF target serves the drafter stage"):
+            tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), **given)
+        return
+    final = train(tiny(data=(str(corpus_dir),), out_dir=str(tmp_path), **given))
     assert math.isfinite(final["tf/tau"]) and final["tf/tau"] >= 1.0
 
 
