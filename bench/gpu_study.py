@@ -4,6 +4,7 @@ alone (no Ray, no MLflow), in one command that stops by itself before its limit.
     python bench/gpu_study.py --out $OUT --minutes 9         # one H200: the base preset, cuda
     python bench/gpu_study.py --cpu --out /tmp/g --minutes 2  # the tiny preset on CPU, sized to 2 minutes
     python bench/gpu_study.py --cpu --out /tmp/g --draft-steps 6   # CI: sized by steps, whatever the clock
+    python bench/gpu_study.py --target hf --out $OUT --minutes 9   # the same study on an HF target
 
 1. `bench/gpu_check.py`'s measurements (target-stage tokens/s and MFU in bf16, drafter
    tokens/s, tau and speculative speedup sampled and greedy at batch 1), into the log.
@@ -14,6 +15,12 @@ alone (no Ray, no MLflow), in one command that stops by itself before its limit.
    time the fixed cost of a trial), so that every trial fits in 85% of the time left.
 3. `runs.parquet` (what `analysis report --parquet` reads) after every trial and
    `gpu_study.log` go to `--out`; a run cut short still leaves every finished trial.
+
+`--target hf` drafts for a Hugging Face causal LM instead of the byte LM (dspark/hf_target.py):
+on the GPU `qwen3-0.6b-shape` (Qwen3-0.6B's width, depth and heads, a 256-token vocabulary,
+built from its config and trained briefly on the device as the shared target), the drafter
+as wide and reading 5 decoder layers spread over its depth as DeepSpec picks them; with
+`--cpu`, `qwen3-tiny`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import dspark  # noqa: F401  (before torch, so that MKL reads its reproducible m
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the repo's packages
 
+from dspark.config import BUILT_TARGETS  # noqa: E402
+from dspark.hf_target import spread_layer_ids  # noqa: E402
 from trials import validate  # noqa: E402
 from trials.local import bind_targets, run_local  # noqa: E402
 from trials.timing import TimingSettings  # noqa: E402
@@ -50,6 +59,14 @@ class Log:
 
     def left(self, total_s: float) -> float:
         return total_s - (time.monotonic() - self.t0)
+
+
+def hf_target(cpu: bool) -> dict:
+    """The base fields that make the study draft for an HF target built in code."""
+    name = "qwen3-tiny" if cpu else "qwen3-0.6b-shape"
+    width, depth = BUILT_TARGETS[name]
+    return {"target_model": name, "d_model": width, "n_layers": depth,
+            "context_layers": list(spread_layer_ids(depth, 2 if cpu else 5))}
 
 
 def study_spec(cpu: bool, replicates: int, draft_steps: int, overrides: dict):
@@ -111,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-steps", type=int, default=1500, help="the shared target's steps (GPU)")
     ap.add_argument("--spec-prompts", type=int, default=32, help="prompts per speculative evaluation (GPU)")
     ap.add_argument("--spec-new-tokens", type=int, default=128, help="tokens per prompt (GPU)")
+    ap.add_argument("--target", choices=("byte", "hf"), default="byte",
+                    help="the drafter's target: the byte LM, or an HF causal LM built in code (module docstring)")
     args = ap.parse_args(argv)
     if args.replicates < 2:
         ap.error("--replicates: at least 2 (one leaves no residual)")
@@ -118,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "gpu_study.log")
     total = 60.0 * args.minutes
-    overrides = {} if args.cpu else {"device": "cuda", "target_steps": args.target_steps,
-                                     "spec_prompts": args.spec_prompts, "spec_new_tokens": args.spec_new_tokens}
+    overrides = ({} if args.cpu else {"device": "cuda", "target_steps": args.target_steps, "spec_prompts":
+                                      args.spec_prompts, "spec_new_tokens": args.spec_new_tokens}) | \
+        (hf_target(args.cpu) if args.target == "hf" else {})
     if not args.skip_check:
         import gpu_check
 

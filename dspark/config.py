@@ -46,21 +46,22 @@ def knob(role: str, default: Any, smoke: Any = _MISSING):
     return dataclasses.field(default=default, metadata=meta)
 
 
-# the tiny HF targets built in code (dspark/hf_target.py): name -> (hidden size, layers)
-TINY_TARGETS = {"qwen3-tiny": (64, 4), "llama-tiny": (64, 4)}
+# the HF targets built in code (dspark/hf_target.py): name -> (hidden size, layers). The tiny
+# ones train on a CPU; qwen3-0.6b-shape has Qwen3-0.6B's width and depth (a lent GPU's study)
+BUILT_TARGETS = {"qwen3-tiny": (64, 4), "llama-tiny": (64, 4), "qwen3-0.6b-shape": (1024, 28)}
 
 
 def hf_target_shape(source: str) -> tuple[int, int]:
-    """(hidden size, layers) of an HF target: a tiny config's, or a local directory's
+    """(hidden size, layers) of an HF target: a built config's, or a local directory's
     config.json; ValueError in one line where it has none."""
-    if source in TINY_TARGETS:
-        return TINY_TARGETS[source]
+    if source in BUILT_TARGETS:
+        return BUILT_TARGETS[source]
     path = Path(source) / "config.json"
     try:
         given = json.loads(path.read_text())
         return int(given["hidden_size"]), int(given["num_hidden_layers"])
     except (OSError, ValueError, KeyError, TypeError):
-        raise ValueError(f"target_model: {source!r} is neither a tiny HF config ({', '.join(TINY_TARGETS)}) nor a "
+        raise ValueError(f"target_model: {source!r} is neither an HF config built in code ({', '.join(BUILT_TARGETS)}) nor a "
                          "local from_pretrained directory whose config.json gives hidden_size and num_hidden_layers"
                          ) from None
 
@@ -122,12 +123,16 @@ class Config:
     # roofline:<accelerator>:<size> (a model) or table:<path>
     sched_curve: str = knob('evaluation', "measured")
     # --- run plumbing ---
-    # the target: "" is the byte LM above; a tiny HF config's name (TINY_TARGETS) or a local
+    # the target: "" is the byte LM above; a built HF config's name (BUILT_TARGETS) or a local
     # from_pretrained directory is a Hugging Face causal LM (dspark/hf_target.py), whose width
     # and depth d_model and n_layers must state
     target_model: str = knob('target', "")
     checkpoint_every_s: float = knob('plumbing', 0.0)  # seconds between checkpoints at evals (0: every eval); a stage's end always writes one
     target_path: str = knob('plumbing', "")  # load a trained target instead of training one
+    # a folder keeping the frozen target's features of each drafter-stage batch (safetensors,
+    # dspark/feature_cache.py), shared by the arms that draw the same batches; "" computes them
+    # online. Changes no result: for targets whose forward outweighs the drafter's step
+    feature_cache: str = knob('plumbing', "")
     out_dir: str = knob('plumbing', "runs/dspark")  # `dspark train` without it: a new runs/<preset>-<date>-<time>
 
     def __post_init__(self) -> None:
@@ -176,6 +181,11 @@ class Config:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         parse_curve(self.sched_curve)  # a one-line ValueError naming sched_curve
+        if self.feature_cache and self.parallel_stage != "drafter":
+            raise ValueError("feature_cache: keeps a frozen target's features, the drafter stage's "
+                             "(parallel_stage: drafter)")
+        if self.feature_cache and Path(self.feature_cache).exists() and not Path(self.feature_cache).is_dir():
+            raise ValueError(f"feature_cache: {self.feature_cache} is not a folder")
         self._validate_shapes()
 
     def _validate_shapes(self) -> None:

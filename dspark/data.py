@@ -254,9 +254,17 @@ def build_corpus(sources: tuple[str, ...] | list[str] = (), text_column: str = "
 
 def sample_batch(stream: torch.Tensor, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
     """Random windows of `length` bytes from a split: (B, length) int64."""
-    starts = torch.randint(0, len(stream) - length + 1, (batch_size,), generator=generator)
-    idx = starts[:, None] + torch.arange(length)
-    return stream[idx].long()
+    return windows(stream, sample_starts(len(stream), batch_size, length, generator), length)
+
+
+def sample_starts(n: int, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """Where `sample_batch`'s windows start in a split of n bytes: (B,) int64."""
+    return torch.randint(0, n - length + 1, (batch_size,), generator=generator)
+
+
+def windows(stream: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:
+    """The windows of `length` bytes at `starts` (B,): (B, length) int64."""
+    return stream[starts[:, None] + torch.arange(length)].long()
 
 
 def fixed_batches(stream: torch.Tensor, n_batches: int, batch_size: int, length: int) -> list[torch.Tensor]:

@@ -17,7 +17,7 @@ and `lm_head` are the model's embedding and LM head, shared with the drafter as 
 shares them.
 
 Where a target comes from (`load_target_model`): a local `from_pretrained` directory (the
-user's own weights; nothing is downloaded), or a tiny config built in code (`TINY`: Qwen3
+user's own weights; nothing is downloaded), or a config built in code (`BUILT`: Qwen3
 and Llama with a 256-token vocabulary, so the byte corpus needs no tokenizer). Both are
 checked before any work, in one line each. `transformers` is an optional dependency (the
 `hf` extra): nothing here is imported by the byte-LM path.
@@ -32,15 +32,18 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .config import TINY_TARGETS, VOCAB_SIZE
+from .config import BUILT_TARGETS, VOCAB_SIZE
 from .model import TargetOutput
 
-# tiny configs built in code: a 256-token vocabulary (bytes), small enough to train on a CPU;
-# their width and depth are TINY_TARGETS' (which the config checks without transformers)
-TINY = {
+# configs built in code, with a 256-token vocabulary (bytes): the tiny ones train on a CPU, the
+# 0.6B-shaped one (Qwen3-0.6B's width, depth and heads) on a lent GPU; their width and depth are
+# BUILT_TARGETS' (which the config checks without transformers)
+BUILT = {
     "qwen3-tiny": ("Qwen3Config", dict(intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                                        head_dim=16)),
     "llama-tiny": ("LlamaConfig", dict(intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)),
+    "qwen3-0.6b-shape": ("Qwen3Config", dict(intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8,
+                                             head_dim=128)),
 }
 
 
@@ -56,30 +59,35 @@ def _transformers():
     return transformers
 
 
-def tiny_model(name: str, seq_len: int = 512, seed: int = 0) -> nn.Module:
-    """A causal LM built from one of the TINY configs, its weights initialised from `seed`."""
-    if name not in TINY:
-        raise HFTargetError(f"hf target {name!r}: not a tiny config ({', '.join(TINY)}) and not a directory")
-    tf = _transformers()
-    kind, sizes = TINY[name]
-    hidden, layers = TINY_TARGETS[name]
-    config = getattr(tf, kind)(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers, max_position_embeddings=seq_len, tie_word_embeddings=False,
-                               attn_implementation="eager", **sizes)
+def built_config(name: str, seq_len: int = 512):
+    """The transformers config of one of the BUILT targets (no weights)."""
+    if name not in BUILT:
+        raise HFTargetError(f"hf target {name!r}: not a config built in code ({', '.join(BUILT)}) and not a directory")
+    kind, sizes = BUILT[name]
+    hidden, layers = BUILT_TARGETS[name]
+    return getattr(_transformers(), kind)(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,
+                                          max_position_embeddings=seq_len, tie_word_embeddings=False,
+                                          attn_implementation="eager", **sizes)
+
+
+def built_model(name: str, seq_len: int = 512, seed: int = 0) -> nn.Module:
+    """A causal LM built from one of the BUILT configs, its weights initialised from `seed`."""
+    config = built_config(name, seq_len)
     torch.manual_seed(seed)
-    return tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return _transformers().AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
 
 def load_target_model(source: str, seq_len: int = 512, seed: int = 0) -> nn.Module:
-    """The causal LM `source` names: a TINY config's name, or a local `from_pretrained`
+    """The causal LM `source` names: a BUILT config's name, or a local `from_pretrained`
     directory (read offline). HFTargetError, in one line, for a missing directory, a model
     that is not a causal LM, or a vocabulary the byte corpus cannot be encoded in."""
-    if source in TINY:
-        model = tiny_model(source, seq_len, seed)
+    if source in BUILT:
+        model = built_model(source, seq_len, seed)
     else:
         path = Path(source)
         if not (path / "config.json").is_file():
             raise HFTargetError(f"hf target {source!r}: no such model directory (a local from_pretrained folder "
-                                f"with config.json, or one of {', '.join(TINY)})")
+                                f"with config.json, or one of {', '.join(BUILT)})")
         tf = _transformers()
         try:
             config = tf.AutoConfig.from_pretrained(path, local_files_only=True)
@@ -134,8 +142,8 @@ def rebuild(arch: dict) -> "HFTarget":
 
 def is_given(source: str) -> bool:
     """Whether a target_model is a user's own weights (a directory), used as given rather than
-    trained by the target stage as a tiny config is."""
-    return bool(source) and source not in TINY_TARGETS
+    trained by the target stage as a built config is."""
+    return bool(source) and source not in BUILT_TARGETS
 
 
 class HFCache:

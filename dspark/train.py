@@ -32,12 +32,13 @@ from .checkpoint import read_checkpoint, write_checkpoint
 from .config import VOCAB_SIZE, Config, from_dict
 from .curves import describe_curve
 from .artifacts import training_curves
-from .data import Corpus, build_corpus, held_out_batches, sample_batch
+from .data import Corpus, build_corpus, held_out_batches, sample_batch, sample_starts, windows
+from .feature_cache import FeatureCache, FeatureKey, weights_hash
 from .evaluate import lm_bpb, teacher_forced
 from .heads import DraftHead
 from .loss import dspark_loss
 from .hf_target import HFTarget, is_given
-from .model import Drafter, TargetLM, sync
+from .model import Drafter, TargetLM, TargetOutput, sync
 from .targets import load_target, save_target, target_hash, write_atomic
 from .windows import random_anchors, strided_anchors
 from .speculative_eval import evaluate_speculative
@@ -130,6 +131,7 @@ class Trainer:
             self.drafter = Drafter(cfg.d_model, cfg.n_heads, cfg.drafter_layers, cfg.context_layers,
                                    cfg.block_size).to(self.device)
         self.models = Models(self.target, self.head, self.drafter, cfg.block_size)
+        self.features: FeatureCache | None = None  # opened in the draft stage, on the frozen target
         self.opt = self.sched = None
         self._build_optimizer()
 
@@ -324,10 +326,11 @@ class Trainer:
         while self.stage_step < total:
             if self.before_step is not None:
                 self.before_step(self.stage_step, self.resumed)
-            x = sample_batch(self.corpus.train, cfg.batch_size, cfg.seq_len + 1, self.data_gen).to(self.device)
+            starts = sample_starts(len(self.corpus.train), cfg.batch_size, cfg.seq_len + 1, self.data_gen)
+            x = windows(self.corpus.train, starts, cfg.seq_len + 1).to(self.device)
             anchors = self.anchors(x.shape[0]).to(self.device)
             ts = time.perf_counter()
-            parts = self.step(x, anchors)
+            parts = self.step(x, anchors, lm=self.cached_features(starts, x))
             step_s += time.perf_counter() - ts
             steps += 1
             self.stage_step += 1
@@ -345,13 +348,33 @@ class Trainer:
                 self._emit(m, checkpoint=True, stage_end=self.stage_step == total)
         self._train_mode(False)
 
-    def step(self, x: torch.Tensor, anchors: torch.Tensor | None = None) -> dict[str, float]:
+    def cached_features(self, starts: torch.Tensor, x: torch.Tensor) -> TargetOutput | None:
+        """The frozen target's features of the draft stage's batch x (B, T + 1) at `starts`,
+        from the feature cache (computed and kept there on a miss); None without one."""
+        cfg = self.cfg
+        if self.stage != "draft" or not cfg.feature_cache:
+            return None
+        if self.features is None:
+            layer_ids = tuple(sorted({i % cfg.n_layers for i in cfg.context_layers}))  # -1: the last
+            key = FeatureKey(json.dumps(cfg.target_dict(), sort_keys=True), weights_hash(self.target), cfg.n_layers,
+                             layer_ids, self.data_sha256, cfg.seq_len + 1, cfg.batch_size)
+            self.features = FeatureCache(cfg.feature_cache, key)
+        got = self.features.get(starts, x, self.target.lm_head)
+        if got is None:
+            with torch.no_grad(), self.autocast():
+                got = self.target(x[:, :-1])
+            self.features.put(starts, x, got)
+        return got
+
+    def step(self, x: torch.Tensor, anchors: torch.Tensor | None = None,
+             lm: TargetOutput | None = None) -> dict[str, float]:
         """One training step of the stage the trainer is in, on a batch x (B, T + 1): the
         loss, its backward pass, gradient clipping, the optimizer's and the schedule's step,
         the device synchronised after it. The target stage trains the LM on next-byte CE;
         a head stage (draft, or the backbone's joint stage) needs the batch's block anchors
-        (B, A). Returns the step's statistics as floats: `loss` and, in a head stage, its
-        logged parts. Advances neither the stage's step count nor any data stream: the
+        (B, A); the draft stage may be handed the frozen target's features of x (`lm`, from
+        the feature cache) in place of its forward. Returns the step's statistics as floats:
+        `loss` and, in a head stage, its logged parts. Advances neither the stage's step count nor any data stream: the
         caller owns both (the stage loops, the benches, the timing pass)."""
         if self.stage == "target":
             self.target.train()
@@ -361,7 +384,7 @@ class Trainer:
             if anchors is None:
                 raise ValueError(f"step: the {self.stage} stage needs the batch's block anchors (B, A)")
             self._train_mode(True)
-            loss, parts = self.head_loss(x, anchors)
+            loss, parts = self.head_loss(x, anchors, lm)
             params = trainable_parameters(self.models)
         else:
             raise ValueError(f"step: the trainer is in stage {self.stage!r}; a step needs the target, draft "
@@ -376,7 +399,8 @@ class Trainer:
             logits = self.target(x[:, :-1]).logits  # (B, T, V)
         return F.cross_entropy(logits.float().reshape(-1, VOCAB_SIZE), x[:, 1:].reshape(-1))
 
-    def head_loss(self, x: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def head_loss(self, x: torch.Tensor, anchors: torch.Tensor,
+                  lm: TargetOutput | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """One batch's loss and its logged parts. Draft stage: the DSpark loss on the frozen
         target. Backbone stage: CE_lm + aux_weight * L_dspark, where the pure-CE control
         (aux_weight 0) runs no head at all, so its step time is what the LM costs alone."""
@@ -384,8 +408,9 @@ class Trainer:
         pure_ce = self.stage == "joint" and cfg.aux_weight == 0
         with self.autocast():
             if self.stage == "draft":
-                with torch.no_grad():
-                    lm = self.target(x[:, :-1])
+                if lm is None:
+                    with torch.no_grad():
+                        lm = self.target(x[:, :-1])
                 out = draft_blocks(self.models, x, anchors, cfg.window, lm=lm)
             elif pure_ce:
                 lm = self.target(x[:, :-1])

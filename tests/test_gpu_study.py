@@ -36,3 +36,22 @@ def test_gpu_study_runs_on_cpu(tmp_path):
     assert df["spec/speedup"].notna().all() and set(df["timing/rounds"]) == {3.0}
     rep = build_report(sweep, None)
     assert "spec/tau (+-0.1)" in rep.summary
+
+
+def test_gpu_study_drafts_for_an_hf_target_and_times_it(tmp_path):
+    """`--target hf`: the same study drafting for an HF causal LM built in code (qwen3-tiny on
+    CPU; Qwen3-0.6B's shape on a GPU), its shared target trained once, every trial finished,
+    and the timing pass's spec/speedup measured on it (decoding both ways on the HF target)."""
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_study.py"), "--cpu", "--target", "hf", "--out", str(out),
+                        "--draft-steps", "4", "--skip-check"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    from analysis.sweep_reader import read_parquet
+    from analysis.report import build_report
+
+    sweep = read_parquet(out / "runs.parquet")
+    df = sweep.runs
+    assert len(df) == 16 and set(df["target_model"]) == {"qwen3-tiny"} and set(df["n_layers"]) == {4}
+    assert df["spec/speedup"].notna().all() and set(df["timing/rounds"]) == {3.0} and (df["spec/tau"] >= 1).all()
+    assert "spec/tau (+-0.1)" in build_report(sweep, None).summary

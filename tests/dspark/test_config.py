@@ -109,7 +109,8 @@ def test_what_reads_the_roles_sorts_fields_as_before():
     # an HF target's address holds its source too (tests/dspark/test_hf_target.py)
     assert set(NOT_TRAINING) == {"preset", "out_dir", "target_path", "device", "checkpoint_every_s",
                                  "eval_interval", "eval_batches", "spec_prompts", "spec_prompt_len",
-                                 "spec_new_tokens", "spec_interval_prompts", "sched_curve"}
+                                 "spec_new_tokens", "spec_interval_prompts", "sched_curve",
+                                 "feature_cache"}  # a cache of the frozen target's features changes no result
     assert "out_dir" not in cfg.objective_dict() and "spec_prompts" in cfg.objective_dict()
     # resume: evaluation and plumbing may change, the objective may not
     assert training_changes(cfg.to_dict(), cfg.replace(spec_prompts=9, out_dir="elsewhere")) == []

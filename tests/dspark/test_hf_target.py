@@ -5,15 +5,18 @@ refusals before any training."""
 import pytest
 import torch
 
-from dspark.hf_target import (HFTarget, HFTargetError, TINY, check_layer_ids, load_target_model,
-                              spread_layer_ids, tiny_model)
+from dspark.config import BUILT_TARGETS
+from dspark.hf_target import (HFTarget, HFTargetError, built_config, built_model, check_layer_ids,
+                              load_target_model, spread_layer_ids)
+
+TINY = sorted(name for name, (width, _) in BUILT_TARGETS.items() if width <= 64)  # the CPU's built targets
 
 transformers = pytest.importorskip("transformers")  # the `hf` extra, which make test and .ci/run install
 
 
-@pytest.fixture(scope="module", params=sorted(TINY))
+@pytest.fixture(scope="module", params=TINY)
 def model(request):
-    m = tiny_model(request.param, seq_len=128, seed=0).eval()
+    m = built_model(request.param, seq_len=128, seed=0).eval()
     return m
 
 
@@ -85,12 +88,12 @@ def test_a_target_that_cannot_serve_is_refused_in_one_line_before_any_training(t
         tmp_path / "t5")
     with pytest.raises(HFTargetError, match="a T5Config is not a causal LM"):
         load_target_model(str(tmp_path / "t5"))
-    with pytest.raises(HFTargetError, match="not a tiny config"):
-        tiny_model("gpt-huge")
+    with pytest.raises(HFTargetError, match="not a config built in code"):
+        built_model("gpt-huge")
 
 
 def test_a_local_directory_loads_offline_and_serves_as_the_model_it_holds(tmp_path):
-    made = tiny_model("qwen3-tiny", seq_len=64, seed=3).eval()
+    made = built_model("qwen3-tiny", seq_len=64, seed=3).eval()
     made.save_pretrained(tmp_path / "mine")
     loaded = load_target_model(str(tmp_path / "mine")).eval()
     ids = _ids(8)
@@ -107,7 +110,7 @@ def test_speculative_greedy_decoding_on_the_hf_target_is_its_own_generate():
     from dspark.speculate import RoundStats, autoregressive, generate
 
     torch.manual_seed(0)
-    model = tiny_model("qwen3-tiny", seq_len=128, seed=0).double().eval()
+    model = built_model("qwen3-tiny", seq_len=128, seed=0).double().eval()
     target = HFTarget(model, (1, 2))
     D = target.d_model
     drafter = Drafter(D, 4, 1, (1, 2), 4).double().eval()
@@ -132,7 +135,7 @@ def test_a_config_naming_an_hf_target_is_checked_before_any_work(tmp_path):
              "final": (dict(n_layers=4, context_layers=(1, 3)), "an HF target's are decoder layers 0..2"),
              "stage": (dict(n_layers=4, context_layers=(1,), parallel_stage="backbone"), "serves the drafter stage"),
              "missing": (dict(target_model=str(tmp_path / "nope"), n_layers=4, context_layers=(1,)),
-                         "is neither a tiny HF config")}
+                         "is neither an HF config built in code")}
     for name, (given, words) in cases.items():
         with pytest.raises(ValueError, match=words) as e:
             tiny(**{"target_model": "qwen3-tiny", "context_layers": (1, 2), **given})
@@ -168,7 +171,7 @@ def _sharp_models(seed: int = 0, K: int = 2, sharpness: float = 40.0):
     from dspark.model import Drafter
 
     torch.manual_seed(seed)
-    model = tiny_model("qwen3-tiny", seq_len=64, seed=seed).double().eval()
+    model = built_model("qwen3-tiny", seq_len=64, seed=seed).double().eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpness)
     target = HFTarget(model, (1, 2))
@@ -217,3 +220,15 @@ def test_speculative_sampling_on_the_hf_target_draws_the_targets_own_distributio
     expected = [exact[t] * N for t in bins] + [N * (1 - sum(exact[t] for t in bins))]
     assert len(bins) >= 8 and 0 < sum(stats.accepted) < sum(stats.verified)  # a test with power; both paths taken
     assert chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_every_built_config_has_the_shape_the_config_checks_it_by():
+    """The configs built in code (tiny ones for the CPU, Qwen3-0.6B's shape for a lent GPU's
+    study) are the width and depth `BUILT_TARGETS` states, which `Config` checks without
+    transformers; the 0.6B shape has Qwen3-0.6B's heads and MLP (its weights are not built here)."""
+    for name, (width, depth) in BUILT_TARGETS.items():
+        config = built_config(name)
+        assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (width, depth, 256), name
+    wide = built_config("qwen3-0.6b-shape")
+    assert (wide.num_attention_heads, wide.num_key_value_heads, wide.head_dim, wide.intermediate_size) == (16, 8, 128, 3072)
+    assert spread_layer_ids(28, 5) == (1, 7, 13, 19, 25)  # the drafter's context layers on it

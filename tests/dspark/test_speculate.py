@@ -129,9 +129,9 @@ def test_the_test_catches_a_wrong_residual():
 def _random_models(seed=0, K=4, kind="byte"):
     torch.manual_seed(seed)
     if kind == "hf":
-        from dspark.hf_target import HFTarget, tiny_model
+        from dspark.hf_target import HFTarget, built_model
 
-        target, layers, D = HFTarget(tiny_model("qwen3-tiny", seq_len=128, seed=seed), (1, 2)), (1, 2), 64
+        target, layers, D = HFTarget(built_model("qwen3-tiny", seq_len=128, seed=seed), (1, 2)), (1, 2), 64
     else:
         target, layers, D = TargetLM(32, 2, 4, 128), (0, 1), 32
     drafter = Drafter(D, 4, 1, layers, K)
