@@ -2,6 +2,7 @@ import pytest
 
 from dspark.schedule import load_or_measure_sps, prefix_schedule
 from dspark.model import TargetLM
+from tests.conftest import TARGETS
 
 
 def test_appendix_a_early_stop():
@@ -34,11 +35,19 @@ def test_bad_input_is_refused():
         prefix_schedule([0.5, 0.5], {1: 1.0})
 
 
-def test_sps_table_is_measured_once_and_reused(tmp_path):
-    target = TargetLM(32, 1, 4, 64)
+@pytest.mark.parametrize("kind", TARGETS)
+def test_sps_table_is_measured_once_and_reused(tmp_path, kind):
+    """Measured on either target (the HF one keyed by its own architecture), then read back."""
+    if kind == "hf":
+        from dspark.hf_target import HFTarget, built_model
+
+        target = HFTarget(built_model("qwen3-tiny", seq_len=64), (1, 2))
+    else:
+        target = TargetLM(32, 1, 4, 64)
     path = tmp_path / "sps.json"
     a = load_or_measure_sps(target, path, [1, 2, 4], context_len=8)
     assert set(a) == {1, 2, 4} and all(v > 0 for v in a.values())
     mtime = path.stat().st_mtime_ns
     assert load_or_measure_sps(target, path, [1, 2, 4], context_len=8) == a
     assert path.stat().st_mtime_ns == mtime
+    assert ('\\"hf\\"' in path.read_text()) == (kind == "hf")  # keyed by the target's own architecture
