@@ -12,17 +12,23 @@ import json
 
 from trials.export import META_COLUMNS, SweepFrame, SweepRecord
 
-__all__ = ["META_COLUMNS", "SweepFrame", "SweepRecord", "busy_timing"]
+__all__ = ["META_COLUMNS", "SweepFrame", "SweepRecord", "busy_timing", "timing_summary"]
+
+
+def timing_summary(record: SweepRecord) -> dict:
+    """The last timing pass's summary (its settings, response and busy count), {} for none."""
+    try:
+        last = json.loads(record.timing) if record.timing else {}
+    except ValueError:
+        return {}
+    return last if isinstance(last, dict) else {}
 
 
 def busy_timing(record: SweepRecord) -> tuple[str, int] | None:
     """(the timed response, how many of its run-rounds the last timing pass found busy), where
     it found any (`trials.timing.busy_rounds`); None for none, no pass, or a pass before the check."""
-    try:
-        last = json.loads(record.timing) if record.timing else {}
-    except ValueError:
-        return None
-    busy = last.get("busy") if isinstance(last, dict) else None
+    last = timing_summary(record)
+    busy = last.get("busy")
     if isinstance(busy, int) and not isinstance(busy, bool) and busy > 0 and isinstance(last.get("response"), str):
         return last["response"], busy
     return None

@@ -14,12 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from trials.store.ui import UI_URL
+from trials.timing_settings import again_command
 
 from .anova import AnalysisError
 from .attribution import analyse, stage_of
 from .coded_design import factorial_rows
 from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
-from .frame import SweepFrame, busy_timing
+from .frame import SweepFrame, busy_timing, timing_summary
 from .sweep_reader import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
 from .record_check import checked
@@ -43,7 +44,7 @@ def _busy_caveat(decision, record) -> None:
         decision.caveats.setdefault(busy[0], []).append(
             f"{busy[1]} run-round(s) of the timing pass behind it depart from their run's median round by more than "
             f"half (a load during the pass, or repetitions too short to time steadily), so its values may skew these "
-            f"verdicts; time it again on a quiet machine: trials time {record.experiment} --again (the verdicts a "
+            f"verdicts; time it again on a quiet machine: {again_command(record.experiment, timing_summary(record))} (the verdicts a "
             f"look recorded stand; the new timings are used at the next look)")
 
 

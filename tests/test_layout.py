@@ -111,7 +111,7 @@ def test_the_engine_and_the_statistics_import_no_workload():
     (`trials.export`) and the store; the store imports
     nothing of the project outside it; the interface, of the engine, only the sweep record."""
     allowed_in_analysis = ("trials.store", "trials.workload", "trials.registry", "trials.workload_defaults", "trials.export",
-                           "trials.fraction")
+                           "trials.fraction", "trials.timing_settings")
     bad = []
     for name, path in _modules().items():
         for module, _, line in _imports(name, path):

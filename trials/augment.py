@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from trials.store.keys import (PASS_TAG, PLAN_PARAM, SEQUENTIAL_TAG, SUMMARY_TAG, read_split_tag, reeval_tag, sweep_parent,
                                sweep_trials)
@@ -47,6 +47,7 @@ from trials.store.kept import keep_parent_record, sweep_storage
 
 from . import expand, saved
 from .timing import TimingSettings, time_sweep
+from .timing_settings import again_command
 from .lease import write_atomic
 
 
@@ -341,7 +342,7 @@ def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict, say=prin
                             say=say, again=True) or {}
     if record.get("busy"):
         return (f"{BUSY_PASSES} timing passes in a row were busy: time it again on a quiet machine "
-                f"(trials time {spec.name} --again), then: trials augment {spec.name} --until-decided")
+                f"({again_command(spec.name, asdict(settings))}), then: trials augment {spec.name} --until-decided")
     return ""
 
 

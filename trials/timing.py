@@ -55,7 +55,7 @@ from trials.store.kept import keep_parent_record, keep_run_record
 from trials.store.client import tracking_client
 
 from .lease import Lease
-from .timing_settings import TimingSettings  # noqa: F401  (the pass's knobs, beside the spec's checks)
+from .timing_settings import TimingSettings, again_command  # noqa: F401  (the pass's knobs, beside the spec's checks)
 from .identity import check_same_sweep
 
 # A run's value in one round that departs from its median round by more than this share: a load
@@ -196,7 +196,7 @@ def busy_warning(name: str, record: dict) -> str:
             f"by more than {BUSY_ROUND:.0%} (worst: {record['runs'][first['run']]} in round {first['round'] + 1}, "
             f"{first['value']:.3g} against {first['median']:.3g}): a load during the pass, or repetitions too short "
             f"to time steadily (more --prompts or --steps); the values skew every look that reads them; time it "
-            f"again on a quiet machine: trials time {name} --again")
+            f"again on a quiet machine: {again_command(name, record)}")
 
 
 def _on_ray(started: bool, before, work):

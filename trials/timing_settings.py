@@ -22,3 +22,12 @@ class TimingSettings:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or (least is not None and v < least):
                 raise ValueError(f"--{name}: an integer{f' >= {least}' if least is not None else ''}, got {v!r}")
+
+
+def again_command(name: str, given: dict | None = None) -> str:
+    """`trials time NAME --again` with the flags of the pass it repeats (`given`: a pass's
+    record or summary, or its settings as a dict; those at their defaults left out), so that
+    the pass is timed again as it was, not with the defaults."""
+    flags = "".join(f" --{k} {given[k]}" for k in TimingSettings.__dataclass_fields__
+                    if given and k in given and given[k] != TimingSettings.__dataclass_fields__[k].default)
+    return f"trials time {name} --again{flags}"

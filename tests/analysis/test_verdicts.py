@@ -454,9 +454,9 @@ def test_a_timing_pass_with_busy_rounds_is_a_caveat_beside_its_response(tmp_path
         caveats = rep.decision.caveats.get("spec/speedup", [])
         assert any(said in c for c in caveats) == shown, caveats
         assert (said in rep.brief) == shown and not any(said in c for c in rep.decision.caveats.get("spec/tau", []))
-    assert "time it again on a quiet machine: trials time busy" in " ".join(
-        build_report(SweepFrame(df.copy(), factors=list("ABC"), record=replace(
-            record, timing=json.dumps({"response": "spec/speedup", "busy": 3}))), None).decision.caveats["spec/speedup"])
+    assert "time it again on a quiet machine: trials time busy --again --rounds 3 --prompts 2 (the verdicts" in " ".join(
+        build_report(SweepFrame(df.copy(), factors=list("ABC"), record=replace(record, timing=json.dumps(
+            {"response": "spec/speedup", "busy": 3, "rounds": 3, "prompts": 2}))), None).decision.caveats["spec/speedup"])
 
 
 def test_a_relative_margin_is_that_share_of_the_reference_mean_and_says_so(tmp_path, capsys):

@@ -388,6 +388,10 @@ def test_a_round_run_on_a_busy_machine_is_named_and_a_quiet_pass_is_not():
                            "than 50% (worst: arm-b r0 in round 4, 9.17 against 0.808)")
     assert "a load during the pass, or repetitions too short to time steadily" in line
     assert line.endswith("time it again on a quiet machine: trials time hb --again") and "\n" not in line
+    # the pass it repeats had its own settings: the printed command times it again with them
+    line = busy_warning("hb", {"busy": found, "runs": {"a": "arm-a r0", "b": "arm-b r0"}, "rounds": 3, "warmup": 1,
+                               "prompts": 2, "seed": 4})
+    assert line.endswith("trials time hb --again --rounds 3 --prompts 2 --seed 4")
     assert busy_rounds(Timing(), "drafter", busy[:2]) == []  # two rounds have no median to stand against
 
 
