@@ -178,8 +178,8 @@ def _report_or_plan(args) -> int:
     from .verdicts import parse_margins
 
     margins = parse_margins(args.margin)  # refused before any work
-    if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 1:
-        raise AnalysisError(f"--alpha: must lie in (0, 1), got {args.alpha!r}")
+    if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 0.5:
+        raise AnalysisError(f"--alpha: must lie in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got {args.alpha!r}")
     if not args.parquet:  # before any work: the store answers, within a bounded time
 
         probe_store(args.tracking_uri)

@@ -2,8 +2,10 @@
 nbclient (in the venv: no Jupyter server needed), its parameters cell set from the
 command line, the store resolved the way the CLIs resolve it (a relative sqlite path
 against the current folder). The executed notebook is written beside the reports; the
-notebook itself writes no report file. Its kernel works in the folder the command runs from
-(where `analysis report` would find a user's own workload), never in the output folder."""
+notebook itself writes no report file. Its kernel starts in a private empty folder, so that
+no module of the folder the command runs from (a received study's, say a `pandas.py`) shadows
+an installed one; its first cell then moves to that folder and puts it last on the import path,
+where `analysis report` finds a user's own workload. Nothing in the output folder is imported."""
 
 from __future__ import annotations
 
@@ -32,7 +34,11 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
     check_store(uri)
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    params.source = ("import warnings  # tqdm (imported by MLflow) warns that this kernel has no progress widgets\n"
+    here = os.getcwd()
+    params.source = ("import os, sys  # the command's folder: after the installed packages, never before them\n"
+                     f"sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())] + [{here!r}]\n"
+                     f"os.chdir({here!r})\n"
+                     "import warnings  # tqdm (imported by MLflow) warns that this kernel has no progress widgets\n"
                      "warnings.filterwarnings('ignore', message='IProgress not found')\n"
                      f"EXPERIMENT = {experiment!r}\nTRACKING_URI = {uri!r}\n"
                      f"RESPONSES = {list(responses) if responses else None!r}\nMARGINS = {dict(margins or {}) or None!r}\n"
@@ -48,11 +54,9 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
         log = Path(sockets) / "kernel.log"
         with open(log, "w") as stderr:
             try:
-                # the kernel works in the folder the command runs from, as `analysis report` does: a
-                # user's own workload is found there, and nothing in the output folder (a received
-                # study's reports/NAME/) is on its import path
+                # the kernel starts in the private folder (module docstring); its first cell moves it
                 NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
-                               resources={"metadata": {"path": os.getcwd()}}).execute(stderr=stderr)
+                               resources={"metadata": {"path": sockets}}).execute(stderr=stderr)
             except CellExecutionError as e:  # the cell's traceback stays in the notebook written here
                 path = folder / f"{name}.ipynb"
                 nbformat.write(nb, path)

@@ -22,7 +22,7 @@ from trials.registry import Registry
 
 from .coded_design import factorial_rows
 from .frame import SweepFrame
-from .diagnostics import choose_responses, sensitivity
+from .diagnostics import analysable, choose_responses, sensitivity
 from .power import p_decided
 from .text import wrap_text
 from .sequential import LookResult, PlanPrices, boundary_lines, look_for, look_shares, plan_prices
@@ -36,8 +36,8 @@ def check_arguments(effect: float | None, alpha: float, target_power: float) -> 
     """Refuse, in one line, what no plan can answer."""
     if effect is not None and not (math.isfinite(effect) and effect != 0):
         raise AnalysisError(f"--effect: must be a finite non-zero number, got {effect!r}")
-    if not 0 < alpha < 1:
-        raise AnalysisError(f"--alpha: must lie in (0, 1), got {alpha!r}")
+    if not 0 < alpha < 0.5:
+        raise AnalysisError(f"--alpha: must lie in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got {alpha!r}")
     if not (isinstance(target_power, (int, float)) and math.isfinite(target_power) and 0 < target_power < 1):
         raise AnalysisError(f"--power: a probability in (0, 1), such as 0.8, got {target_power!r}")
 
@@ -96,8 +96,9 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     new, declared study and its size. The verdicts are the current look's."""
     df, factors, record, rules = sweep.runs, list(sweep.factors), sweep.record, sweep.registry
     every = every or bool(responses)  # responses named on the command line: every term of each
-    chosen, _ = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment,
-                                 rules=rules)
+    chosen, skipped = choose_responses(df, responses, factors, primary=list(declared), experiment=record.experiment,
+                                       rules=rules)
+    chosen = analysable(factorial_rows(df, factors), chosen, factors, set(declared), skipped)  # as a report does
     models = response_models(df, chosen, factors, rules)
     look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if)
     look.unrecorded = unrecorded
@@ -123,6 +124,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
                      f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}: "
                      f"trials augment {record.experiment} --replicates {blocks_all}")
     lines += _items_lines(d.noise, item_multiples, len(df), decode, record.experiment)
+    lines += [f"not planned: {'; '.join(skipped)}"] if skipped else []
     return "\n".join(fitted(lines)), look
 
 

@@ -11,9 +11,10 @@ claims:
   `analysis.results.replay` rebuilds them), they must be the recorded ones (verdict,
   estimate and interval).
 
-A look that fails either is named in one line, and its decisions are not used: the report
-drops them (the terms are open again, tested at the later looks) and says why on the look
-(`Look.note`), which the next recorded look keeps. A look whose runs were evaluated again
+A look whose fingerprint is that of another count of blocks than it names is read at that
+count, in one line. A look that fails either check is named in one line, and its decisions
+are not used: the report drops them (the terms are open again, tested at the later looks)
+and says why on the look (`Look.note`), which the next recorded look keeps. A look whose runs were evaluated again
 with more items, or timed again, since it was taken saw values that are no longer kept: its
 decisions cannot be made again and stand as recorded.
 """
@@ -32,24 +33,30 @@ CHECKED = ("estimate", "ci_low", "ci_high")  # what a decision says beside its v
 
 
 def checked(sweep: SweepFrame, build: Callable) -> tuple[SweepFrame, list[str]]:
-    """(the sweep with the decisions that do not match their runs dropped, one line for each
-    look dropped). `build(sub_sweep)` is a report without this check (`build_report`)."""
+    """(the sweep with what does not match its runs set right, one line for each change):
+    a look whose data are another count of blocks than it records is read at the count its
+    fingerprint gives; decisions that do not match their runs are dropped. `build(sub_sweep)`
+    is a report without this check (`build_report`)."""
     plan = plan_of(sweep.record.sequential)
-    if not plan.planned or not any(x.decided for x in plan.looks):
+    if not plan.planned or not plan.looks:
         return sweep, []
     order = sorted(sweep.runs["replicate"].unique())
     timed = sweep.registry.timed()
     lines = []
     for j, look in enumerate(plan.looks):
-        if not look.decided:
-            continue
-        runs = sweep.runs[sweep.runs["replicate"].isin(order[:look.blocks])]
-        kind, why = compare_data(look, runs, timed, len(order))
-        if kind == "superseded":
+        kind, why = compare_data(look, _first(sweep, order, look.blocks), timed, len(order))
+        if kind == "wrong" and (b := _blocks_of(sweep, order, look.data)) not in (None, look.blocks):
+            lines.append(f"look {j + 1} records {look.blocks} replicate block(s), but its data fingerprint is that of "
+                         f"the first {b}: read at {b}")
+            look.blocks = b
+            kind, why = compare_data(look, _first(sweep, order, b), timed, len(order))
+        if kind == "wrong" and not look.decided:  # it decided nothing: its record is said to be wrong
+            lines.append(f"look {j + 1} does not match its runs ({why}); it recorded no decision")
+        if not look.decided or kind == "superseded":
             continue
         if kind == "same":
             try:
-                why = differs(look.decided, decisions_at(sweep, plan, j, runs, build))
+                why = differs(look.decided, decisions_at(sweep, plan, j, _first(sweep, order, look.blocks), build))
             except AnalysisError as e:  # its runs no longer make a report (they were edited since)
                 why = f"it cannot be made again on its runs ({str(e).splitlines()[0][:160]})"
         if why:
@@ -60,6 +67,16 @@ def checked(sweep: SweepFrame, build: Callable) -> tuple[SweepFrame, list[str]]:
         return sweep, []
     record = dataclasses.replace(sweep.record, sequential=plan.to_json())
     return dataclasses.replace(sweep, record=record), lines
+
+
+def _first(sweep: SweepFrame, order: list, blocks: int):
+    """The runs of the sweep's first `blocks` replicate blocks."""
+    return sweep.runs[sweep.runs["replicate"].isin(order[:blocks])]
+
+
+def _blocks_of(sweep: SweepFrame, order: list, data: str) -> int | None:
+    """How many first blocks give the data fingerprint `data` (None: no count does)."""
+    return next((b for b in range(1, len(order) + 1) if fingerprint(_first(sweep, order, b))[0] == data), None)
 
 
 def compare_data(look: Look, runs, timed: tuple[str, ...], blocks_now: int) -> tuple[str, str]:

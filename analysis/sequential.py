@@ -110,8 +110,8 @@ class Plan:
         if self.max_replicates is not None and not (isinstance(self.max_replicates, int)
                                                     and self.max_replicates >= 2):
             raise ValueError(f"max_replicates: an integer >= 2, got {self.max_replicates!r}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha: must lie in (0, 1), got {self.alpha!r}")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha: must lie in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got {self.alpha!r}")
         if self.look_every is not None and not (isinstance(self.look_every, int) and self.look_every >= 1):
             raise ValueError(f"look_every: an integer >= 1, got {self.look_every!r}")
 

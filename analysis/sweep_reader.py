@@ -85,7 +85,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
     except ValueError as e:
         raise ValueError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}, parent run "
                          f"{parent.info.run_id}: {e}") from None
-    sweep = replace(sweep, record=record)
+    sweep = replace(sweep, record=declared_when_missing(record))
     if (why := item_count_problem(sweep)):
         raise StoreReadError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}: {why}")
     return sweep
@@ -162,6 +162,14 @@ def check_record(given: dict, columns) -> None:
     check_plan(given.get("sequential") or "", given.get("declared_plan") or "")
 
 
+def declared_when_missing(record: SweepRecord) -> SweepRecord:
+    """The record with its declared plan as its sequential record where that is missing (no
+    look yet, or removed): a sweep declared sequential is never read as a fixed-sample one."""
+    if record.declared_plan and not record.sequential:
+        return replace(record, sequential=record.declared_plan)
+    return record
+
+
 def check_plan(sequential: str, declared: str) -> None:
     """The sequential record as the statistics read it (`analysis.sequential.plan_of`: its
     looks spent as its rule spends), and its plan the one declared when the sweep was made
@@ -206,6 +214,7 @@ def read_parquet(path: str | Path) -> SweepFrame:
     of its record and its numbers checked), its sequential plan checked too: a crafted or
     damaged file is refused in one line naming the file and what is wrong."""
     sweep = export.read_parquet(path)
+    sweep = replace(sweep, record=declared_when_missing(sweep.record))
     if (why := item_count_problem(sweep)):
         raise ValueError(f"parquet: {path}: {why}")
     if sweep.record.sequential:

@@ -524,8 +524,8 @@ def _every_contrast(fit: Fit, rows: pd.DataFrame, runs: pd.DataFrame, response: 
 def _check_settings(adjust: str, alpha: float) -> None:
     if adjust not in ADJUSTMENTS:
         raise AnalysisError(f"adjust: one of {', '.join(ADJUSTMENTS)}, got {adjust!r}")
-    if not 0 < alpha < 1:
-        raise AnalysisError(f"alpha: must lie in (0, 1), got {alpha!r}")
+    if not 0 < alpha < 0.5:
+        raise AnalysisError(f"alpha: must lie in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got {alpha!r}")
 
 
 def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[str, variance.Model],

@@ -26,6 +26,7 @@ import pandas as pd
 from trials.registry import PRIMARY_FORM, Registry, from_record, recorded
 from trials.store.keys import (ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, RUN_ORDER_TAG, SEED_TAG,
                                metric_name)
+from trials.store.items import is_item_column
 from trials.store.record import confirms_problem
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 from trials.workload import WorkloadError, load_workload
@@ -364,4 +365,12 @@ def _numeric_columns(df: pd.DataFrame, path) -> pd.DataFrame:
             raise ValueError(f"parquet: {path}: column {c!r} holds {int(bad.sum())} value(s) that are not whole "
                              f"numbers, e.g. {float(values.iloc[i])!r} in row {i}{run}")
         df[c] = values.astype(int)
+    for c in [c for c in df.columns if isinstance(c, str) and is_item_column(c)]:
+        values = pd.to_numeric(df[c], errors="coerce").astype(float)
+        bad = values.map(math.isinf)  # an item left undefined is NaN; an infinite one is damage
+        if bad.any():
+            i = bad.to_numpy().nonzero()[0][0]
+            run = f" (run {df['run_name'].iloc[i]})" if "run_name" in df.columns else ""
+            raise ValueError(f"parquet: {path}: item column {c!r} holds {int(bad.sum())} infinite value(s), e.g. in "
+                             f"row {i}{run}")
     return df

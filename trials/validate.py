@@ -368,8 +368,9 @@ def _parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict
         problems.append(f"sequential.max_replicates: at least 2 and at least the sweep's {spec.replicates} "
                         f"replicates, got {reps}")
     alpha = given.get("alpha", 0.05)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        problems.append(f"sequential.alpha: a number in (0, 1), got {alpha!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 0.5:
+        problems.append(f"sequential.alpha: a number in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is "
+                        f"empty), got {alpha!r}")
     else:
         out["alpha"] = float(alpha)
     if not spec.responses:

@@ -98,7 +98,8 @@ def test_plan_arguments_out_of_range_give_one_line_and_huge_effects_have_power_o
     to_parquet(_sweep(fraction=False), tmp_path / "runs.parquet")
     for arg, message in (("--power=1.5", "--power: a probability in (0, 1), such as 0.8, got 1.5"),
                          ("--effect=nan", "--effect: must be a finite non-zero number, got nan"),
-                         ("--alpha=0", "--alpha: must lie in (0, 1)")):
+                         ("--alpha=0", "--alpha: must lie in (0, 0.5)"),
+                         ("--alpha=0.9", "--alpha: must lie in (0, 0.5) (at 0.5 or more an interval")):
         r = subprocess.run([sys.executable, "-m", "analysis.cli", "plan", "x", "--parquet",
                             str(tmp_path / "runs.parquet"), arg], capture_output=True, text=True)
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

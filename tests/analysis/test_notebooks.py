@@ -81,3 +81,12 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
     assert raising.returncode == 2 and len(raising.stderr.strip().splitlines()) == 1, raising.stderr
     assert "notebook attribution: a cell raised " in raising.stderr and "(the notebook, with the traceback: " in \
         raising.stderr and "Traceback" not in raising.stderr, raising.stderr
+    # modules in the folder the command runs from (a received study's) are not imported in place of
+    # installed ones: the kernel starts elsewhere and puts that folder last (issue 61)
+    for shadow in ("pandas", "json"):
+        (tmp_path / f"{shadow}.py").write_text(f"open({str(tmp_path / shadow)!r} + '.ran', 'w').close()\n")
+    cli = Path(sys.executable).parent / "analysis"  # the console script, as users run it (not python -m)
+    planted = subprocess.run([str(cli), "notebook", "attribution", "synthetic", "--responses", "spec/tau"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=600)
+    assert planted.returncode == 0, planted.stderr[-3000:]
+    assert not list(tmp_path.glob("*.ran")), "a module of the command's folder ran in the kernel"

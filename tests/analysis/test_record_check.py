@@ -60,9 +60,29 @@ def test_a_decision_moved_to_other_data_is_named(study):
     _, lines = checked(_with(study, d), _unchecked)
     assert len(lines) == 1 and "which its runs do not decide" in lines[0] and "\n" not in lines[0]
     d = json.loads(study.record.sequential)
-    d["looks"][1]["blocks"] = 1  # a look's block count changed: its blocks are not the data it recorded
+    d["looks"][0]["blocks"], d["looks"][0]["data"] = 7, "f" * 16  # data no count of blocks gives
     _, lines = checked(_with(study, d), _unchecked)
-    assert len(lines) == 1 and "look 2's" in lines[0] and "its first 1 block(s) give data" in lines[0]
+    assert lines[0].startswith("look 1 does not match its runs (its first 7 block(s) give data ") and \
+        "it recorded no decision" in lines[0]
+    # look 2's decisions were made after look 1 as it was: made again after this look 1, they differ
+    assert len(lines) == 2 and lines[1].startswith("look 2's recorded decisions are not used: spec/tau|D2")
+
+
+@pytest.mark.parametrize("look", [0, 1])
+def test_a_look_that_names_another_count_of_blocks_is_read_at_the_count_its_data_give(study, look):
+    """A look's block count set to 1 (the helper's probe: it once made the current look
+    "too few blocks" and moved a look's alpha to the next) is named in one line and read at
+    the count its data fingerprint gives: the verdicts are the true record's."""
+    d = json.loads(study.record.sequential)
+    true = d["looks"][look]["blocks"]
+    d["looks"][look]["blocks"] = 1
+    rep = build_report(_with(study, d), None, unrecorded="a test")
+    said = f"look {look + 1} records 1 replicate block(s), but its data fingerprint is that of the first {true}: read at {true}"
+    assert said in rep.summary.splitlines()
+    honest = build_report(study, None, unrecorded="a test")
+    assert [(v.verdict, v.estimate, v.ci_low, v.ci_high) for v in rep.decision.verdicts] == \
+        [(v.verdict, v.estimate, v.ci_low, v.ci_high) for v in honest.decision.verdicts]
+    assert rep.look.plan.looks[look].blocks == true
 
 
 def test_decisions_of_a_look_whose_runs_were_evaluated_again_stand(study):
@@ -77,7 +97,11 @@ def test_decisions_of_a_look_whose_runs_were_evaluated_again_stand(study):
 
 
 @pytest.mark.parametrize("edit, words", [
-    (lambda d: d.update(alpha=0.9), "look 1: alpha 0.0337043, but the plan's spending gives"),
+    (lambda d: d.update(alpha=0.2), "look 1: alpha 0.0337043, but the plan's spending gives"),
+    # alpha 0.9 with every look spent as 0.9 spends: no plan may hold it (its intervals would be empty)
+    (lambda d: [d.update(alpha=0.9)] + [lk.update(alpha=spent(lk["t"], 0.9) - spent(d["looks"][i - 1]["t"], 0.9)
+                                         if i else spent(lk["t"], 0.9)) for i, lk in enumerate(d["looks"])],
+     "alpha: must lie in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got 0.9"),
     (lambda d: d["looks"][1].update(alpha=0.05), "look 2: alpha 0.05, but the plan's spending gives"),
     (lambda d: d["looks"][1].update(blocks=12), "look 2: 12 blocks, past the plan's maximum of 9"),
     (lambda d: d["looks"][1].update(t=0.3, alpha=0.0), "look 2: information 0.3, less than look 1's 0.56"),
@@ -113,3 +137,18 @@ def test_a_record_other_than_the_declared_plan_is_refused(study, tmp_path):
     with pytest.raises(ValueError, match="not the plan declared when the sweep was made .its max_replicates is 20, "
                                          "the declared plan's 9"):
         read_parquet(tmp_path / "x.parquet")
+
+
+def test_a_sequential_record_removed_is_read_as_the_plan_declared_with_the_sweep(study, tmp_path):
+    """The parent's plan tag (or an export's `sequential`) removed from a sweep that declared a
+    plan: it is not read as a fixed-sample study at alpha 0.05 (the probe's finding), but as
+    its declared plan, which no look has spent yet."""
+    d = json.loads(study.record.sequential)
+    declared = json.dumps({**d, "looks": []})
+    gone = dataclasses.replace(study, record=dataclasses.replace(study.record, sequential="", declared_plan=declared))
+    to_parquet(gone, tmp_path / "x.parquet")
+    back = read_parquet(tmp_path / "x.parquet")
+    assert json.loads(back.record.sequential)["looks"] == [] and json.loads(back.record.sequential)["max_replicates"] == \
+        d["max_replicates"]
+    rep = build_report(back, None, unrecorded="a test")
+    assert "fixed-sample" not in rep.summary and f"of a plan of at most {d['max_replicates']} blocks" in rep.summary

@@ -212,7 +212,7 @@ def test_primary_responses_are_parsed_with_the_registry_direction():
 @pytest.mark.parametrize("extra,message", [
     ({"sequential": {"max_replicates": 1}}, "sequential.max_replicates: at least 2 and at least the sweep's"),
     ({"sequential": {"alpha": 0.05}}, "sequential: {max_replicates: N,"),
-    ({"sequential": {"max_replicates": 6, "alpha": 1.5}}, "sequential.alpha: a number in (0, 1), got 1.5"),
+    ({"sequential": {"max_replicates": 6, "alpha": 1.5}}, "sequential.alpha: a number in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got 1.5"),
     ({"sequential": {"max_replicates": 6, "looks": 3}}, "sequential: {max_replicates: N,"),
     ({"sequential": {"max_replicates": 6, "max_prompts": 1}}, "sequential.max_prompts: 1 is fewer than the "
                                                               "trials' spec_prompts"),

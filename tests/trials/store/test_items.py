@@ -213,6 +213,11 @@ def test_items_over_another_count_than_their_evaluations_are_refused_naming_the_
     to_parquet(sweep.with_runs(runs), path)
     with pytest.raises(ValueError, match=f"parquet: .*run {a} .*over 8 items, but its evaluation counted 4"):
         read_parquet(path)
+    runs.loc[runs["run_id"] == a, "jack/val/bpb@n"] = 4.0
+    runs.loc[runs["run_id"] == a, "jack/val/bpb@g2"] = float("inf")  # undefined is NaN; infinite is damage
+    to_parquet(sweep.with_runs(runs), path)
+    with pytest.raises(ValueError, match=r"item column 'jack/val/bpb@g2' holds 1 infinite value\(s\)"):
+        read_parquet(path)
 
 
 def test_a_registry_row_declares_the_count_its_items_are_drawn_on():
