@@ -124,7 +124,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
                      f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}: "
                      f"trials augment {record.experiment} --replicates {blocks_all}")
     lines += _items_lines(d.noise, item_multiples, len(df), decode, record.experiment)
-    lines += [f"not planned: {'; '.join(skipped)}"] if skipped else []
+    lines += [f"not planned: {'; '.join(skipped)}"] if skipped and responses else []  # of those asked
     return "\n".join(fitted(lines)), look
 
 
