@@ -27,6 +27,7 @@ from .coded_design import alias_structure, design_matrix, factorial_rows, withou
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .frame import SweepFrame
 from .sweep_reader import report_incomplete
+from .variance import items_unused
 
 
 def _fmt(x, digits=4):
@@ -119,6 +120,7 @@ def notes(sweep: SweepFrame, data: pd.DataFrame, chosen: list[str], fraction: st
         if missing:
             lines.append(f"warning: {r} is analysed on {len(data) - len(missing)} of {len(data)} runs; "
                          f"without a value: {', '.join(missing)}")
+    lines += [why for r in chosen if r in sweep.record.responses and (why := items_unused(data, r))]
     prompts = sorted(set(pd.to_numeric(data["split/prompts"]).dropna())) if "split/prompts" in data.columns else []
     if len(prompts) > 1:
         lines.append(f"note: the runs' latest evaluations decoded different numbers of prompts "

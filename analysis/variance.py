@@ -120,6 +120,24 @@ def item_records(data: pd.DataFrame, response: str, rules: Registry | None = Non
     return Items(kind, method, int(pd.to_numeric(data[count]).median()), pseudo)
 
 
+def items_unused(data: pd.DataFrame, response: str) -> str:
+    """Why the runs' jackknife records of a response are not used (a run without a group's
+    value: damage, or a group its removal left undefined), naming the first such run; "" where
+    they are used or there are none."""
+    G = groups_of(data, response)
+    if G < 2:
+        return ""
+    cols = [jack_name(response, g) for g in range(G)]
+    gaps = data[cols].isna()
+    if not gaps.any().any():
+        return ""
+    i = int(gaps.any(axis=1).to_numpy().nonzero()[0][0])
+    run = data["run_name"].iloc[i] if "run_name" in data.columns else f"row {i}"
+    g = int(gaps.iloc[i].to_numpy().nonzero()[0][0])
+    return (f"{response}: its item records are not used ({int(gaps.any(axis=1).sum())} run(s) lack a group's value, "
+            f"e.g. {run} group {g}): its noise is not split and no term's error holds its items x term part")
+
+
 @dataclass
 class Model:
     """One response's variance model: its OLS, the block-by-term tests of its terms, and

@@ -456,3 +456,24 @@ def test_a_new_study_is_priced_at_the_fewest_blocks_that_decide():
     # the price names what buys it: `trials run` of a copy of the spec with that many blocks
     assert new_study(v, d.family, 0.05, name="seed-questions") == (
         f"{plain[0]} (`trials run` a copy of sweeps/seed-questions.yaml under a new name with replicates: {plain[1]})")
+
+def test_item_records_a_run_lacks_are_named_not_dropped_silently():
+    """One run without a group's value (a NaN in an export: damage, or a group left undefined)
+    leaves the response without item records; the report says so, naming the run, where the
+    noise line would otherwise just disappear (issue 61's probe)."""
+    import math
+    from pathlib import Path
+
+    from analysis.report import build_report
+    from analysis.sweep_reader import read_parquet
+    from analysis.variance import items_unused
+
+    sweep = read_parquet(Path(__file__).resolve().parents[2] / "results" / "paper-drafter-confirm-d2-spec-tau" /
+                         "runs.parquet")
+    assert items_unused(sweep.runs, "spec/tau") == ""
+    runs = sweep.runs.copy()
+    runs.loc[runs.index[3], "jack/spec/tau@g0"] = math.nan
+    said = items_unused(runs, "spec/tau")
+    assert said.startswith("spec/tau: its item records are not used (1 run(s) lack a group's value, e.g. ") and \
+        f"{runs['run_name'].iloc[3]} group 0" in said
+    assert said in build_report(sweep.with_runs(runs), None).summary.splitlines()
