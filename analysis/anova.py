@@ -102,6 +102,24 @@ def model_formula(response_col: str, terms, safe, block: str | None) -> str:
     return f"{response_col} ~ " + " + ".join(parts)
 
 
+def ols_fit(data: pd.DataFrame, response: str, factors: list[str], block: str | None, terms):
+    """The OLS of the response on these terms (+ the block, all sum-coded): the one fit of a
+    response on its runs, which the ANOVA table (`anova_with_fit`) and the contrasts
+    (`analysis.model.fit_response`) both read, so a report fits each response once."""
+    cols = list(factors) + ([block] if block else [])
+    rows = tuple(map(tuple, data[cols].astype(str).to_numpy()))
+    y = tuple(pd.to_numeric(data[response]).to_numpy(dtype=float).tolist())
+    return _ols(rows, y, tuple(factors), block, tuple(map(tuple, terms)))
+
+
+@functools.lru_cache(maxsize=64)
+def _ols(rows: tuple, y: tuple, factors: tuple, block: str | None, terms: tuple):
+    safe = safe_names(list(factors) + ([block] if block else []))
+    rdata = pd.DataFrame(list(rows), columns=list(safe.values()))
+    rdata["y__"] = np.asarray(y, dtype=float)
+    return smf.ols(model_formula("y__", terms, safe, block), data=rdata).fit()
+
+
 @dataclass(frozen=True)
 class ModelFit:
     """How well one response's OLS model fits, as a DOE report states it."""
@@ -137,11 +155,7 @@ def anova_with_fit(df: pd.DataFrame, response: str, factors: list[str], typ: int
         raise AnalysisError(f"too few runs ({len(data)}) to estimate any term of {', '.join(factors)}")
     asked = _terms(factors, max_order or len(factors))
     safe = safe_names(factors + ([block] if block else []))
-    rdata = data.rename(columns=safe)
-    for f in factors + ([block] if block else []):
-        rdata[safe[f]] = rdata[safe[f]].astype(str)
-    rdata["y__"] = pd.to_numeric(data[response]).to_numpy()
-    model = smf.ols(model_formula("y__", terms, safe, block), data=rdata).fit()
+    model = ols_fit(data, response, factors, block, terms)
     if model.df_resid < 1:
         raise AnalysisError(f"too few runs ({len(data)}) for the terms asked: no residual degrees of freedom")
     with warnings.catch_warnings():

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .anova import AnalysisError, estimable_terms, model_formula, safe_names
+from .anova import AnalysisError, estimable_terms, model_formula, ols_fit, safe_names
 from .coded_design import levels
 from .effects import default_levels
 from .result_types import BlockTest, Contrast
@@ -84,16 +84,13 @@ def fit_response(data: pd.DataFrame, response: str, factors: list[str], block: s
                  errors: str = "auto") -> Fit:
     """OLS of the response on the estimable terms (+ the block). `errors`: "auto" is pooled
     for a balanced design and HC2 otherwise; "pooled" or "HC2" force one."""
-    from statsmodels.regression.linear_model import OLS
-
     terms = estimable_terms(data, factors, None, block)
     if not terms:
         raise AnalysisError(f"{response}: too few runs ({len(data)}) to estimate any term")
     cols = factors + ([block] if block else [])
     design, cell_rows, slices, block_cols = _design(tuple(map(tuple, data[cols].astype(str).to_numpy())),
                                                     tuple(factors), block, tuple(terms))
-    y = pd.Series(pd.to_numeric(data[response]).to_numpy(dtype=float), name="y__")
-    result = OLS(y, design).fit()
+    result = ols_fit(data, response, factors, block, terms)
     if result.df_resid < 1:
         raise AnalysisError(f"{response}: no residual degrees of freedom for the terms the design estimates")
     use = errors if errors != "auto" else ("pooled" if is_balanced(data, factors, block) else "HC2")

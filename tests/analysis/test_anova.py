@@ -76,3 +76,23 @@ def test_refusals(mutate, message):
     df = mutate(unbalanced())
     with pytest.raises(AnalysisError, match=message):
         factorial_anova(df, "y", ["A", "B"])
+
+
+def test_one_fit_per_response_serves_the_table_and_the_contrasts():
+    """The ANOVA table and the verdicts' contrasts read the same OLS of a response: the second
+    reader finds the first's fit, and its design is the contrasts' design row for row."""
+    from analysis.anova import _ols
+    from analysis.model import fit_response
+
+    rng = np.random.default_rng(7)
+    df = pd.DataFrame([{"A": a, "B": b, "replicate": str(r), "y": rng.normal() + (a == "hi")}
+                       for a in ("lo", "hi") for b in ("x", "z") for r in range(3)])
+    _ols.cache_clear()
+    table, fit = anova_with_fit(df, "y", ["A", "B"], block="replicate")
+    contrasts = fit_response(df, "y", ["A", "B"], "replicate")
+    assert _ols.cache_info().misses == 1 and _ols.cache_info().hits == 1
+    np.testing.assert_allclose(contrasts.result.model.exog, contrasts.X)
+    np.testing.assert_allclose(np.asarray(contrasts.result.resid), fit.resid.to_numpy())
+    other = df.assign(y=df["y"] * 2)
+    assert fit_response(other, "y", ["A", "B"], "replicate").result is not contrasts.result
+    assert _ols.cache_info().misses == 2
