@@ -202,7 +202,7 @@ def _report_or_plan(args) -> int:
     # its own folder, nothing logged, no look recorded
     what_if = bool(margins or args.responses or args.alpha is not None or args.adjust != "bonferroni")
     out = Path(args.out) / args.experiment / ("what-if" if what_if else "")
-    rep = build_report(sweep, out, args.responses, args.adjust, alpha=args.alpha, margins=margins,
+    rep = build_report(sweep, out, args.responses, adjust=args.adjust, alpha=args.alpha, margins=margins,
                        ui=args.ui_url or default_ui_url(None if args.parquet else args.tracking_uri),
                        unrecorded=unrecorded, what_if=what_if, links=_links(sweep, args))
     print(rep.summary if args.verbose else rep.brief)
@@ -246,8 +246,8 @@ def _confirm(sweep, args, margins) -> int:
             raise AnalysisError(f"--at: expected FACTOR=LEVEL, got {item!r}")
         at[factor] = level
     rep = build_report(sweep, None, margins=margins or None)
-    print(confirm(sweep, rep.decision, args.confirm, (args.response or [None])[0], at, args.spec, args.out_spec,
-                  args.power, 0.05 if args.alpha is None else args.alpha))
+    print(confirm(sweep, rep.decision, args.confirm, (args.response or [None])[0], at, spec=args.spec,
+                  out=args.out_spec, power=args.power, alpha=0.05 if args.alpha is None else args.alpha))
     return 0
 
 

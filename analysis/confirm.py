@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -261,10 +262,22 @@ def _cheapest(sweep: SweepFrame, decision, raw: dict, response: str | None, at: 
     return min(prices, key=lambda p: p.blocks) if prices else None
 
 
+@dataclass(frozen=True)
+class ConfirmSettings:
+    """Where `confirm` reads and writes, and what its study is sized for: `spec`, the screening's
+    spec (the one saved with the sweep, then sweeps/NAME.yaml, where None); `out`, the new
+    spec's path (beside the screening's where None); the `power` to decide at the `alpha`."""
+    spec: str | None = None
+    out: str | None = None
+    power: float = 0.8
+    alpha: float = 0.05
+
+
 def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None, at: dict[str, str] | None = None,
-            spec: str | None = None, out: str | None = None, power: float = 0.8, alpha: float = 0.05) -> str:
-    """Write the confirmatory spec for `term` (`next`: the cheapest open one) and return what
-    to print (module docstring)."""
+            how: ConfirmSettings | None = None, **given) -> str:
+    """Write the confirmatory spec for `term` (`next`: the cheapest open one) and return what to
+    print (module docstring); `how`'s fields (`ConfirmSettings`) may also be given by name."""
+    spec, out, power, alpha = astuple(replace(how or ConfirmSettings(), **given))
     raw, source = screening_spec(sweep, spec)
     at = at or {}
     exp = sweep.record.experiment
@@ -286,7 +299,7 @@ def confirm(sweep: SweepFrame, decision, term: str, response: str | None = None,
     first = max(MIN_DF + 1, math.ceil(most / 2))
     fixed = ", ".join(f"{f}={lv}" for f, lv in p.chosen.items()) or "no other factor"
     several = len(decision.primary()) > 1  # the response in the name: one confirmation a response
-    new = _confirming_spec(raw, v, exp, p.name, p.arms, p.base, fixed, first, most, alpha, several)
+    new = _confirming_spec(raw, p, exp, fixed, (first, most), alpha, several)
     timed = timing_of(sweep) if sweep.registry.is_timed(r) else None
     if timed:  # timed as the screening was, so the noise it was sized from is the noise it will meet
         new["timing"] = timed
@@ -354,11 +367,13 @@ def confirmation_name(exp: str, term: str, response: str | None = None) -> str:
     return f"{full[:MAX_NAME - 9].rstrip('-.')}-{digest}"
 
 
-def _confirming_spec(raw: dict, v, exp: str, name: str, arms: dict, base: dict, fixed: str, first: int,
-                     most: int, alpha: float, several: bool = False) -> dict:
-    """The confirmation's spec: two arms, one response, a plan that looks at `first` blocks
-    and again at `most` (look_every: the blocks between), and its link to the screening study
-    (`several`: the screening has more than one primary response, so the name says which)."""
+def _confirming_spec(raw: dict, p, exp: str, fixed: str, looks: tuple[int, int], alpha: float,
+                     several: bool = False) -> dict:
+    """The confirmation's spec: the two arms the price `p` chose, one response, a plan that looks
+    at `looks` = (first, most) blocks (look_every: the blocks between), and its link to the
+    screening study (`several`: the screening has more than one primary response, so the name
+    says which)."""
+    v, name, arms, base, (first, most) = p.v, p.name, p.arms, p.base, looks
     r, term = v.response, v.term
     lo, hi, _ = v.interval()  # the interval its verdict used
     return {"name": confirmation_name(exp, term, r if several else None),

@@ -11,6 +11,7 @@ construction in that stage is named and not ranked.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trials.store.ui import UI_URL
@@ -67,15 +68,33 @@ def _unchecked(sweep: SweepFrame) -> Report:
     return build_report(sweep, None, check=False)
 
 
+@dataclass(frozen=True)
+class ReportSettings:
+    """How `build_report` reads a sweep. `margins` (`--margin`) supply or override the spec's;
+    every response with a margin is primary. `alpha` None is 0.05, or, for a sweep analysed
+    look after look (`trials augment --until-decided`), the alpha its spending rule gives the
+    look at this data; a given `alpha` or `margins` make the report a what-if. `typ`: the
+    ANOVA's sums of squares (II where balanced, III otherwise, where None); `ui`: the MLflow UI
+    the HTML's run links open; `unrecorded`: why the look is not recorded; `links`: the
+    confirmations' lines; `check`: recorded decisions checked against their runs."""
+    adjust: str = "bonferroni"
+    typ: int | None = None
+    alpha: float | None = None
+    margins: dict[str, float] | None = None
+    ui: str = UI_URL
+    unrecorded: str = ""
+    what_if: bool = False
+    links: list[str] | None = None
+    check: bool = True
+
+
 def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str] | None = None,
-                 adjust: str = "bonferroni", typ: int | None = None, alpha: float | None = None,
-                 margins: dict[str, float] | None = None, ui: str = UI_URL, unrecorded: str = "",
-                 what_if: bool = False, links: list[str] | None = None, check: bool = True) -> Report:
-    """The whole attribution of a sweep (`ui`: the MLflow UI the HTML's run links open). `margins` (`--margin`) supply or override the
-    spec's; every response with a margin is primary. `alpha` None is 0.05, or, for a sweep analysed look after look
-    (`trials augment --until-decided`), the alpha its spending rule gives the look at this data; a given `alpha` or
-    `margins` make the report a what-if; `check`: recorded decisions checked against their runs (`record_check`)."""
-    sweep, distrusted = _checked_input(sweep, check)
+                 how: ReportSettings | None = None, **given) -> Report:
+    """The whole attribution of a sweep, written as HTML and Markdown under `out` (where
+    given). `how`: the settings (`ReportSettings`), any of whose fields may be given by name."""
+    how = replace(how or ReportSettings(), **given)
+    adjust, typ, alpha, margins, links = how.adjust, how.typ, how.alpha, how.margins, how.links
+    sweep, distrusted = _checked_input(sweep, how.check)
     df, factors, record = sweep.runs, list(sweep.factors), sweep.record
     rules = sweep.registry
     stage = stage_of(df, rules)
@@ -88,8 +107,8 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     fraction = fraction_note(record.design, data, factors)
     results = analyse(df, chosen, factors, typ=typ, block=block, adjust="none", full_design=not fraction)
     models = response_models(df, chosen, factors, rules)
-    look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if=what_if or bool(margins))
-    look.unrecorded, look.distrusted = unrecorded, distrusted
+    look = look_for(sweep, look_shares(models, chosen, declared, rules), alpha, what_if=how.what_if or bool(margins))
+    look.unrecorded, look.distrusted = how.unrecorded, distrusted
     controls = control_cells(df)
     decision = decide_look(sweep, chosen, declared, look, models, plan_prices(look, models, chosen, declared, rules),
                            adjust)
@@ -114,6 +133,6 @@ def build_report(sweep: SweepFrame, out: str | Path | None, responses: list[str]
     rep.brief = brief_text(rep, sweep, header, closing)
     if out is not None:
         out = Path(out)
-        rep.html_path = write_html(sweep, rep, factors, out, ui)
+        rep.html_path = write_html(sweep, rep, factors, out, how.ui)
         rep.markdown_path = write_markdown(sweep, rep, factors, out / "report.md")
     return rep

@@ -178,9 +178,10 @@ def distance_to_boundary(estimate: float, se: float, df: float, alpha_star: floa
 
 
 def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, better: str,
-           family: int, in_family: bool = True, errors: str = "pooled", alpha_eq: float | None = None) -> Verdict:
+           family: int, in_family: bool = True, alpha_eq: float | None = None) -> Verdict:
     """The verdict of one contrast at alpha* (two-sided) and alpha_eq (one-sided; alpha*
-    where None; see the module docstring)."""
+    where None; see the module docstring), on the errors its `errors` names (pooled where
+    it names none)."""
     if not (np.isfinite(c.se) and c.se > 0 and c.df >= 1):
         raise AnalysisError(f"{response} {c.term}: no standard error (too few runs)")
     a_eq = alpha_star if alpha_eq is None else alpha_eq
@@ -196,7 +197,7 @@ def decide(c: Contrast, response: str, alpha_star: float, margin: float | None, 
                    c.estimate - t1 * c.se, c.estimate + t1 * c.se, c.estimate - t2 * c.se, c.estimate + t2 * c.se,
                    margin, better, p, min(1.0, p * family), p_equiv,
                    power.t_detectable(c.se, c.df, alpha_star, DECISION_POWER),
-                   distance_to_boundary(c.estimate, c.se, c.df, alpha_star, margin, a_eq), in_family, errors,
+                   distance_to_boundary(c.estimate, c.se, c.df, alpha_star, margin, a_eq), in_family, c.errors or "pooled",
                    alpha_eq=alpha_eq)
 
 
@@ -258,56 +259,90 @@ def response_models(df: pd.DataFrame, responses: list[str], factors: list[str],
     return Models(data, block, rows, fits, models)
 
 
+@dataclass(frozen=True)
+class DecideSettings:
+    """How `decide_all` decides, beyond the runs, responses, factors, margins and alpha.
+    `adjust`: bonferroni or none. The family's terms: `primary_terms`, or every main effect,
+    named contrast (`contrasts`: the spec's, `named_contrast`) and the `control`. Errors:
+    each response's variance model (`analysis.variance`: own block x term, or pooled where
+    `block_errors` says so, plus items x term); `block_tests` False: pooled run-level errors.
+    `rules`: the workload's registry; `models`: fitted already (`response_models`); `plan`:
+    what the sweep's plan still allows, which next steps are priced within (`PlanPrices`).
+    `levels(response, alpha*)`: this look's nominal two- and one-sided levels and their look
+    (`LookResult.levels`; alpha* where None); `binding`: what earlier looks decided
+    ("response|term" -> the verdict), which stands; `frozen`: why this analysis tests nothing
+    left open (a look shown as recorded, re-timed since)."""
+    adjust: str = "bonferroni"
+    control: str | None = None
+    primary_terms: list[str] | None = None
+    block_tests: bool = True
+    rules: Registry | None = None
+    contrasts: dict | None = None
+    models: Models | None = None
+    plan: PlanPrices | None = None
+    block_errors: str = "own"
+    levels: Callable[[str, float], tuple[float, float, int]] | None = None
+    binding: dict[str, dict] | None = None
+    frozen: str = ""
+
+
+@dataclass(frozen=True)
+class _Test:
+    """What one response's contrasts are tested with: its declaration (margin, better), the
+    family's size, this look's levels (`at`: two-sided, one-sided alpha*, the look) and their
+    df calibration (`at_df`), and the response's scale (what counts as identical)."""
+    response: str
+    margin: float | None
+    better: str
+    family: int
+    at: tuple[float, float, int]
+    at_df: Callable[[float], tuple[float, float]] | None
+    scale: float
+
+
 def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margins: dict[str, dict],
-               alpha: float = 0.05, adjust: str = "bonferroni", control: str | None = None,
-               primary_terms: list[str] | None = None, block_tests: bool = True,
-               rules: Registry | None = None, contrasts: dict | None = None, models: Models | None = None,
-               plan: PlanPrices | None = None, block_errors: str = "own",
-               levels: Callable[[str, float], tuple[float, float, int]] | None = None,
-               binding: dict[str, dict] | None = None, frozen: str = "") -> Decision:
+               alpha: float = 0.05, how: DecideSettings | None = None, **given) -> Decision:
     """Verdicts for every contrast of every response. The family: the primary responses (with
-    a margin, or all where none has) x the primary terms (`primary_terms`, or every main
-    effect, named contrast and the control); `alpha` is the family's over the whole plan, each
-    hypothesis' share alpha* = alpha / m. `levels(response, alpha*)`: this look's nominal
-    two- and one-sided levels and their look (`LookResult.levels`; alpha* where None).
-    `binding`: what earlier looks decided ("response|term" -> the verdict), which stands;
-    `frozen`: why this analysis tests nothing left open (a look shown as recorded, re-timed since).
-    `contrasts`: the spec's named ones (`named_contrast`). Errors from each response's
-    variance model (`analysis.variance`: own block x term, or pooled where `block_errors`
-    says so, plus items x term); `block_tests` False: pooled run-level errors. `rules`: the
-    workload's registry; `models`: fitted already (`response_models`); `plan`: what the
-    sweep's plan still allows, which next steps are priced within (`PlanPrices`)."""
-    rules, _ = rules or UNKNOWN, _check_settings(adjust, alpha)
-    ms = models or response_models(df, responses, factors, rules)
+    a margin, or all where none has) x the primary terms; `alpha` is the family's over the
+    whole plan, each hypothesis' share alpha* = alpha / m. `how`: the settings
+    (`DecideSettings`), any of whose fields may also be given by name."""
+    how = replace(how or DecideSettings(), **given)
+    rules, _ = how.rules or UNKNOWN, _check_settings(how.adjust, alpha)
+    ms = how.models or response_models(df, responses, factors, rules)
     data, block, rows, fits = ms.data, ms.block, ms.rows, ms.fits
-    found = {r: _every_contrast(fits[r], rows[r], with_value(df, r), r, factors, control, contrasts, rules,
-                                own=block_errors != "pooled" and block_tests) for r in responses}
-    terms, primary, family = _family(found, responses, margins, primary_terms or default_terms(factors, control,
-                                                                                               contrasts))
-    per_test = alpha / family if adjust == "bonferroni" else alpha
+    found = {r: _every_contrast(fits[r], rows[r], with_value(df, r), r, factors, how) for r in responses}
+    terms, primary, family = _family(found, responses, margins, how.primary_terms
+                                     or default_terms(factors, how.control, how.contrasts))
+    per_test = alpha / family if how.adjust == "bonferroni" else alpha
     n_cells, reps = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups, _blocks(data, block)
-    checks, verdicts, at, dfs, scale = {}, [], {}, {}, {}
+    checks, verdicts, tests = {}, [], {}
     for r in responses:
-        a2, a1, look = at[r] = levels(r, per_test) if levels is not None else (per_test, per_test, 0)
-        if block_tests:
+        test = tests[r] = _test_of(r, margins, rules, family, per_test, how.levels, _scale(rows[r][r]))
+        if how.block_tests:
             variance.add_tests(ms.models[r], _own_error_terms(fits[r], found[r], r in primary, terms, factors),
-                               block_errors)
-        m = margins.get(r) or {}
-        better, margin = m.get("better") or rules.better(r), m.get("margin")
-        checks[r] = _check(r, fits[r], better, margin, r in primary, n_cells, reps, a2)
-        scale[r] = _scale(rows[r][r])
-        checks[r].margin_of = m.get("of", "")
-        at_df = dfs[r] = (lambda df, r=r: levels(r, per_test, df)[:2]) if levels is not None else None
-        settle = _Settle(binding or {}, look if levels is not None else None, frozen, bool(block), reps, n_cells,
-                         plan, per_test)
-        verdicts += [settle(_verdict(c, r, ms.models[r], a2, margin, better, family, r in primary and c.group in terms,
-                                     a1, at_df, scale[r]), scale[r]) for c in found[r]]
-    decision = Decision(alpha, adjust, per_test, family, checks, verdicts, terms, levels=at)
-    decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, margins, at, family, rules, dfs, scale)
+                               how.block_errors)
+        checks[r] = _check(r, fits[r], test.better, test.margin, r in primary, n_cells, reps, test.at[0])
+        checks[r].margin_of = (margins.get(r) or {}).get("of", "")
+        settle = _Settle(how.binding or {}, test.at[2] if how.levels is not None else None, how.frozen, bool(block),
+                         reps, n_cells, how.plan, per_test)
+        verdicts += [settle(_verdict(c, ms.models[r], test, r in primary and c.group in terms), test.scale)
+                     for c in found[r]]
+    decision = Decision(alpha, how.adjust, per_test, family, checks, verdicts, terms,
+                        levels={r: t.at for r, t in tests.items()})
+    decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, tests)
     for r in responses:
-        _noise_and_caveats(decision, r, rows[r], ms.models[r], rules, block_errors == "pooled" and bool(block)
+        _noise_and_caveats(decision, r, rows[r], ms.models[r], rules, how.block_errors == "pooled" and bool(block)
                            and r in primary)
     return decision
+
+
+def _test_of(r: str, margins: dict, rules: Registry, family: int, per_test: float, levels, scale: float) -> _Test:
+    """A response's `_Test`: its declared margin and better direction (the registry's where
+    it states none), and the look's levels for it (alpha* at both sides where no plan)."""
+    m = margins.get(r) or {}
+    at = levels(r, per_test) if levels is not None else (per_test, per_test, 0)
+    at_df = (lambda df: levels(r, per_test, df)[:2]) if levels is not None else None
+    return _Test(r, m.get("margin"), m.get("better") or rules.better(r), family, at, at_df, scale)
 
 
 @dataclass(frozen=True)
@@ -349,10 +384,11 @@ def decide_look(sweep: SweepFrame, responses: list[str], declared: dict[str, dic
     the primary responses' margins (`margins_for`)."""
     df, record = sweep.runs, sweep.record
     control = next(iter(control_cells(df)), None)
-    return decide_all(df, responses, list(sweep.factors), declared, look.family_alpha, adjust, control,
-                      record.primary_terms or None, rules=sweep.registry, contrasts=record.contrasts, models=models,
-                      plan=prices, block_errors=look.plan.block_errors if look.plan is not None else "own",
-                      levels=look.levels, binding=look.binding(), frozen=look.frozen())
+    how = DecideSettings(adjust, control, record.primary_terms or None, rules=sweep.registry,
+                         contrasts=record.contrasts, models=models, plan=prices,
+                         block_errors=look.plan.block_errors if look.plan is not None else "own",
+                         levels=look.levels, binding=look.binding(), frozen=look.frozen())
+    return decide_all(df, responses, list(sweep.factors), declared, look.family_alpha, how)
 
 
 def _family(found: dict[str, list[Contrast]], responses: list[str], margins: dict,
@@ -461,29 +497,28 @@ def _tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[st
     return out
 
 
-def _verdict(c: Contrast, response: str, model: variance.Model, alpha_star: float, margin: float | None,
-             better: str, family: int, in_family: bool, alpha_eq: float | None = None,
-             at_df: Callable[[float], tuple[float, float]] | None = None, scale: float = 0.0) -> Verdict:
+def _verdict(c: Contrast, model: variance.Model, test: _Test, in_family: bool) -> Verdict:
     """One contrast decided on the error its variance model gives it (a control's own
-    paired errors where it has no model row). `at_df(df)`: the look's (two-sided, one-sided)
-    nominal levels for a t statistic on df degrees of freedom, where a plan's boundaries are
-    calibrated to the df (`LookResult.levels`); `alpha_star`, `alpha_eq` where None."""
+    paired errors where it has no model row). `test.at_df(df)`: the look's (two-sided,
+    one-sided) nominal levels for a t statistic on df degrees of freedom, where a plan's
+    boundaries are calibrated to the df (`LookResult.levels`); `test.at`'s where None."""
     noise = model.noise(c.L) if c.L is not None else c.noise
+    c = replace(c, errors=c.errors or (noise.source if noise else model.fit.errors))
     if noise is not None:
         c = replace(c, se=noise.se, df=noise.df)
-    if at_df is not None and np.isfinite(c.df) and c.df >= 1:
-        alpha_star, alpha_eq = at_df(float(c.df))
-    tiny = IDENTICAL * scale
-    if scale > 0 and 0 <= c.se <= tiny and abs(c.estimate) <= tiny:
+    alpha_star, alpha_eq = test.at[:2]
+    if test.at_df is not None and np.isfinite(c.df) and c.df >= 1:
+        alpha_star, alpha_eq = test.at_df(float(c.df))
+    tiny = IDENTICAL * test.scale
+    if test.scale > 0 and 0 <= c.se <= tiny and abs(c.estimate) <= tiny:
         # identical values at its levels (`_identical`): tested at the threshold, never on a se of 0
         # (whose df, a ratio of zeros, say nothing either)
         df = float(c.df) if np.isfinite(c.df) and c.df >= 1 else 1.0
-        v = decide(replace(c, se=tiny, df=df), response, alpha_star, margin, better, family, in_family,
-                   c.errors or (noise.source if noise else model.fit.errors), alpha_eq)
+        v = decide(replace(c, se=tiny, df=df), test.response, alpha_star, test.margin, test.better, test.family,
+                   in_family, alpha_eq)
         v.se, v.noise = c.se, noise
         return v
-    v = decide(c, response, alpha_star, margin, better, family, in_family,
-               c.errors or (noise.source if noise else model.fit.errors), alpha_eq)
+    v = decide(c, test.response, alpha_star, test.margin, test.better, test.family, in_family, alpha_eq)
     v.noise = noise
     if in_family and c.L is not None:
         v.block = model.tests.get(tuple(c.group.split(":")))
@@ -507,16 +542,17 @@ def _price_blocks(v: Verdict, reps: int, n_cells: int, plan: PlanPrices | None, 
 
 
 def _every_contrast(fit: Fit, rows: pd.DataFrame, runs: pd.DataFrame, response: str, factors: list[str],
-                    control: str | None, contrasts: dict | None, rules: Registry | None = None,
-                    own: bool = True) -> list[Contrast]:
-    """One response's contrasts: every estimable term's, the named ones, the control's."""
+                    how: DecideSettings) -> list[Contrast]:
+    """One response's contrasts: every estimable term's, the named ones, the control's (on
+    its own paired errors unless the plan pools the block errors)."""
     found = term_contrasts(fit, rows, factors)
-    for name, sides in (contrasts or {}).items():
+    for name, sides in (how.contrasts or {}).items():
         if (c := named_contrast(fit, factors, name, sides)) is not None:
             found.append(c)
-    if control is not None:
-        c = control_contrast(runs, response, control, "replicate")
-        noise = variance.control_noise(runs, response, control, rules) if own else None
+    if how.control is not None:
+        c = control_contrast(runs, response, how.control, "replicate")
+        own = how.block_errors != "pooled" and how.block_tests
+        noise = variance.control_noise(runs, response, how.control, how.rules) if own else None
         found.append(replace(c, noise=noise, errors="") if noise is not None else c)
     return found
 
@@ -529,26 +565,22 @@ def _check_settings(adjust: str, alpha: float) -> None:
 
 
 def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[str, variance.Model],
-            factors: list[str], primary: list[str], terms: list[str], margins: dict[str, dict],
-            at: dict[str, tuple[float, float, int]], family: int, rules: Registry,
-            at_df: dict[str, Callable] | None = None, scale: dict[str, float] | None = None) -> list[SimpleEffect]:
+            factors: list[str], primary: list[str], terms: list[str], tests: dict[str, _Test]) -> list[SimpleEffect]:
     """Each primary main effect at every combination of the other factors' levels, decided
     at alpha* outside the family: what "it holds at every level" must rest on. Each is judged
     on the error model of its main effect (every term it spans on its own block x term error,
     unless the plan pools), and like it, not tested on an error of fewer than MIN_DF df."""
-    at_df = at_df or {}
     out = []
     if len(factors) < 2:
         return out
     for r in primary:
-        m = margins.get(r) or {}
+        test = tests[r]
         for f in [t for t in terms if t in factors]:
             for where, c in simple_effects(fits[r], rows[r], factors, f):
-                v = _verdict(c, r, models[r], at[r][0], m.get("margin"), m.get("better") or rules.better(r),
-                             family, False, at[r][1], at_df.get(r), (scale or {}).get(r, 0.0))
-                if v.df < MIN_DF or at[r][2] == 0 and at_df.get(r) is not None:  # as its main effect: untested
+                v = _verdict(c, models[r], test, False)
+                if v.df < MIN_DF or test.at[2] == 0 and test.at_df is not None:  # as its main effect: untested
                     v.verdict, v.untested = UNDECIDED, True
-                _identical(v, (scale or {}).get(r, 0.0))
+                _identical(v, test.scale)
                 out.append(SimpleEffect(r, c.term, where, v))
     return out
 

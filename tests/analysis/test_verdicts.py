@@ -259,6 +259,13 @@ def test_the_family_is_primary_responses_times_primary_terms():
     assert all(v.alpha_star == d.alpha_star for v in d.verdicts)
     with pytest.raises(AnalysisError, match="none of the primary terms"):
         decide_all(df, ["y"], list("ABC"), margins, primary_terms=["D"])
+    # the settings object and its fields by name are one way in; a name it lacks is refused
+    from analysis.verdicts import DecideSettings
+    by_object = decide_all(df, ["y", "z"], list("ABC"), margins, 0.05, DecideSettings(primary_terms=["A", "A:B"]))
+    assert by_object.table().equals(d.table())
+    assert decide_all(df, ["y"], list("ABC"), margins, how=DecideSettings(adjust="none")).alpha_star == 0.05
+    with pytest.raises(TypeError, match="primary_term"):
+        decide_all(df, ["y"], list("ABC"), margins, primary_term=["A"])
 
 
 def test_simple_effects_are_the_cell_differences_at_each_level_of_the_others():
