@@ -26,6 +26,7 @@ from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decisio
 from .coded_design import alias_structure, design_matrix, factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA, cell_means, centred_order, model_fit_table, residuals
 from .frame import SweepFrame
+from .item_kinds import count_column
 from .sweep_reader import report_incomplete
 from .variance import items_unused
 
@@ -110,6 +111,19 @@ def simple_lines(decision: Decision, response: str) -> list[str]:
     return out
 
 
+def _mixed_counts(data: pd.DataFrame, chosen: list[str], sweep: SweepFrame) -> list[str]:
+    """A line for each evaluation count (the column a response's registry row says its items
+    are drawn on) whose value differs between runs: a re-evaluation not finished."""
+    rules, out = sweep.registry, []
+    for column in dict.fromkeys(count_column(r, rules) for r in chosen):
+        seen = sorted(set(pd.to_numeric(data[column], errors="coerce").dropna())) if column in data.columns else []
+        if len(seen) > 1:
+            drawn = ", ".join(r for r in chosen if count_column(r, rules) == column)
+            out.append(f"note: the runs' latest evaluations counted different numbers of items on {column} "
+                       f"({', '.join(f'{n:g}' for n in seen)}): finish `trials reeval` before reading {drawn}")
+    return out
+
+
 def notes(sweep: SweepFrame, data: pd.DataFrame, chosen: list[str], fraction: str, dunnett: bool,
           skipped: list[str]) -> str:
     """The summary's closing lines: the design's aliases, runs a response lacks, mixed
@@ -121,11 +135,7 @@ def notes(sweep: SweepFrame, data: pd.DataFrame, chosen: list[str], fraction: st
             lines.append(f"warning: {r} is analysed on {len(data) - len(missing)} of {len(data)} runs; "
                          f"without a value: {', '.join(missing)}")
     lines += [why for r in chosen if r in sweep.record.responses and (why := items_unused(data, r))]
-    prompts = sorted(set(pd.to_numeric(data["split/prompts"]).dropna())) if "split/prompts" in data.columns else []
-    if len(prompts) > 1:
-        lines.append(f"note: the runs' latest evaluations decoded different numbers of prompts "
-                     f"({', '.join(f'{p:g}' for p in prompts)}): finish `trials reeval` before reading the decoding "
-                     "responses")
+    lines += _mixed_counts(data, chosen, sweep)
     if dunnett:
         lines.append("each arm against the control (Dunnett): see the report")
     incomplete = report_incomplete(sweep)

@@ -348,3 +348,21 @@ def test_blocks_that_are_copies_are_refused_in_one_line_naming_the_seed(tmp_path
         check_replicates_vary(grid, "y", ["A"])
     check_replicates_vary(grid.assign(y=grid["y"] + [0, 0, 0, 0, 0, 0, 0, 1e-6]), "y", ["A"])
     check_replicates_vary(grid[grid["replicate"] == 0], "y", ["A"])  # one block: nothing to compare
+
+
+def test_a_reevaluation_left_unfinished_is_named_on_the_count_its_responses_are_drawn_on():
+    """Runs whose latest evaluations counted different items: the note names the count
+    column the registry gives the chosen responses, and only for those responses."""
+    sweep = _sweep(fraction=False)
+    df = sweep.runs
+    df["split/prompts"] = [48 if i % 2 else 96 for i in range(len(df))]
+    df["split/eval_batches"] = 8
+    summary = build_report(sweep, None, responses=["spec/tau", "val/bpb"]).summary
+    assert ("note: the runs' latest evaluations counted different numbers of items on split/prompts (48, 96): "
+            "finish `trials reeval` before reading spec/tau") in summary
+    assert "on split/eval_batches" not in summary
+    df["split/prompts"], df["split/eval_batches"] = 96, [4 if i % 3 else 8 for i in range(len(df))]
+    assert "on split/eval_batches (4, 8): finish `trials reeval` before reading val/bpb" in \
+        build_report(sweep, None, responses=["spec/tau", "val/bpb"]).summary
+    quiet = build_report(sweep, None, responses=["spec/tau"]).summary  # no response drawn on the batches
+    assert "counted different numbers of items" not in quiet
