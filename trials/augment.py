@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from trials.store.keys import (PASS_TAG, PLAN_PARAM, SEQUENTIAL_TAG, SUMMARY_TAG, read_split_tag, reeval_tag, sweep_parent,
                                sweep_trials)
@@ -49,6 +51,7 @@ from . import expand, saved
 from .timing import TimingSettings, time_sweep
 from .timing_settings import again_command
 from .lease import write_atomic
+from .run_settings import RunSettings
 
 
 @dataclass
@@ -67,36 +70,58 @@ class Look:
         return f"look at {self.replicates} replicate blocks (alpha {self.alpha:.3g}): {told} -> {self.action}"
 
 
-def augment(name: str, storage: str | None, tracking_uri: str | None = None, address: str | None = None,
-            replicates: int | None = None, until_decided: bool = False, max_replicates: int | None = None,
-            budget_minutes: float | None = None, alpha: float = 0.05, say=print, post_hoc: bool = False,
-            look_every: int | None = None) -> dict:
-    """Add `replicates` blocks, or look until decided (see the module docstring). Returns
+@dataclass(frozen=True)
+class AugmentSettings:
+    """What `augment` asks besides the sweep (also as its keywords of the same names).
+
+    replicates, until_decided, look_every: N more blocks, or looks until decided (every N blocks, where no plan says).
+    max_replicates, budget_minutes, alpha, post_hoc: the plan's most blocks, the time allowed, its alpha, a late plan.
+    say: where the looks' lines go.
+    """
+    replicates: int | None = None
+    until_decided: bool = False
+    look_every: int | None = None
+    max_replicates: int | None = None
+    budget_minutes: float | None = None
+    alpha: float = 0.05
+    post_hoc: bool = False
+    say: Callable[[str], Any] = print
+
+    def __post_init__(self):
+        replicates, look_every, budget_minutes = self.replicates, self.look_every, self.budget_minutes
+        if (replicates is None) == (not self.until_decided):
+            raise ValueError("augment: give --replicates N, or --until-decided")
+        if replicates is not None and (not isinstance(replicates, int) or replicates < 1):
+            raise ValueError(f"--replicates: an integer >= 1, got {replicates!r}")
+        if look_every is not None and (not isinstance(look_every, int) or look_every < 1 or not self.until_decided):
+            raise ValueError(f"--look-every: an integer >= 1, with --until-decided, got {look_every!r}")
+        if budget_minutes is not None and not budget_minutes > 0:
+            raise ValueError(f"--budget-minutes: a number > 0, got {budget_minutes!r}")
+
+
+def augment(name: str, storage: str | None, tracking_uri: str | None = None, address: str | None = None, *,
+            settings: AugmentSettings | None = None, **given) -> dict:
+    """Add `settings.replicates` blocks, or look until decided (see the module docstring);
+    `given`: any of AugmentSettings' fields by name, put over `settings`. Returns
     {"looks": [Look, ...], "stopped": reason, "replicates": blocks at the end, "ok": no trial failed}."""
-    if (replicates is None) == (not until_decided):
-        raise ValueError("augment: give --replicates N, or --until-decided")
-    if replicates is not None and (not isinstance(replicates, int) or replicates < 1):
-        raise ValueError(f"--replicates: an integer >= 1, got {replicates!r}")
-    if look_every is not None and (not isinstance(look_every, int) or look_every < 1 or not until_decided):
-        raise ValueError(f"--look-every: an integer >= 1, with --until-decided, got {look_every!r}")
-    if budget_minutes is not None and not budget_minutes > 0:
-        raise ValueError(f"--budget-minutes: a number > 0, got {budget_minutes!r}")
+    # no default AugmentSettings() to replace into: it asks for neither blocks nor looks, and is refused
+    settings = replace(settings, **given) if settings is not None else AugmentSettings(**given)
     spec, meta = saved.load_saved(name, storage, "augment")
     uri = tracking_uri or meta["tracking_uri"]
     exp_dir = saved.storage_root(storage) / name
     pending = pending_target(exp_dir, spec.replicates)  # an interrupted augment's, checked as input
-    if until_decided and not spec.responses:
+    if settings.until_decided and not spec.responses:
         raise ValueError(f"augment: sweep {name!r} declares no primary responses with margins "
                          "(responses: in its spec), so nothing can be decided")
-    if max_replicates is not None and max_replicates < spec.replicates:
-        raise ValueError(f"--max-replicates: {max_replicates} is fewer than the sweep's {spec.replicates} blocks")
-    how = f"--replicates {replicates}" if replicates is not None else "--until-decided"
-    kwargs = {"tracking_uri": uri, "storage": storage, "address": address,
-              "max_concurrent": meta.get("max_concurrent"), "extend": True, "command": f"trials augment {name} {how}"}
-    if replicates is not None:
-        return _add_blocks(spec, replicates, pending, exp_dir, kwargs, say)
-    return _until_decided(spec, uri, kwargs, max_replicates, budget_minutes, alpha, say, post_hoc, pending,
-                          look_every)
+    most = settings.max_replicates
+    if most is not None and most < spec.replicates:
+        raise ValueError(f"--max-replicates: {most} is fewer than the sweep's {spec.replicates} blocks")
+    how = f"--replicates {settings.replicates}" if settings.replicates is not None else "--until-decided"
+    running = RunSettings(tracking_uri=uri, storage=storage, address=address, max_concurrent=meta.get("max_concurrent"),
+                          extend=True, command=f"trials augment {name} {how}")
+    if settings.replicates is not None:
+        return _add_blocks(spec, settings.replicates, pending, exp_dir, running, settings.say)
+    return _until_decided(spec, running, settings, pending)
 
 
 TARGET_FILE = "augment.json"  # in the sweep's storage folder while an `augment --replicates` is under way
@@ -121,7 +146,7 @@ def pending_target(exp_dir, replicates: int) -> dict | None:
     return None if target < replicates else record  # one the saved spec has passed is stale: replaced when next written
 
 
-def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: dict, say) -> dict:
+def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, running: RunSettings, say) -> dict:
     """`--replicates N`: to the target an interrupted augment recorded, else to N more
     blocks, recorded (under the lease, before anything is added) and cleared once reached."""
     from . import runner
@@ -138,32 +163,45 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, kwargs: di
         if planned and target > planned:
             raise ValueError(f"--replicates: {spec.replicates} + {replicates} blocks pass the sweep's sequential "
                              f"plan of at most {planned}")
-        record = json.dumps({"replicates": target, "command": kwargs["command"]})
+        record = json.dumps({"replicates": target, "command": running.command})
     spec = expand.with_replicates(spec, target)
-    out = runner.run(spec, **kwargs, leased=None if record is None else
+    out = runner.run(spec, running, leased=None if record is None else
                      (lambda d: write_atomic(d / TARGET_FILE, record)))
-    _evaluate_like_the_rest(spec, kwargs)
+    _evaluate_like_the_rest(spec, running)
     if out["failed"] == 0:
         (exp_dir / TARGET_FILE).unlink(missing_ok=True)  # reached: the same command again is a new request
     return {"looks": [], "stopped": done, "replicates": spec.replicates, "run": out, "ok": out["failed"] == 0}
 
 
-def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, budget_minutes: float | None,
-                   alpha: float, say, post_hoc: bool, pending: dict | None = None,
-                   look_every: int | None = None) -> dict:
+@dataclass(frozen=True)
+class _Watch:
+    """What every look of one `--until-decided` shares: the store, the parent run, the plan,
+    when it started (for the budget), and the looks so far."""
+    uri: str
+    client: Any
+    parent: str
+    plan: Any
+    started: float
+    looks: list[Look]
+
+
+def _until_decided(spec, running: RunSettings, settings: AugmentSettings, pending: dict | None = None) -> dict:
     from analysis.anova import AnalysisError
     from analysis.sweep_reader import load_runs
 
     started = time.monotonic()
-    looks: list[Look] = []
     block_s: float | None = None
+    uri, say = running.tracking_uri, settings.say
     client = tracking_client(uri)
     exp = client.get_experiment_by_name(spec.name)
     found = [p for p in [sweep_parent(client, exp.experiment_id)] if p is not None] if exp else []
     # refused before any work
-    plan = _plan(found[0].data.tags if found else {}, spec.replicates, max_replicates, alpha, post_hoc, look_every)
-    spec, out, wait = _finish_first(spec, kwargs, pending, say)
+    plan = _plan(found[0].data.tags if found else {}, spec.replicates, settings.max_replicates, settings.alpha,
+                 settings.post_hoc, settings.look_every)
+    spec, out, wait = _finish_first(spec, running, pending, say)
     parent = out["parent_run_id"]
+    watch = _Watch(uri, client, parent, plan, started, looks=[])
+    looks = watch.looks
     _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
     set_tags(client, parent, {SEQUENTIAL_TAG: plan.to_json()})
     if not plan.looks and PLAN_PARAM not in client.get_run(parent).data.params:  # a plan this augment adds
@@ -184,17 +222,17 @@ def _until_decided(spec, uri: str, kwargs: dict, max_replicates: int | None, bud
             say(f"{spec.name}: {spec.replicates} replicate block(s) cannot be analysed yet ({why_not}) "
                 f"-> add {_step(plan, spec.replicates)} replicate block(s)")
         else:
-            stop = _look(rep, sweep, spec, plan, uri, client, parent, budget_minutes, started, block_s, looks, say)
+            stop = _look(rep, sweep, spec, block_s, watch, settings)
             if stop:
                 return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
         step = _step(plan, spec.replicates)
-        spec, out, took, wait = _add_block(spec, kwargs, step)
+        spec, out, took, wait = _add_block(spec, running, step)
         block_s = took / step
         if out["failed"]:
             return _failed(out, looks, spec)
 
 
-def _finish_first(spec, kwargs: dict, pending: dict | None, say):
+def _finish_first(spec, running: RunSettings, pending: dict | None, say):
     """Before the first look: the blocks an interrupted `--replicates` asked for, whatever an
     interrupted augment left unrun, evaluated and timed like the rest (a confirmation of a
     timed response is timed here for its first look). Returns (spec, the run's result, why a
@@ -205,35 +243,35 @@ def _finish_first(spec, kwargs: dict, pending: dict | None, say):
         say(f"{spec.name}: continuing to {pending['replicates']} replicate blocks, as the interrupted augment asked "
             f"(`{pending['command']}`)")
         spec = expand.with_replicates(spec, pending["replicates"])
-    out = runner.run(spec, **kwargs)  # finish what an interrupted augment left (runs nothing otherwise)
+    out = runner.run(spec, running)  # finish what an interrupted augment left (runs nothing otherwise)
     wait = ""
-    if pending is not None or _unevenly_measured(spec, kwargs["tracking_uri"]):  # interrupted before its evaluation
-        wait = _evaluate_like_the_rest(spec, kwargs)
+    if pending is not None or _unevenly_measured(spec, running.tracking_uri):  # interrupted before its evaluation
+        wait = _evaluate_like_the_rest(spec, running)
     if pending is not None and out["failed"] == 0:
-        (saved.storage_root(kwargs["storage"]) / spec.name / TARGET_FILE).unlink(missing_ok=True)
+        (saved.storage_root(running.storage) / spec.name / TARGET_FILE).unlink(missing_ok=True)
     return spec, out, wait
 
 
-def _look(rep, sweep, spec, plan, uri: str, client, parent: str, budget_minutes: float | None, started: float,
-          block_s: float | None, looks: list, say) -> str:
+def _look(rep, sweep, spec, block_s: float | None, watch: _Watch, settings: AugmentSettings) -> str:
     """One look: its verdicts counted, recorded on the parent (when new) and said; returns
     why to stop, or ""."""
     from analysis.publish import log_to_parent, record_look
 
     counts = rep.decision.counts()
-    step = _step(plan, spec.replicates)
-    stop = _stop_reason(rep.decision.undecided(), spec.replicates, plan.max_replicates, budget_minutes, started,
-                        None if block_s is None else block_s * step, counts.get("matters, size unsure", 0))
+    step = _step(watch.plan, spec.replicates)
+    stop = _stop_reason(rep.decision.undecided(), spec.replicates, watch.plan.max_replicates, settings.budget_minutes,
+                        watch.started, None if block_s is None else block_s * step,
+                        counts.get("matters, size unsure", 0))
     more = "add one replicate block" if step == 1 else f"add {step} replicate blocks (the plan looks every {step})"
     look = Look(spec.replicates, rep.look.alpha, counts, stop or more, rep.look.label())
-    looks.append(look)
+    watch.looks.append(look)
     if rep.look.new or rep.look.sealed:
-        record_look(sweep, uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
-        log_to_parent(rep, sweep, uri)  # the parent's description is this look's answer (and a screening's link)
-    _keep_on_parent(client, parent, spec.name, "look", {}, {"augment/undecided": rep.decision.undecided()},
-                    rep.look.index)
-    client.log_metric(parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
-    say(f"{spec.name}: {look.text()}")
+        record_look(sweep, watch.uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
+        log_to_parent(rep, sweep, watch.uri)  # the parent's description is this look's answer (and a screening's link)
+    _keep_on_parent(watch.client, watch.parent, spec.name, "look", {},
+                    {"augment/undecided": rep.decision.undecided()}, rep.look.index)
+    watch.client.log_metric(watch.parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
+    settings.say(f"{spec.name}: {look.text()}")
     return stop
 
 
@@ -257,15 +295,15 @@ def _step(plan, replicates: int) -> int:
     return max(1, min(plan.look_every or 1, plan.max_replicates - replicates))
 
 
-def _add_block(spec, kwargs: dict, step: int = 1):
+def _add_block(spec, running: RunSettings, step: int = 1):
     """`step` more replicate blocks, saved with the sweep and run as one, evaluated and timed
     like the rest; returns (spec, run's result, seconds, why a look must wait or "")."""
     from . import runner
 
     spec = expand.with_replicates(spec, spec.replicates + step)
     t0 = time.monotonic()
-    out = runner.run(spec, **kwargs)
-    wait = _evaluate_like_the_rest(spec, kwargs) if not out["failed"] else ""
+    out = runner.run(spec, running)
+    wait = _evaluate_like_the_rest(spec, running) if not out["failed"] else ""
     return spec, out, time.monotonic() - t0, wait
 
 
@@ -285,7 +323,7 @@ def _unevenly_measured(spec, uri: str) -> bool:
     return uneven or (timed and any(PASS_TAG not in r.data.tags for r in runs))
 
 
-def _evaluate_like_the_rest(spec, kwargs: dict) -> str:
+def _evaluate_like_the_rest(spec, running: RunSettings) -> str:
     """A sweep re-evaluated with more items (`trials reeval`; DSpark: prompts, held-out
     batches): a new block's trials get the same evaluation, so that every run of a look is
     evaluated with the same counts (the spec's own counts would mix two evaluations in one
@@ -293,7 +331,7 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> str:
     returns)."""
     from .reeval import reeval
 
-    client = tracking_client(kwargs["tracking_uri"])
+    client = tracking_client(running.tracking_uri)
     exp = client.get_experiment_by_name(spec.name)
     runs = sweep_trials(client, exp.experiment_id)
     asked = {}
@@ -302,8 +340,8 @@ def _evaluate_like_the_rest(spec, kwargs: dict) -> str:
         if len(counts) == 1:
             asked[field] = int(counts.pop())
     if asked:
-        reeval(spec.name, kwargs["storage"], asked, tracking_uri=kwargs["tracking_uri"], address=kwargs["address"])
-    return _time_like_the_rest(spec, client, exp.experiment_id, kwargs)
+        reeval(spec.name, running.storage, asked, tracking_uri=running.tracking_uri, address=running.address)
+    return _time_like_the_rest(spec, client, exp.experiment_id, running)
 
 
 BUSY_PASSES = 3  # timing passes an augment takes before a look, at most, to get one the busy check passes
@@ -315,7 +353,7 @@ def timed_primary(spec) -> list[str]:
     return [r for r in spec.responses if rows.is_timed(r)]
 
 
-def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict, say=print) -> str:
+def _time_like_the_rest(spec, client, experiment_id: str, running: RunSettings, say=print) -> str:
     """A sweep whose timed responses came from a timing pass gets its new block timed with the
     same settings: each run is timed once, every arm of the block interleaved in one pass, so
     the load the block met is common to its arms (the block's effect absorbs the rest). A
@@ -331,14 +369,14 @@ def _time_like_the_rest(spec, client, experiment_id: str, kwargs: dict, say=prin
     known = TimingSettings.__dataclass_fields__
     given = {k: last[k] for k in known if k in last} if last else dict(spec.timing)
     settings = TimingSettings(**given)
-    record = time_sweep(spec.name, kwargs["storage"], kwargs["tracking_uri"], kwargs["address"], settings, say=say)
+    record = time_sweep(spec.name, running.storage, running.tracking_uri, running.address, settings, say=say)
     if record is None:  # nothing new to time: the last pass stands
         record = last or {}
     for _ in range(BUSY_PASSES - 1):
         if not record.get("busy"):
             return ""
         say(f"{spec.name}: the timing pass was busy: timing every run again before the look")
-        record = time_sweep(spec.name, kwargs["storage"], kwargs["tracking_uri"], kwargs["address"], settings,
+        record = time_sweep(spec.name, running.storage, running.tracking_uri, running.address, settings,
                             say=say, again=True) or {}
     if record.get("busy"):
         return (f"{BUSY_PASSES} timing passes in a row were busy: time it again on a quiet machine "

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from . import fraction, expand, layout, saved, spec as specmod, validate
 from .timing import SIGTERMED, Terminated, TimingSettings, TimingSettings as S, stop_on_sigterm, time_sweep
-from .augment import augment
+from .augment import AugmentSettings, augment
 from .recover import recover
 from .lease import Lease
+from .run_settings import RunSettings
 from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, check_store,
                                  is_store_error, retrying, run_command, store_error,
                                  tracking_client)
@@ -127,13 +128,14 @@ def _show(spec, uri: str, storage: str | None, shown=()) -> None:
     print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
 
 
-def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
+def _run(spec, settings: RunSettings, ui: str | None = None) -> int:
     """Run or resume; an interrupted sweep exits 128 + the signal (130 SIGINT, 143
     SIGTERM) and says how to resume it."""
     from . import runner
 
+    uri, storage = settings.tracking_uri, settings.storage
     try:
-        result = runner.run(spec, tracking_uri=uri, storage=storage, **kwargs)
+        result = runner.run(spec, settings)
     except runner.Interrupted as e:
         root = saved.storage_root(storage)
         print(f"trials: {spec.name} interrupted ({e}); no run is left RUNNING. Resume it with:\n"
@@ -155,7 +157,7 @@ def _run(spec, uri: str, storage, ui: str | None = None, **kwargs) -> int:
     client = tracking_client(uri)
     # read like the sweep wrote: a store briefly locked or down is retried, not a traceback
     found = retrying(lambda: sweep_trials(client, result["experiment_id"]),
-                     kwargs.get("store_retry_s", STORE_RETRY_S), what="reading the sweep's runs")
+                     settings.store_retry_s, what="reading the sweep's runs")
     table = arms_table(spec, {r.data.tags[TRIAL_KEY_TAG]: r for r in found})
     print(f"\n{spec.name}: {result['finished']} finished, {result['failed']} failed of {len(spec.trials)} trials"
           + (f"; mean per arm:\n{table}" if table else ""))
@@ -204,9 +206,10 @@ def cmd_run(args) -> int:
         return _run_local(spec, args)
     if args.out:
         raise ValueError("--out: only with --local (a Ray sweep writes to MLflow; `analysis export` makes a parquet)")
-    return _run(spec, absolute_uri(args.tracking_uri), args.storage, ui=args.ui_url, address=args.address,
-                max_concurrent=args.max_concurrent, resource_wait_s=args.resource_wait,
-                store_timeout_s=args.store_timeout, store_retry_s=args.store_retry, verbose=1 + args.verbose)
+    return _run(spec, RunSettings(tracking_uri=absolute_uri(args.tracking_uri), storage=args.storage,
+                                  address=args.address, max_concurrent=args.max_concurrent,
+                                  resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout,
+                                  store_retry_s=args.store_retry, verbose=1 + args.verbose), ui=args.ui_url)
 
 
 def _run_local(spec, args) -> int:
@@ -224,10 +227,10 @@ def _run_local(spec, args) -> int:
 def cmd_resume(args) -> int:
     spec, meta = saved.load_saved(args.name, args.storage)
     uri = args.tracking_uri or meta["tracking_uri"]
-    return _run(spec, uri, args.storage, ui=args.ui_url, address=args.address,
-                max_concurrent=meta.get("max_concurrent"), resume=True, resource_wait_s=args.resource_wait,
-                store_timeout_s=args.store_timeout,
-                store_retry_s=args.store_retry, verbose=1 + args.verbose)
+    return _run(spec, RunSettings(tracking_uri=uri, storage=args.storage, address=args.address,
+                                  max_concurrent=meta.get("max_concurrent"), resume=True,
+                                  resource_wait_s=args.resource_wait, store_timeout_s=args.store_timeout,
+                                  store_retry_s=args.store_retry, verbose=1 + args.verbose), ui=args.ui_url)
 
 
 def cmd_recover(args) -> int:
@@ -261,9 +264,10 @@ def cmd_augment(args) -> int:
     from . import runner
 
     try:
-        out = augment(args.name, args.storage, args.tracking_uri, args.address, args.replicates, args.until_decided,
-                      args.max_replicates, args.budget_minutes, args.alpha, post_hoc=args.post_hoc,
-                      look_every=args.look_every)
+        asked = AugmentSettings(replicates=args.replicates, until_decided=args.until_decided,
+                                look_every=args.look_every, max_replicates=args.max_replicates,
+                                budget_minutes=args.budget_minutes, alpha=args.alpha, post_hoc=args.post_hoc)
+        out = augment(args.name, args.storage, args.tracking_uri, args.address, settings=asked)
     except runner.Interrupted as e:
         # the same command continues to the blocks it asked for (trials.augment), adding none beyond them
         every = f" --look-every {args.look_every}" if args.look_every else ""

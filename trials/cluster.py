@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from . import validate
+from .run_settings import DEFAULT_RESOURCE_WAIT_S
 from .spec import SweepSpec
 
 
@@ -55,9 +56,6 @@ def kill_local_ray() -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(left, timeout=5)
-
-
-DEFAULT_RESOURCE_WAIT_S = 600.0
 
 
 def check_resources(spec: SweepSpec, autoscaling: bool, wait_s: float = DEFAULT_RESOURCE_WAIT_S,

@@ -13,8 +13,8 @@ import os
 import signal
 import logging
 import time
-from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,20 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, StoreUnavailable, retrying,
-                                 tracking_client)
+from trials.store.client import StoreUnavailable, retrying, tracking_client
 from trials.store.kept import write_atomic
 from trials.store.reader import probe_store
 
 from . import spec as specmod
 from .failfast import FailFast
-from .cluster import (DEFAULT_RESOURCE_WAIT_S, check_gcs_reachable, check_local_resources, check_resources, init_ray,
-                      kill_local_ray, local_gcs_gone)
+from .cluster import (check_gcs_reachable, check_local_resources, check_resources, init_ray, kill_local_ray,
+                      local_gcs_gone)
 from .identity import check_same_sweep, claim, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock, failure_lines
 from . import layout, shared_artifacts
 from .recover import missing_records, replay
+from .run_settings import RunSettings
 from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
@@ -208,16 +208,13 @@ class _Signals:
         return False
 
 
-def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: str | None = None,
-        address: str | None = None, max_concurrent: int | None = None, resume: bool = False,
-        verbose: int = 1, resource_wait_s: float = DEFAULT_RESOURCE_WAIT_S, extend: bool = False,
-        store_timeout_s: float = STORE_TIMEOUT_S, store_retry_s: float = STORE_RETRY_S,
-        callbacks: Sequence[Callback] = (), command: str | None = None,
-        leased: Callable[[Path], None] | None = None) -> dict:
+def run(spec: SweepSpec, settings: RunSettings | None = None, **given) -> dict:
     """Run (or resume) a validated sweep, as its one driver (`trials.lease`).
 
     Args:
         spec: the sweep, as `trials.validate.load_spec` made it (its workload loaded).
+        settings: the rest (`trials.run_settings.RunSettings`), with `given` (any of its
+            fields, by the keyword names below) put over it. Its fields:
         tracking_uri: the MLflow store every trial is a run of.
         storage: Tune's storage root (shared on a cluster); None: `ray_results`.
         address: a Ray cluster (`auto` or HOST:PORT); None: a local Ray of this sweep's own.
@@ -243,21 +240,21 @@ def run(spec: SweepSpec, *, tracking_uri: str = DEFAULT_TRACKING_URI, storage: s
         >>> run(spec, tracking_uri="sqlite:///mlflow.db")["finished"]  # doctest: +SKIP
         16
     """
-    root = storage_root(storage)
+    settings = replace(settings or RunSettings(), **given)
+    root = storage_root(settings.storage)
     exp_dir = root / spec.name
-    _refuse_before_ray(spec, tracking_uri, root, address, store_timeout_s,
-                       command.split()[1] if command else "resume" if resume else "run")
-    again, spec = _same_sweep_again(spec, root, exp_dir, extend)  # the grown sweep, where one was augmented
-    resume |= again
-    with Lease(exp_dir, spec.name, command or f"trials {'resume' if resume else 'run'} {spec.name}"):
-        if resume:
-            _refuse_missing_records(spec, exp_dir, tracking_uri)
-        if leased is not None:
-            leased(exp_dir)
-        save_sweep_files(exp_dir, spec, tracking_uri, max_concurrent)  # `status` and `resume` find it at once
-        return _run_leased(spec, tracking_uri=tracking_uri, root=root, exp_dir=exp_dir, address=address,
-                           max_concurrent=max_concurrent, resume=resume, verbose=verbose,
-                           resource_wait_s=resource_wait_s, store_retry_s=store_retry_s, callbacks=callbacks)
+    command, uri = settings.command, settings.tracking_uri
+    _refuse_before_ray(spec, uri, root, settings.address, settings.store_timeout_s,
+                       command.split()[1] if command else "resume" if settings.resume else "run")
+    again, spec = _same_sweep_again(spec, root, exp_dir, settings.extend)  # the grown sweep, where one was augmented
+    settings = replace(settings, resume=settings.resume | again)
+    with Lease(exp_dir, spec.name, command or f"trials {'resume' if settings.resume else 'run'} {spec.name}"):
+        if settings.resume:
+            _refuse_missing_records(spec, exp_dir, uri)
+        if settings.leased is not None:
+            settings.leased(exp_dir)
+        save_sweep_files(exp_dir, spec, uri, settings.max_concurrent)  # `status` and `resume` find it at once
+        return _run_leased(spec, settings, root, exp_dir)
 
 
 def _refuse_before_ray(spec: SweepSpec, tracking_uri: str, root: Path, address: str | None, store_timeout_s: float,
@@ -285,9 +282,8 @@ def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -
                          f"{spec.name} --storage {exp_dir.parent} --tracking-uri {tracking_uri}")
 
 
-def _run_leased(spec: SweepSpec, *, tracking_uri: str, root: Path, exp_dir: Path, address: str | None,
-                max_concurrent: int | None, resume: bool, verbose: int, resource_wait_s: float,
-                store_retry_s: float, callbacks: Sequence[Callback] = ()) -> dict:
+def _run_leased(spec: SweepSpec, settings: RunSettings, root: Path, exp_dir: Path) -> dict:
+    tracking_uri, address, resume = settings.tracking_uri, settings.address, settings.resume
     signals = _Signals(local_ray=address is None and not ray.is_initialized())
     opened: dict[str, Ledger] = {}  # the ledger once it exists, for the cleanup below
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
@@ -299,17 +295,17 @@ def _run_leased(spec: SweepSpec, *, tracking_uri: str, root: Path, exp_dir: Path
     started_ray = init_ray(address)  # first: ray.init installs its own SIGTERM handler, which ours replaces
     try:
         with signals:
-            check_resources(spec, autoscaling=address is not None, wait_s=resource_wait_s)
+            check_resources(spec, autoscaling=address is not None, wait_s=settings.resource_wait_s)
             cpus = None if address else int(ray.cluster_resources().get("CPU", 1))
             spec, tags, made = bind_targets(spec, root, cpus, addressing.result())
             warming.result()
             ledger = opened["ledger"] = open_ledger(tracking_uri, spec, identity)
-            tracker = _open_records(ledger, spec, tags, made, exp_dir, resume, store_retry_s)
+            tracker = _open_records(ledger, spec, tags, made, exp_dir, resume, settings.store_retry_s)
             todo, resume_dirs = _unfinished(spec, ledger, exp_dir) if resume else (spec.trials, {})
             fail = tracker.fail_fast = FailFast(spec, todo)
-            results = _fit(spec, todo, resume_dirs, root, [tracker, fail, *callbacks], signals, max_concurrent,
-                           verbose, stop=fail.stopper()) if todo else None
-        states = retrying(lambda: _close(spec, ledger, signals, fail if todo else None), store_retry_s,
+            results = _fit(spec, todo, resume_dirs, root, [tracker, fail], signals, settings,
+                           stop=fail.stopper()) if todo else None
+        states = retrying(lambda: _close(spec, ledger, signals, fail if todo else None), settings.store_retry_s,
                           what="closing the sweep's runs")
         return {**states, "experiment": spec.name, "tracking_uri": tracking_uri,
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
@@ -461,8 +457,10 @@ def quiet_slow_warnings() -> None:
 
 
 def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbacks: list[Callback],
-         signals: "_Signals", max_concurrent: int | None, verbose: int, stop=None):
-    limit = max_concurrent if max_concurrent is not None else spec.max_concurrent
+         signals: "_Signals", settings: RunSettings, stop=None):
+    """Tune's run of the trials `todo`; `callbacks`, the sweep's own, come before the settings' ones."""
+    verbose = settings.verbose
+    limit = settings.max_concurrent if settings.max_concurrent is not None else spec.max_concurrent
     space, points = search_space(spec, todo)
     # verbose 1: a line per finished trial and a heartbeat (trials.progress); 2: a line per
     # trial event; 3: Tune's own output as well (its box and tables, its INFO lines)
@@ -486,7 +484,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
             name=spec.name, storage_path=str(root), verbose=0 if quiet else 2, stop=stop,
             # Tune's CSV and JSON result files (its ExperimentAnalysis reads them), but not its
             # TensorBoard logger, which MLflow replaces and whose import alone costs seconds
-            callbacks=[*callbacks, *shown, CSVLoggerCallback(), JsonLoggerCallback()],
+            callbacks=[*callbacks, *settings.callbacks, *shown, CSVLoggerCallback(), JsonLoggerCallback()],
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=4)),
     )

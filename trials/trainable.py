@@ -15,6 +15,8 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -55,6 +57,14 @@ class TrialResultsError(RuntimeError):
     """A trial that ended without a usable value of a primary response (the run is FAILED)."""
 
 
+@dataclass(frozen=True)
+class ResultChecks:
+    """What a trial's results are checked against, and the run that the refusals name."""
+    responses: tuple[str, ...]
+    is_timed: Callable[[str], bool]
+    run: str
+
+
 def trial_fn(wl, trial_key: str, cfg, cpus: int, resume_from: str | None, responses=(),
              run_name: str = "") -> None:
     """One training run of the workload inside Tune's trainable. Its results are checked when
@@ -77,11 +87,11 @@ def trial_fn(wl, trial_key: str, cfg, cpus: int, resume_from: str | None, respon
 
     last: dict = {}
     own: dict = {}  # what the trainer itself reported, latest values (no NaN leads)
-    report = _reporter(last, own, table, node, responses, is_timed, run_name or trial_key, wl.registry)
+    checks = ResultChecks(tuple(responses), is_timed, run_name or trial_key)
+    report = _reporter(last, own, table, node, checks, wl.registry)
 
     try:
-        _train(train, cfg, report, last, own, responses, is_timed, resume_from, _injected_crash(trial_key),
-               run_name or trial_key)
+        _train(train, cfg, report, last, own, checks, resume_from, _injected_crash(trial_key))
     except (WorkerLost, ray.exceptions.RayError):
         raise  # the worker or the cluster, not the trainer: Tune restarts the trial (max_failures)
     except Exception as e:  # noqa: BLE001  the trainer's own error: the same again on a retry
@@ -122,7 +132,7 @@ def _failed(e: Exception, last: dict) -> None:
     tune.report({**last, ERROR_KEY: f"{type(e).__name__}: {message}"[:1000]})
 
 
-def _train(train, cfg, report, last: dict, own: dict, responses, is_timed, resume_from, hook, run: str) -> None:
+def _train(train, cfg, report, last: dict, own: dict, checks: ResultChecks, resume_from, hook) -> None:
     """The trainer's run, from Tune's checkpoint, a resume's or the start, then its results checked."""
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
@@ -132,21 +142,23 @@ def _train(train, cfg, report, last: dict, own: dict, responses, is_timed, resum
         train(cfg, report=report, resume_from=resume_from, before_step=hook)
     else:
         train(cfg, report=report, before_step=hook)
-    problem = results_problem(own, responses, is_timed)
+    problem = results_problem(own, checks.responses, checks.is_timed)
     if problem and (own or not (checkpoint is not None or resume_from)):  # resumed from its end: reported then
-        raise TrialResultsError(f"run {run}: {problem}")
+        raise TrialResultsError(f"run {checks.run}: {problem}")
     # the trial's last word: its final metrics again with DONE_KEY, the mark that the run
     # ended (the tracker marks no run FINISHED without it, and `trials recover` reads it
     # from Tune's result files)
     tune.report({**last, DONE_KEY: 1.0})
 
 
-def _reporter(last: dict, own: dict, table, node: dict, responses, is_timed, run: str, registry):
+def _reporter(last: dict, own: dict, table, node: dict, checks: ResultChecks, registry):
     """The `report(metrics, checkpoint_dir)` a trial's trainer calls: each result to Tune,
     led by the headline metrics (NaN until measured), a primary response that is no number
     refused at once (a NaN may wait: it must be finite when the trial ends), and a metric
     the workload's `metrics` does not declare refused at its first report, naming it (the
     store would keep it under no rule, the analysis could not read it)."""
+    responses, is_timed, run = checks.responses, checks.is_timed, checks.run
+
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         metrics = {k: (_number(run, k, v) if is_metric(k) or k == "step" else v) for k, v in metrics.items()}
         unknown = sorted(k for k in metrics if is_metric(k) and not k.startswith(ENGINE_PREFIX)
