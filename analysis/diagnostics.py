@@ -19,6 +19,7 @@ from .anova import AnalysisError, check_design
 from .attribution import control_contrast, dunnett_vs_control, stage_of
 from .result_types import ResponseResult
 from .coded_design import alias_structure, design_matrix, factorial_rows, with_value
+from .item_kinds import flat_rule
 from .sweep_reader import responses as metric_columns
 
 
@@ -119,21 +120,17 @@ def value_problem(df: pd.DataFrame, r: str) -> str | None:
 
 
 def why_degenerate(df: pd.DataFrame, stage: str | None, r: str, rules: Registry | None = None) -> str | None:
-    """Why a response cannot rank these runs: degenerate in their stage by construction
-    (the registry), or Algorithm 1's throughput on a capacity curve where Algorithm 1
-    verifies the same length for every request of every run (flat, or falling as 1/B from
-    B = 1): then it ranks tau, not the scheduler."""
+    """Why a response cannot rank these runs: degenerate in their stage by construction, or
+    flat on these runs as its row's `degenerate_when` says (its flag column 1 in every run and
+    its `same` column one value: DSpark's Algorithm 1 throughput on a capacity curve where
+    every request of every run is verified at one length ranks tau, not the scheduler)."""
     reason = (rules or UNKNOWN).degenerate_reason(stage, r)
-    if reason or not r.startswith("sched/alg1_throughput@R"):
+    rule = None if reason else flat_rule(r, rules)
+    if rule is None or rule["flag"] not in df.columns or rule["same"] not in df.columns:
         return reason
-    suffix = r.split("@", 1)[1]
-    fixed, length = f"sched/alg1_fixed@{suffix}", f"sched/alg1_len@{suffix}"
-    if fixed not in df.columns or length not in df.columns:
-        return None
-    flags, lengths = pd.to_numeric(df[fixed], errors="coerce"), pd.to_numeric(df[length], errors="coerce")
-    if (flags == 1).all() and lengths.nunique() == 1:
-        return (f"degenerate on this capacity curve: Algorithm 1 verifies {lengths.iloc[0]:g} token(s) for every "
-                f"request of every run at {suffix}, so it ranks tau, not the scheduler")
+    flags, same = pd.to_numeric(df[rule["flag"]], errors="coerce"), pd.to_numeric(df[rule["same"]], errors="coerce")
+    if (flags == 1).all() and same.nunique() == 1:
+        return rule["why"].replace("{same}", f"{same.iloc[0]:g}")
     return None
 
 

@@ -8,11 +8,20 @@ read by the names' prefixes, as those sweeps were analysed. Plain Python: the re
 from __future__ import annotations
 
 from trials.registry import UNKNOWN, Registry
+from trials.store.items import count_name
 
 COUNTS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_prompts": "timing/prompts"}
 KINDS = {column: kind for kind, column in COUNTS.items()}
 WHAT = {"prompts": "prompts", "eval_batches": "held-out batches", "timing_prompts": "prompts of the timing pass"}
 DECODED = ("spec/", "conf/", "sched/")  # before rows declared it: the decoded prompts' responses
+# before the jackknife: the responses whose runs kept each prompt group's own value (`split/`),
+# a mean's, so that the group values are its pseudo-values
+GROUP_MEANS = ("spec/tau",)
+# before rows declared `degenerate_when`: the one response that had it (`Registry.flat_rule`)
+FLAT = {"sched/alg1_throughput@R": {"flag": "sched/alg1_fixed@{at}", "same": "sched/alg1_len@{at}",
+                                    "why": "degenerate on this capacity curve: Algorithm 1 verifies {same} token(s) "
+                                           "for every request of every run at {at}, so it ranks tau, not the "
+                                           "scheduler"}}
 
 
 def kind_of(response: str, rules: Registry | None = None) -> str:
@@ -34,3 +43,23 @@ def count_column(response: str, rules: Registry | None = None) -> str:
     if rules.item_count(response):
         return rules.item_count(response)
     return COUNTS[kind_of(response, rules)] if rules.lookup(response) is not None else ""
+
+
+def count_in(data, response: str, rules: Registry | None = None) -> str:
+    """The column of these runs counting a response's items: the evaluation count its row
+    declares (the names' kind where it declares none), else the response's own `jack/<r>@n`
+    (a workload's own items)."""
+    column = count_column(response, rules) or COUNTS[kind_of(response, rules)]
+    return column if column in data.columns else count_name(response)
+
+
+def flat_rule(response: str, rules: Registry | None = None) -> dict | None:
+    """A response's `degenerate_when`, {at} filled in (`Registry.flat_rule`); for a row recorded
+    before rows declared it, the rule it was analysed with."""
+    rules = rules or UNKNOWN
+    rule = rules.flat_rule(response)
+    family, _, at = response.partition("@")
+    legacy = FLAT.get(f"{family}@{at[:1]}") if at and rules.lookup(response) is not None else None
+    if rule is None and legacy is not None and not getattr(rules.lookup(response), "degenerate_when", None):
+        rule = {k: v.replace("{at}", at) for k, v in legacy.items()}
+    return rule

@@ -57,16 +57,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from trials.store.items import count_name, jack_groups, jack_name, split_name
+from trials.store.items import jack_groups, jack_name, split_name
 from trials.registry import Registry
 
-from .item_kinds import COUNTS, kind_of
+from .item_kinds import GROUP_MEANS, count_in, kind_of
 from .model import Fit, block_interaction
 from .power import p_decided
 from .result_types import BLOCK_ALPHA, BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
-LEGACY_MEAN = ("spec/tau",)  # responses whose prompt-group values average to the full value
 
 
 
@@ -95,14 +94,13 @@ def item_records(data: pd.DataFrame, response: str, rules: Registry | None = Non
     """The runs' pseudo-values of a response, or None where they carry no usable record of
     their evaluation (no jackknife, runs evaluated on different counts, a reeval unfinished).
     Runs recorded before the jackknife keep each prompt group's own value (`split/`), which
-    are its pseudo-values for a mean response (spec/tau) only."""
-    kind = kind_of(response, rules)
-    count = COUNTS[kind] if COUNTS[kind] in data.columns else count_name(response)  # a workload's own `items`
+    are its pseudo-values for a mean response only (`item_kinds.GROUP_MEANS`)."""
+    kind, count = kind_of(response, rules), count_in(data, response, rules)
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:
         return None
     # the groups of the runs' latest evaluation: a smaller reeval leaves older groups' values behind
     G = jack_groups(int(data[count].iloc[0])) if groups_of(data, response) else 0
-    legacy = G < 2 and response in LEGACY_MEAN
+    legacy = G < 2 and response in GROUP_MEANS
     if legacy:
         G = groups_of(data, response, split_name)
     name = split_name if legacy else jack_name

@@ -44,6 +44,9 @@ class Metric:
     # the evaluation count its items (`report(..., items=)`) are drawn on, a column of the run:
     # the statistics check a run's item count against it and scale the count in plans
     items: str = ""
+    # {flag, same, why}: it cannot rank runs whose `flag` column is 1 in every run while their
+    # `same` column holds one value ({at}: the name's suffix after @; {same}: that value)
+    degenerate_when: dict[str, str] | None = None
 
     def __post_init__(self):
         if self.better not in ("higher", "lower", ""):
@@ -54,6 +57,11 @@ class Metric:
 
 
 BOTH = STAGES
+# a capacity curve (flat, or falling as 1/B from B = 1) on which Algorithm 1 verifies one length
+# for every request of every run: its throughput then ranks tau, not the scheduler
+ALG1_FLAT = {"flag": "sched/alg1_fixed@{at}", "same": "sched/alg1_len@{at}",
+             "why": "degenerate on this capacity curve: Algorithm 1 verifies {same} token(s) for every request of "
+                    "every run at {at}, so it ranks tau, not the scheduler"}
 DRAFTER = ("drafter",)
 _TF_DEGENERATE = {"backbone": BACKBONE_TF}
 
@@ -144,7 +152,8 @@ REGISTRY: tuple[Metric, ...] = (
            "verified per round on average), the survival threshold chosen to meet it: the head's ranking"),
     Metric("sched/alg1_throughput@R", "higher", "tokens/s", DRAFTER,
            "Algorithm 1's throughput over R concurrent requests (`@R64`) replayed from the recorded rounds on "
-           "the run's named capacity curve (`sched_curve`): ranking and calibration together"),
+           "the run's named capacity curve (`sched_curve`): ranking and calibration together",
+           degenerate_when=ALG1_FLAT),
     Metric("sched/alg1_len@R", "", "tokens", DRAFTER, "mean verified length Algorithm 1 chose over R requests"),
     Metric("sched/alg1_fixed@R", "", "flag", DRAFTER,
            "1 when Algorithm 1 gave every request of every batch of R the same length (a degenerate curve: "

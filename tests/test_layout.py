@@ -22,6 +22,21 @@ def test_no_function_is_over_50_lines():
     assert not long, long
 
 
+def test_no_function_of_the_engine_or_the_statistics_takes_more_than_8_parameters():
+    """Settings objects in place of long parameter lists (self, cls, *args and **kwargs not
+    counted: a public function's **given are its settings' fields by name)."""
+    many = []
+    for package in ("trials", "analysis"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    a = node.args
+                    named = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+                    if len(named) > 8:
+                        many.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({len(named)})")
+    assert not many, many
+
+
 def test_the_reading_side_loads_no_ray_torch_or_renderer():
     """`trials status` and `list` answer from storage through trials.saved (no Ray, Tune,
     torch or MLflow; the DSpark workload's registry is loaded without torch); the REST reader

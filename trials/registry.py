@@ -6,8 +6,9 @@ The workload supplies the rows (`Workload.metrics`: `lookup(name)` returns a row
 fields below, or None; `DEFAULT_RESPONSES` maps a variant to its default responses); the
 rules here are the engine's, the same for every workload. A row has: `name`, `better`
 ('higher', 'lower' or ''), `unit`, `stages` (the variants that measure it), `meaning`,
-`degenerate_in` and `constant_in` (variant -> why), `headline`, `timed`, and `items`: the
-evaluation count (a column of the run, such as `split/prompts`) its items are drawn on.
+`degenerate_in` and `constant_in` (variant -> why), `headline`, `timed`, `items`: the
+evaluation count (a column of the run) its items are drawn on, and `degenerate_when`: the
+sibling columns that say a response cannot rank the runs at hand (`flat_problem`).
 
 An evaluation's item records are not metrics: a workload reports them as `items`
 (`trials.store.items`, where their column names live; DSpark's `dspark.metrics` writes the same
@@ -96,6 +97,16 @@ class Registry:
         m = self.lookup(name)
         return str(getattr(m, "items", "") or "") if m is not None else ""
 
+    def flat_rule(self, name: str) -> dict | None:
+        """A response's `degenerate_when` (its row's, `FLAT_KEYS`), with `{at}` filled in by the
+        name's suffix after `@` (`x@R64`: R64); None where its row declares none."""
+        m = self.lookup(name)
+        rule = getattr(m, "degenerate_when", None) if m is not None else None
+        if not rule:
+            return None
+        at = name.split("@", 1)[1] if "@" in name else ""
+        return {k: str(v).replace("{at}", at) for k, v in rule.items()}
+
     def timed(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.metrics.REGISTRY if getattr(m, "timed", False))
 
@@ -155,7 +166,8 @@ class Registry:
 
 
 ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",
-              "break_even", "below", "items")
+              "break_even", "below", "items", "degenerate_when")
+FLAT_KEYS = ("flag", "same", "why")  # a row's `degenerate_when`
 
 
 @dataclass(frozen=True)
@@ -173,6 +185,7 @@ class Row:
     break_even: float | None = None
     below: str = ""
     items: str = ""
+    degenerate_when: dict | None = None
 
 
 class RecordedMetrics:
@@ -187,6 +200,17 @@ class RecordedMetrics:
 
     def lookup(self, name: str):
         return self._rows.get(name)
+
+
+def flat_problem(rule) -> str | None:
+    """Why a row's `degenerate_when` is not one: {flag, same, why}, each text (or None where
+    it is left out). The response cannot rank runs where every run's `flag` column is 1 and its
+    `same` column holds one value across them; `why` says so ({same}: that value)."""
+    if rule is None:
+        return None
+    if not isinstance(rule, dict) or set(rule) != set(FLAT_KEYS) or not all(isinstance(v, str) for v in rule.values()):
+        return "degenerate_when: {flag, same, why}, each text"
+    return None
 
 
 def recorded(rules: Registry, names) -> dict:
@@ -212,7 +236,7 @@ def from_record(data: dict) -> Registry:
     rows = {}
     for name, row in data["metrics"].items():
         if not isinstance(row, dict) or set(row) - set(ROW_FIELDS) or row.get("better", "") not in ("higher", "lower", "") \
-                or not isinstance(row.get("items", ""), str):
+                or not isinstance(row.get("items", ""), str) or flat_problem(row.get("degenerate_when")):
             raise ValueError(f"registry.metrics.{str(name)[:60]}: a metric row ({', '.join(ROW_FIELDS)})")
         try:
             rows[str(name)] = Row(**{**row, "name": str(name), "stages": tuple(row.get("stages") or ())})

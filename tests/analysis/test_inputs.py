@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import power
@@ -148,8 +149,9 @@ def test_algorithm_1_on_a_curve_where_it_verifies_one_length_everywhere_is_not_r
     df["sched/alg1_throughput@R16"] = 1000 + 50 * (df["A"] == "hi") + np.random.default_rng(2).normal(0, 5, len(df))
     df["sched/alg1_fixed@R16"] = 1.0
     df["sched/alg1_len@R16"] = 7.0  # the flat part of the curve: every request verifies all K
-    assert "verifies 7 token(s) for every request of every run at R16" in why_degenerate(df, "drafter",
-                                                                                            "sched/alg1_throughput@R16")
+    rules = sweep.registry  # DSpark's row declares the rule (`degenerate_when`)
+    why = why_degenerate(df, "drafter", "sched/alg1_throughput@R16", rules)
+    assert "verifies 7 token(s) for every request of every run at R16" in why
     rep = build_report(sweep, None, responses=["spec/tau", "sched/alg1_throughput@R16"])
     assert "sched/alg1_throughput@R16" not in rep.results and "not ranked: degenerate on this capacity curve" in \
         rep.summary
@@ -157,7 +159,7 @@ def test_algorithm_1_on_a_curve_where_it_verifies_one_length_everywhere_is_not_r
     with pytest.raises(AnalysisError, match="primary response sched/alg1_throughput@R16 cannot be ranked"):
         build_report(replace(sweep, record=replace(sweep.record, responses=primary)), None)
     df.loc[0, "sched/alg1_len@R16"] = 6.5  # one run's scheduler chose otherwise: it ranks
-    assert why_degenerate(df, "drafter", "sched/alg1_throughput@R16") is None
+    assert why_degenerate(df, "drafter", "sched/alg1_throughput@R16", rules) is None
 
 
 # ---------------------------------------------------------------- a crafted export is input like a spec (issue 29)
@@ -366,3 +368,39 @@ def test_a_reevaluation_left_unfinished_is_named_on_the_count_its_responses_are_
         build_report(sweep, None, responses=["spec/tau", "val/bpb"]).summary
     quiet = build_report(sweep, None, responses=["spec/tau"]).summary  # no response drawn on the batches
     assert "counted different numbers of items" not in quiet
+
+
+def test_a_flat_response_is_what_its_row_declares_not_a_name_the_statistics_know():
+    """`degenerate_when` on a workload's own row makes its response unrankable on runs that
+    are flat by its flag; a DSpark registry recorded before rows declared it keeps the rule
+    it was analysed with; a malformed declaration is refused as the record is read."""
+    from analysis.diagnostics import why_degenerate
+    from trials.registry import Registry, Row, from_record, recorded
+    from trials.workload import load_workload
+
+    class Own:
+        REGISTRY = (Row("cache/hit_rate@B", "higher", "ratio", ("x",), "hits at batch B",
+                        degenerate_when={"flag": "cache/full@{at}", "same": "cache/size@{at}",
+                                         "why": "every run's cache held {same} entries at {at}: it ranks nothing"}),)
+        DEFAULT_RESPONSES = {}
+
+        def lookup(self, name):
+            return self.REGISTRY[0] if name.startswith("cache/hit_rate@") else None
+
+    rows = pd.DataFrame({"cache/hit_rate@B8": [0.1, 0.2, 0.3], "cache/full@B8": [1, 1, 1], "cache/size@B8": [64] * 3})
+    assert why_degenerate(rows, "x", "cache/hit_rate@B8", Registry(Own())) == \
+        "every run's cache held 64 entries at B8: it ranks nothing"
+    assert why_degenerate(rows.assign(**{"cache/full@B8": [1, 0, 1]}), "x", "cache/hit_rate@B8", Registry(Own())) is None
+    # DSpark's names mean nothing to a registry that declares no rule for them
+    named = rows.rename(columns=lambda c: c.replace("cache/hit_rate", "sched/alg1_throughput")
+                        .replace("cache/full", "sched/alg1_fixed").replace("cache/size", "sched/alg1_len"))
+    assert why_degenerate(named, "x", "sched/alg1_throughput@B8", Registry(Own())) is None
+    # a registry recorded before rows declared it: read with the rule it was analysed with
+    data = recorded(load_workload("dspark").registry, ["sched/alg1_throughput@R16"])
+    data["metrics"]["sched/alg1_throughput@R16"].pop("degenerate_when")
+    old = named.rename(columns=lambda c: c.replace("@B8", "@R16"))
+    assert "verifies 64 token(s) for every request of every run at R16" in \
+        why_degenerate(old, "drafter", "sched/alg1_throughput@R16", from_record(data))
+    data["metrics"]["sched/alg1_throughput@R16"]["degenerate_when"] = {"flag": "x"}
+    with pytest.raises(ValueError, match="sched/alg1_throughput@R16"):
+        from_record(data)
