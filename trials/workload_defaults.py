@@ -43,6 +43,10 @@ ROLES = ("objective", "budget", "evaluation", "plumbing", "target")
 SHARED_HOOKS = ("needed", "address", "file", "read", "train", "describe", "bind")  # SharedArtifacts
 TIMING_SIZES = ("prompts", "steps")  # what a timing repetition holds: `trials time --prompts N | --steps N`
 RESERVED_COUNTS = ("name", "address", "tracking_uri", "storage", "help")  # `trials reeval`'s own options
+# the optional functions a workload may have, found once as it is loaded (`Loaded.hook`)
+HOOKS = ("smoke", "variant", "unmeasured", "config_problems", "checkpoint_bytes", "checkpoint_problem",
+         "finished_problem", "reeval_problem", "reevaluate")
+TRAIN_EXTRAS = ("resume_from", "before_step")  # what `train` is given where its signature takes it
 FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation's file, under the run's eval/
 
 
@@ -150,6 +154,11 @@ class Loaded:
                               ("final_checkpoint", "")):
             setattr(self, attr, getattr(obj, attr, default))
         self.shared = _Shared(self, obj.shared) if getattr(obj, "shared", None) is not None else None
+        self._hooks = {h: getattr(obj, h) for h in HOOKS if getattr(obj, h, None) is not None}
+        wrong = [h for h, f in self._hooks.items() if not callable(f)]
+        if wrong:
+            raise WorkloadError(f"workload {self.name!r}: {wrong[0]} must be a function, got "
+                                f"{type(self._hooks[wrong[0]]).__name__}")
         self._check_shared()
         self.registry = Registry(self.metrics, self.variant_field)
         self._check_reeval()
@@ -199,7 +208,7 @@ class Loaded:
     def _check_reeval(self) -> None:
         """A `reevaluate` needs the config fields it counts (`reeval_counts`), each a field."""
         counts = self.reeval_counts
-        if not hasattr(self.obj, "reevaluate"):
+        if "reevaluate" not in self._hooks:
             return
         if not isinstance(counts, dict) or not counts:
             raise WorkloadError(f"workload {self.name!r} has `reevaluate` but no reeval_counts: give "
@@ -233,8 +242,11 @@ class Loaded:
             raise WorkloadError(f"workload {self.name!r}: make_config must be a function make_config(values)")
         if not callable(getattr(obj, "train", None)):
             raise WorkloadError(f"workload {self.name!r}: train must be a function train(config, report)")
+        self._train_takes = ()
         try:
-            inspect.signature(obj.train).bind(None, None)  # train(config, report), as the engine calls it
+            takes = inspect.signature(obj.train)
+            takes.bind(None, None)  # train(config, report), as the engine calls it
+            self._train_takes = tuple(k for k in TRAIN_EXTRAS if k in takes.parameters)
         except TypeError:
             raise WorkloadError(f"workload {self.name!r}: train must take (config, report); its signature is "
                                 f"train{inspect.signature(obj.train)}") from None
@@ -291,42 +303,47 @@ class Loaded:
     def has(self, part: str) -> bool:
         """Whether the workload has an optional part: "smoke", "checkpoints", "reeval", "timing",
         "shared"."""
-        return {"smoke": hasattr(self.obj, "smoke"), "checkpoints": bool(self.checkpoint_file),
-                "reeval": hasattr(self.obj, "reevaluate"), "timing": self.timing is not None,
+        return {"smoke": "smoke" in self._hooks, "checkpoints": bool(self.checkpoint_file),
+                "reeval": "reevaluate" in self._hooks, "timing": self.timing is not None,
                 "shared": self.shared is not None}[part]
 
     def smoke(self) -> dict:
         if not self.has("smoke"):
             raise ValueError(f"--smoke-test: workload {self.name!r} declares no smoke settings (a `smoke()` giving the "
                              "overrides that make a trial seconds long)")
-        return self.obj.smoke()
+        return self._hooks["smoke"]()
+
+    def hook(self, name: str, default, *args):
+        """The workload's optional function `name` (`HOOKS`) called with `args`, or `default`
+        where it has none."""
+        return self._hooks[name](*args) if name in self._hooks else default
 
     def variant(self, cfg) -> str:
-        return self.obj.variant(own(cfg)) if hasattr(self.obj, "variant") else ""
+        return self.hook("variant", "", own(cfg))
 
     def unmeasured(self, cfg, name: str) -> str | None:
-        return self.obj.unmeasured(own(cfg), name) if hasattr(self.obj, "unmeasured") else None
+        return self.hook("unmeasured", None, own(cfg), name)
 
     def config_problems(self, cfg) -> list[str]:
-        return self.obj.config_problems(own(cfg)) if hasattr(self.obj, "config_problems") else []
+        return self.hook("config_problems", [], own(cfg))
 
     def checkpoint_bytes(self, cfg) -> int:
-        return self.obj.checkpoint_bytes(own(cfg)) if hasattr(self.obj, "checkpoint_bytes") else 0
+        return self.hook("checkpoint_bytes", 0, own(cfg))
 
     def checkpoint_problem(self, folder) -> str | None:
-        return self.obj.checkpoint_problem(folder) if hasattr(self.obj, "checkpoint_problem") else None
+        return self.hook("checkpoint_problem", None, folder)
 
     def finished_problem(self, folder, cfg) -> str | None:
-        return self.obj.finished_problem(folder, own(cfg)) if hasattr(self.obj, "finished_problem") else None
+        return self.hook("finished_problem", None, folder, own(cfg))
 
     def reeval_problem(self, cfg, counts: dict[str, int]) -> str | None:
         if not self.has("reeval"):
             return f"workload {self.name!r} has no re-evaluation (a `reevaluate` of a finished trial's checkpoint)"
-        return self.obj.reeval_problem(own(cfg), dict(counts)) if hasattr(self.obj, "reeval_problem") else None
+        return self.hook("reeval_problem", None, own(cfg), dict(counts))
 
     def reevaluate(self, cfg, checkpoint, counts: dict[str, int]) -> tuple[dict, dict[str, bytes]]:
         """(metrics with the items' columns, files) of the workload's (metrics, files[, items])."""
-        got = self.obj.reevaluate(cfg, checkpoint, dict(counts))
+        got = self._hooks["reevaluate"](cfg, checkpoint, dict(counts))
         if not isinstance(got, (tuple, list)) or len(got) not in (2, 3):
             raise WorkloadError(f"workload {self.name!r}: reevaluate returned {str(got)[:60]!r}, not (metrics, "
                                 "files) or (metrics, files, items)")
@@ -341,13 +358,13 @@ class Loaded:
 
     def train(self, cfg, report=None, resume_from=None, before_step=None):
         """One trial: the workload's `train(config, report)` with its own config, given
-        `resume_from`/`before_step` only where its signature takes them, its reports numbered
-        where they carry no `step`, and the replicate's seed set where its config has none."""
+        `resume_from`/`before_step` only where its signature takes them (read once, on load), its
+        reports numbered where they carry no `step`, and the replicate's seed set where its config
+        has none."""
         if "seed" not in self.own_fields and cfg.seed is not None:
             _seed_everything(int(cfg.seed))
-        takes = inspect.signature(self.obj.train).parameters
         extra = {k: v for k, v in (("resume_from", resume_from), ("before_step", before_step))
-                 if v is not None and k in takes}
+                 if v is not None and k in self._train_takes}
         return self.obj.train(cfg.native(), _numbered(report), **extra)
 
 

@@ -28,6 +28,7 @@ def test_the_core_four_load_with_no_reevaluation():
      "workload 'core': reeval_counts names 'batches', not a config field"),
     ({"metrics": {"val/loss": "smaller"}}, "metrics.val/loss: \"higher\", \"lower\" or {better, margin, unit}"),
     ({"make_config": 3}, "workload 'core': make_config must be a function make_config(values)"),
+    ({"variant": "drafter"}, "workload 'core': variant must be a function, got str"),
     ({"shared": type("Half", (), {"needed": lambda self, c: True})()},
      "workload 'core': its shared lacks address, file, read, train, describe, bind (see SharedArtifacts"),
     ({"metric_rows": object()}, "workload 'core': metric_rows lacks lookup, REGISTRY, DEFAULT_RESPONSES"),
@@ -39,6 +40,30 @@ def test_a_malformed_part_is_named_in_one_line(extra, says):
     with pytest.raises(WorkloadError) as e:
         Loaded(obj, "core")
     assert str(e.value).startswith(says) and "\n" not in str(e.value)
+
+
+def test_optional_parts_and_trains_signature_are_read_once_as_it_loads():
+    """The door finds a workload's optional functions and what its `train` takes when it loads;
+    a part added to the object later is not probed for at call time."""
+    seen = []
+
+    class Resumable(Core):
+        def variant(self, cfg):
+            return "one"
+
+        def train(self, config, report, resume_from=None):
+            seen.append(resume_from)
+
+    obj = Resumable()
+    wl = Loaded(obj, "core")
+    assert wl.variant(wl.config({})) == "one" and not wl.has("reeval")
+    obj.reevaluate = lambda c, k, n: ({}, {})  # given after the door: not a part of this workload
+    assert not wl.has("reeval")
+    wl.train(wl.config({}), lambda m: None, resume_from="ckpt", before_step=lambda s: None)
+    assert seen == ["ckpt"]  # given what its signature takes, and only that (no before_step)
+    strict = Loaded(type("Strict", (Core,), {"train": lambda self, c, r: seen.append("strict")})(), "core")
+    strict.train(strict.config({}), lambda m: None, resume_from="ckpt")  # withheld: its train takes no resume_from
+    assert seen == ["ckpt", "strict"]
 
 
 def test_a_missing_core_attribute_is_named():
