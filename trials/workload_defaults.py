@@ -34,7 +34,7 @@ import re
 from typing import Any
 
 from .store.items import encode as encode_items
-from .registry import Registry, Row
+from .registry import Registry, Row, flat_problem
 from .store.record import margin_problem
 
 CORE = ("name", "config", "train", "metrics")
@@ -177,6 +177,10 @@ class Loaded:
         unknown = [m for m in self.metrics.names() if given.lookup(m) is None]
         if unknown:
             raise WorkloadError(f"workload {self.name!r}: metrics names {unknown[0]!r}, which its metric_rows lack")
+        bad = next(((m.name, why) for m in given.REGISTRY if (why := flat_problem(getattr(m, "degenerate_when", None)))),
+                   None)
+        if bad:
+            raise WorkloadError(f"workload {self.name!r}: metric_rows' {bad[0]}: {bad[1]}")
         self.metrics = given
 
     def _check_shared(self) -> None:

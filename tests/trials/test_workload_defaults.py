@@ -34,6 +34,10 @@ def test_the_core_four_load_with_no_reevaluation():
     ({"metric_rows": object()}, "workload 'core': metric_rows lacks lookup, REGISTRY, DEFAULT_RESPONSES"),
     ({"metric_rows": type("Rows", (), {"REGISTRY": (), "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: None})()},
      "workload 'core': metrics names 'val/loss', which its metric_rows lack"),
+    ({"metric_rows": type("Rows", (), {
+        "REGISTRY": (type("R", (), {"name": "val/loss", "degenerate_when": {"flag": "x"}})(),),
+        "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
+     "workload 'core': metric_rows' val/loss: degenerate_when: {flag, same, why}, each text"),
 ])
 def test_a_malformed_part_is_named_in_one_line(extra, says):
     obj = type("Bad", (Core,), extra)()
