@@ -7,7 +7,7 @@ read by the names' prefixes, as those sweeps were analysed. Plain Python: the re
 
 from __future__ import annotations
 
-from trials.registry import UNKNOWN, Registry
+from trials.registry import UNKNOWN, Registry, at_filled
 from trials.store.items import count_name
 
 COUNTS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_prompts": "timing/prompts"}
@@ -59,7 +59,7 @@ def flat_rule(response: str, rules: Registry | None = None) -> dict | None:
     rules = rules or UNKNOWN
     rule = rules.flat_rule(response)
     family, _, at = response.partition("@")
-    legacy = FLAT.get(f"{family}@{at[:1]}") if at and rules.lookup(response) is not None else None
-    if rule is None and legacy is not None and not getattr(rules.lookup(response), "degenerate_when", None):
-        rule = {k: v.replace("{at}", at) for k, v in legacy.items()}
-    return rule
+    if rule is not None or not at or rules.lookup(response) is None:
+        return rule
+    legacy = FLAT.get(f"{family}@{at[:1]}")
+    return at_filled(legacy, response) if legacy is not None else None

@@ -102,10 +102,7 @@ class Registry:
         name's suffix after `@` (`x@R64`: R64); None where its row declares none."""
         m = self.lookup(name)
         rule = getattr(m, "degenerate_when", None) if m is not None else None
-        if not rule:
-            return None
-        at = name.split("@", 1)[1] if "@" in name else ""
-        return {k: str(v).replace("{at}", at) for k, v in rule.items()}
+        return at_filled(rule, name) if rule else None
 
     def timed(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.metrics.REGISTRY if getattr(m, "timed", False))
@@ -200,6 +197,13 @@ class RecordedMetrics:
 
     def lookup(self, name: str):
         return self._rows.get(name)
+
+
+def at_filled(rule: dict, name: str) -> dict[str, str]:
+    """A `degenerate_when` rule for one response of its family: `{at}` is the name's suffix
+    after `@` (`x@R64`: R64)."""
+    at = name.split("@", 1)[1] if "@" in name else ""
+    return {k: str(v).replace("{at}", at) for k, v in rule.items()}
 
 
 def flat_problem(rule) -> str | None:
