@@ -15,7 +15,8 @@ from trials.store.reader import probe_store, reading_client
 from .text import wrap_text
 from . import links
 from .anova import AnalysisError
-from .sweep_reader import check_writable, load_runs, read_parquet, to_parquet
+from .sweep_reader import load_runs, read_parquet
+from trials.export import check_writable, to_parquet
 from .notebook import answer, execute
 from .results import rebuild, study_folders
 

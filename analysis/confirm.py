@@ -45,7 +45,7 @@ from trials.store.yaml_input import MAX_SPEC_BYTES, YamlRefused, safe_yaml
 from trials.workload import DEFAULT as DEFAULT_WORKLOAD
 
 from .anova import AnalysisError
-from .frame import SweepFrame
+from trials.export import SweepFrame
 from .power import p_decided
 from .sequential import MIN_DF
 from .result_types import UNDECIDED, Verdict

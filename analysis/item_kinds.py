@@ -1,5 +1,6 @@
 """Which evaluation a response's items are drawn on, and the run's column that counts them:
-the decoded prompts, the held-out batches, or the prompts of the timing pass. A workload's
+the decoded prompts, the held-out batches, or the prompts of the timing pass; and the curves a
+report plots. A workload's
 registry row says it (`Registry.item_count`); a registry recorded before rows declared it is
 read by the names' prefixes, as those sweeps were analysed. Plain Python: the readers
 (`analysis.sweep_reader`) check a run's item counts with it before any statistics load.
@@ -22,6 +23,10 @@ FLAT = {"sched/alg1_throughput@R": {"flag": "sched/alg1_fixed@{at}", "same": "sc
                                     "why": "degenerate on this capacity curve: Algorithm 1 verifies {same} token(s) "
                                            "for every request of every run at {at}, so it ranks tau, not the "
                                            "scheduler"}}
+
+
+# before rows declared `curve`: the one family the report plotted
+CURVES = {"spec/accept@": "per-slot acceptance"}
 
 
 def kind_of(response: str, rules: Registry | None = None) -> str:
@@ -63,3 +68,18 @@ def flat_rule(response: str, rules: Registry | None = None) -> dict | None:
         return rule
     legacy = FLAT.get(f"{family}@{at[:1]}")
     return at_filled(legacy, response) if legacy is not None else None
+
+
+def curves(columns, rules: Registry | None = None) -> dict[str, list[str]]:
+    """The curves a report plots (`Registry.curves`); for a registry recorded before rows
+    declared them, the one the report plotted then."""
+    rules = rules or UNKNOWN
+    declared = rules.curves(columns)
+    if declared or any(getattr(m, "curve", "") for m in getattr(rules.metrics, "REGISTRY", ())):
+        return declared
+    legacy = {}
+    for prefix, title in CURVES.items():
+        cols = [c for c in columns if isinstance(c, str) and c.startswith(prefix) and c[len(prefix):].isdigit()]
+        if cols:
+            legacy[title] = sorted(cols, key=lambda c: int(c[len(prefix):]))
+    return legacy

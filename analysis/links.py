@@ -18,7 +18,7 @@ from trials.store.client import tracking_client
 from trials.store.keys import CONFIRMS_TAG, SWEEP_PARENT_TAG, SWEEP_TAG
 
 from .anova import AnalysisError
-from .frame import SweepFrame
+from trials.export import SweepFrame
 from .sweep_reader import load_runs, read_parquet
 
 

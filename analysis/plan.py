@@ -21,7 +21,7 @@ from .attribution import analyse
 from trials.registry import Registry
 
 from .coded_design import factorial_rows
-from .frame import SweepFrame
+from trials.export import SweepFrame
 from .diagnostics import analysable, choose_responses, sensitivity
 from .power import p_decided
 from .text import wrap_text

@@ -122,20 +122,23 @@ def half_normal(effects: pd.DataFrame, path, response: str = "") -> Path:
     return _save(fig, path)
 
 
-def acceptance_curves(df: pd.DataFrame, path, prefix: str = "spec/accept@", by: str = "cell") -> Path:
-    """Per-slot conditional acceptance, mean over replicates, one line per cell."""
-    cols = sorted((c for c in df.columns if c.startswith(prefix)), key=lambda c: int(re.sub(r"\D", "", c[len(prefix):]) or 0))
+def curves(df: pd.DataFrame, path, columns: list[str], title: str, by: str = "cell") -> Path:
+    """One family's columns (`x@1`, `x@2`, ...: a registry row's declared `curve`) as a curve
+    over their slots, mean over replicates, one line per cell."""
+    family = columns[0].rsplit("@", 1)[0] if columns else ""
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    if cols:
-        k = [int(c[len(prefix):]) for c in cols]
+    if columns:
+        k = [int(c.rsplit("@", 1)[1]) for c in columns]
         for cell, g in df.groupby(by, observed=True):
-            ax.plot(k, g[cols].mean().to_numpy(), marker="o", label=str(cell))
+            ax.plot(k, g[columns].mean().to_numpy(), marker="o", label=str(cell))
         ax.set_xticks(k)
+    values = df[columns].to_numpy(dtype=float) if columns else np.zeros(0)
+    if values.size and np.nanmin(values) >= 0 and np.nanmax(values) <= 1:  # a probability's scale
+        ax.set_ylim(0, 1.02)
     ax.set_xlabel("slot k")
-    ax.set_ylabel(f"{prefix.rstrip('@')} (conditional)")
-    ax.set_ylim(0, 1.02)
+    ax.set_ylabel(family)
     ax.legend(fontsize=6, loc="lower left")
-    ax.set_title("per-slot acceptance by cell")
+    ax.set_title(f"{title} by cell")
     return _save(fig, path)
 
 

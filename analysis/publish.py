@@ -17,7 +17,7 @@ from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQ
 
 from . import links
 from .anova import AnalysisError
-from .frame import SweepFrame
+from trials.export import SweepFrame
 from .render import parent_note
 from .report import build_report
 from .sweep_reader import load_runs

@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 
 from .anova import AnalysisError
-from .frame import SweepFrame
+from trials.export import SweepFrame
 from .sequential import Look, Plan, fingerprint, plan_of, timed_digest
 
 CHECKED = ("estimate", "ci_low", "ci_high")  # what a decision says beside its verdict

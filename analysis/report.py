@@ -21,9 +21,10 @@ from .anova import AnalysisError
 from .attribution import analyse, stage_of
 from .coded_design import factorial_rows
 from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
-from .frame import SweepFrame, busy_timing, timing_summary
+from trials.export import SweepFrame
 from .sweep_reader import report_incomplete
-from .render import brief_text, header_text, notes, summarise, verdict_table_text, write_html, write_markdown
+from .render import brief_text, header_text, notes, summarise, verdict_table_text
+from .render_files import write_html, write_markdown
 from .record_check import checked
 from .sequential import look_for, look_shares, plan_prices
 from .result_types import Report
@@ -40,12 +41,12 @@ def _refuse_empty(sweep: SweepFrame) -> None:
 
 
 def _busy_caveat(decision, record) -> None:
-    """The timed response's caveat where its last timing pass found busy rounds (`busy_timing`)."""
-    if (busy := busy_timing(record)) is not None and busy[0] in decision.checks:
+    """The timed response's caveat where its last timing pass found busy rounds (`SweepRecord.busy_timing`)."""
+    if (busy := record.busy_timing()) is not None and busy[0] in decision.checks:
         decision.caveats.setdefault(busy[0], []).append(
             f"{busy[1]} run-round(s) of the timing pass behind it depart from their run's median round by more than "
             f"half (a load during the pass, or repetitions too short to time steadily), so its values may skew these "
-            f"verdicts; time it again on a quiet machine: {again_command(record.experiment, timing_summary(record))} (the verdicts a "
+            f"verdicts; time it again on a quiet machine: {again_command(record.experiment, record.timing_summary())} (the verdicts a "
             f"look recorded stand; the new timings are used at the next look)")
 
 

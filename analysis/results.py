@@ -15,7 +15,8 @@ from pathlib import Path
 from trials.store.kept import write_atomic
 
 from .anova import AnalysisError
-from .sweep_reader import read_parquet, to_parquet
+from .sweep_reader import read_parquet
+from trials.export import to_parquet
 from .record_check import decisions_at
 from .sequential import fingerprint, plan_of, timed_digest
 

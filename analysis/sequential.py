@@ -51,7 +51,7 @@ import pandas as pd
 
 from .anova import AnalysisError
 from .boundaries import MIN_STEP, PATHS, nominal_levels, spent, t_levels
-from .frame import SweepFrame
+from trials.export import SweepFrame
 
 MAX_LOOKS_PAST_BLOCKS = 20  # looks a plan may record beyond one per block: re-evaluations with more items
 MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.result_types.MIN_DF)

@@ -7,50 +7,32 @@ every final metric under the trainer's name (`tf/accept@3`: the store holds
 `tf/accept:3`, since MLflow refuses '@'), and a finished run's evaluation items (its
 `items.json`, `trials.store.items`) as their columns. Runs that failed, were killed or never finished
 are not dropped silently: the frame's `incomplete_runs()` lists them, and reports name them.
-The table travels in a `SweepFrame` (`analysis.frame`) with the factors and the sweep's
-record from its parent run.
+The table travels in a `SweepFrame` (`trials.export`) with the factors and the sweep's
+record from its parent run (`trials.sweep_record.from_parent`).
 
-`to_parquet`/`read_parquet` keep the runs without a store: the engine's export
-(`trials.export`), read here with the sequential plan checked too. What the analysis writes
+`read_parquet` reads the engine's export (`trials.export`) with the sequential plan checked
+too. What the analysis writes
 back to the store (a look, a report's verdicts) is `analysis.publish`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from trials.store.client import check_store, tracking_client
-from trials.store.keys import (CONFIRMS_TAG, CONTRASTS_TAG, DESCRIPTION_TAG, DESIGN_PARAM, ERROR_TAG, FACTORS_PARAM,
-                               PLAN_PARAM, PRIMARY_TERMS_TAG, STORAGE_TAG, RESPONSES_TAG, SEQUENTIAL_TAG, SUMMARY_TAG, WORKLOAD_TAG,
-                               StoreReadError, read_split_tag, sweep_parent, sweep_trials)
-
-import trials.export as export
-# the export is the engine's (trials.export); its writers are named here too, where the
-# statistics' readers are
-from trials.export import (INCOMPLETE_KEY, META_COLUMNS, PARQUET_KEY, SweepFrame, SweepRecord,  # noqa: F401
-                           check_writable, finished_frame, run_row, to_parquet, type_columns)
+from trials.store.keys import ERROR_TAG, StoreReadError, sweep_parent, sweep_trials
 from trials.store.items import JACK_PREFIX
 from trials.store.reader import reading_client, run_items
-from trials.workload import DEFAULT as DEFAULT_WORKLOAD
+import trials.export as export
+from trials.export import META_COLUMNS, SweepFrame, finished_frame, run_row
+from trials.sweep_record import SweepRecord, factor_levels, from_parent
 
 from .sequential import plan_of
 from .item_kinds import count_column
-
-
-def _factor_levels(parent) -> dict[str, list[str]]:
-    """Level order per factor, from the parent run's `factors` param (the spec order)."""
-    if parent is None or FACTORS_PARAM not in parent.data.params:
-        return {}
-    try:
-        factors = json.loads(parent.data.params[FACTORS_PARAM])
-    except json.JSONDecodeError:
-        return {}
-    return {f: list(levels) for f, levels in factors.items()}
 
 
 def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
@@ -62,26 +44,16 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
     if exp is None:
         raise ValueError(f"experiment {experiment!r} does not exist in {tracking_uri or 'the default store'}")
     parent = sweep_parent(client, exp.experiment_id)
-    order = _factor_levels(parent)
     df = pd.DataFrame([_row(r, client) for r in sweep_trials(client, exp.experiment_id)])
     if df.empty:
         return SweepFrame(pd.DataFrame(columns=list(META_COLUMNS)), record=SweepRecord(experiment=experiment))
-    sweep = finished_frame(df, order)
+    sweep = finished_frame(df, factor_levels(parent.data.params) if parent is not None else {})
     if parent is None:
         return replace(sweep, record=SweepRecord(experiment=experiment, experiment_id=exp.experiment_id))
     try:  # the parent's tags are input too: checked as a parquet export's metadata is
-        record = SweepRecord(experiment=experiment, description=parent.data.tags.get(DESCRIPTION_TAG, ""),
-                             experiment_id=exp.experiment_id, parent_run_id=parent.info.run_id,
-                             design=parent.data.params.get(DESIGN_PARAM, ""), responses=_responses(parent),
-                             sequential=read_split_tag(parent.data.tags, SEQUENTIAL_TAG),  # in parts past 5,000
-                             declared_plan=parent.data.params.get(PLAN_PARAM, ""),
-                             storage=parent.data.tags.get(STORAGE_TAG, ""),
-                             timing=parent.data.tags.get(SUMMARY_TAG, ""),
-                             primary_terms=_json_list(parent.data.tags.get(PRIMARY_TERMS_TAG, "[]")),
-                             contrasts=_json_dict(parent.data.tags.get(CONTRASTS_TAG, "{}")),
-                             confirms=_json_dict(parent.data.tags.get(CONFIRMS_TAG, "{}")),
-                             workload=parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
-        check_record({"factors": sweep.factors, **asdict(record)}, sweep.runs.columns)
+        record = from_parent(parent.data.tags, parent.data.params,
+                             (experiment, exp.experiment_id, parent.info.run_id), sweep.factors, sweep.runs.columns)
+        check_plan(record.sequential, record.declared_plan)
     except ValueError as e:
         raise ValueError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}, parent run "
                          f"{parent.info.run_id}: {e}") from None
@@ -89,31 +61,6 @@ def load_runs(experiment: str, tracking_uri: str | None = None) -> SweepFrame:
     if (why := item_count_problem(sweep)):
         raise StoreReadError(f"{tracking_uri or 'the default store'}: sweep {experiment!r}: {why}")
     return sweep
-
-
-def _json_list(text: str) -> list:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
-def _json_dict(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _responses(parent) -> dict:
-    """The spec's primary responses with their margins, as the parent run records them."""
-    try:
-        given = json.loads(parent.data.tags.get(RESPONSES_TAG, "{}")) if parent is not None else {}
-    except json.JSONDecodeError:
-        return {}
-    return given if isinstance(given, dict) else {}
 
 
 def _row(r, client) -> dict:
@@ -152,14 +99,6 @@ def responses(df: pd.DataFrame) -> list[str]:
             if len(vals) and bool((vals.astype(float).abs() < math.inf).all()):  # vectorised: 3,200 runs x 100 metrics
                 out.append(c)
     return out
-
-
-def check_record(given: dict, columns) -> None:
-    """A recorded sweep's fields checked (`trials.export.check_record`), and its sequential
-    plan as the statistics read it (`analysis.sequential.plan_of`): ValueError naming the
-    first field that is wrong."""
-    export.check_record(given, columns)
-    check_plan(given.get("sequential") or "", given.get("declared_plan") or "")
 
 
 def declared_when_missing(record: SweepRecord) -> SweepRecord:

@@ -58,7 +58,8 @@ from trials.store.record import margin_problem, relative_margin
 from . import power, variance
 from .anova import AnalysisError
 from .coded_design import factorial_rows, with_value
-from .frame import SweepFrame, SweepRecord
+from trials.export import SweepFrame
+from trials.sweep_record import SweepRecord
 from .model import (Fit, control_contrast, fit_response, named_contrast, simple_effects,
                     term_contrasts)
 from .power import p_decided

@@ -22,8 +22,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.frame import SweepFrame  # noqa: E402
-from analysis.sweep_reader import read_parquet, to_parquet  # noqa: E402
+from trials.export import SweepFrame  # noqa: E402
+from analysis.sweep_reader import read_parquet  # noqa: E402
+from trials.export import to_parquet  # noqa: E402
 from analysis.plan import plan_text  # noqa: E402
 from analysis.report import build_report  # noqa: E402
 

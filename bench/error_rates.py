@@ -44,7 +44,7 @@ import pandas as pd
 from analysis.sequential import LookResult, Plan, information_fraction, information_fractions
 from analysis.result_types import NEGLIGIBLE, UNDECIDED
 from analysis.verdicts import decide_all, response_models
-from trials.registry import jack_groups, jack_name
+from trials.store.items import jack_groups, jack_name
 
 RESPONSE = "spec/tau"
 PROMPTS = 32

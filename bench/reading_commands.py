@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 from trials.store.keys import DONE_KEY
-from trials.registry import split_name
+from trials.store.items import split_name
 from trials import layout
 
 ROOT = Path(__file__).resolve().parents[1]

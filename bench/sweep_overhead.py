@@ -26,7 +26,7 @@ from dspark.train import train, train_shared_target
 from ray.tune import Callback
 
 from trials import cluster, runner
-from trials.store import ledger
+from trials import ledger
 from trials.validate import parse
 from dspark import targets
 from trials.trainable import trial_fn

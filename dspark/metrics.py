@@ -47,6 +47,7 @@ class Metric:
     # {flag, same, why}: it cannot rank runs whose `flag` column is 1 in every run while their
     # `same` column holds one value ({at}: the name's suffix after @; {same}: that value)
     degenerate_when: dict[str, str] | None = None
+    curve: str = ""  # a family the report plots as one curve over its slots: the curve's title
 
     def __post_init__(self):
         if self.better not in ("higher", "lower", ""):
@@ -102,7 +103,8 @@ REGISTRY: tuple[Metric, ...] = (
            "10th percentile of the per-prompt tau: how the run's hardest prompts fare"),
     Metric("spec/tau_greedy", "higher", "tokens", DRAFTER, "spec/tau with greedy decoding"),
     Metric("spec/accept@k", "higher", "probability", DRAFTER,
-           "conditional acceptance of slot k, over rounds whose slots 1..k-1 were accepted (Fig 2)"),
+           "conditional acceptance of slot k, over rounds whose slots 1..k-1 were accepted (Fig 2)",
+           curve="per-slot acceptance"),
     Metric("spec/accept_rate@k", "higher", "probability", DRAFTER,
            "unconditional acceptance: the fraction of rounds whose slots 1..k were all accepted"),
     Metric("spec/speedup", "higher", "ratio", DRAFTER,

@@ -43,7 +43,7 @@ def test_the_reading_side_loads_no_ray_torch_or_renderer():
     loads no MLflow; `analysis plan` imports statistics only (no matplotlib, no renderer)."""
     code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.sweep_reader, trials.store.reader\n"
             "import trials.workload; trials.workload.load_workload('dspark').registry\n"
-            "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.render', 'analysis.plots') "
+            "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.render', 'analysis.render_files', 'analysis.plots') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout
@@ -122,11 +122,11 @@ RECORD = ("trials.store.record", "trials.store.items")  # leaf modules: a record
 def test_the_engine_and_the_statistics_import_no_workload():
     """`trials` and `analysis` know workloads only through `trials.workload` (loaded by
     name); the workload imports no engine (its CLI entry point only the store); the
-    statistics import of the engine only its interface, the sweep's record and export
-    (`trials.export`) and the store; the store imports
+    statistics import of the engine only its interface, the sweep's record
+    (`trials.sweep_record`) and export (`trials.export`) and the store; the store imports
     nothing of the project outside it; the interface, of the engine, only the sweep record."""
     allowed_in_analysis = ("trials.store", "trials.workload", "trials.registry", "trials.workload_defaults", "trials.export",
-                           "trials.fraction", "trials.timing_settings")
+                           "trials.sweep_record", "trials.fraction", "trials.timing_settings")
     bad = []
     for name, path in _modules().items():
         for module, _, line in _imports(name, path):

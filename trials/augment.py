@@ -48,9 +48,10 @@ from trials.store.client import set_tags, tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
 
 from . import expand, saved
-from .timing import TimingSettings, time_sweep
+from .timing import time_sweep
+from .timing_settings import TimingSettings
 from .timing_settings import again_command
-from .lease import write_atomic
+from trials.store.kept import write_atomic
 from .run_settings import RunSettings
 
 

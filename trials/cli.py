@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from . import fraction, expand, layout, saved, spec as specmod, validate
-from .timing import SIGTERMED, Terminated, TimingSettings, TimingSettings as S, stop_on_sigterm, time_sweep
+from .timing import SIGTERMED, Terminated, stop_on_sigterm, time_sweep
+from .timing_settings import TimingSettings, TimingSettings as S
 from .augment import AugmentSettings, augment
 from .recover import recover
 from .lease import Lease

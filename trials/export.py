@@ -1,7 +1,7 @@
-"""A sweep as the engine hands it to the statistics: its record (`SweepRecord`: what its
-parent run, or for `trials run --local` its spec, says of it), its finished runs as one
-table (`SweepFrame`), and the parquet export that carries both without a store
-(`to_parquet`, `read_parquet`), each field checked where a record is read (`check_record`).
+"""A sweep as the engine hands it to the statistics: its finished runs as one table with its
+record beside them (`SweepFrame`; the record and its codecs are `trials.sweep_record`), and
+the parquet export that carries both without a store (`to_parquet`, `read_parquet`), every
+field checked as it is read.
 The engine writes it (`trials run --local`, `analysis export` through `analysis.sweep_reader`); the
 statistics read it. The MLflow reader is `analysis.sweep_reader.load_runs`.
 
@@ -18,48 +18,19 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from trials.registry import PRIMARY_FORM, Registry, from_record, recorded
+from trials.registry import Registry, recorded
 from trials.store.keys import (ARM_TAG, CELL_TAG, FACTOR_PREFIX, REPLICATE_TAG, RUN_ORDER_TAG, SEED_TAG,
                                metric_name)
 from trials.store.items import is_item_column
-from trials.store.record import confirms_problem
-from trials.workload import DEFAULT as DEFAULT_WORKLOAD
-from trials.workload import WorkloadError, load_workload
+from trials.sweep_record import SweepRecord, from_metadata, to_metadata
 
 # a run's identity and outcome: the columns of an incomplete run's record
 META_COLUMNS = ("run_id", "run_name", "status", "cell", "replicate", "seed", "arm", "run_order", "error")
-
-
-@dataclass(frozen=True)
-class SweepRecord:
-    """What a sweep's parent run says about it (or, for `trials run --local`, its spec)."""
-    experiment: str = ""
-    description: str = ""
-    experiment_id: str = ""
-    parent_run_id: str = ""
-    design: str = ""  # full | 2^(k-p)
-    responses: dict = field(default_factory=dict)  # the primary responses and their margins
-    sequential: str = ""  # JSON of analysis.sequential.Plan: the declared plan and the looks so far
-    declared_plan: str = ""  # that plan as declared when the sweep was made (the parent's write-once param)
-    storage: str = ""  # the storage root `trials run` saved the sweep's spec in (the parent's `sweep.storage`)
-    timing: str = ""  # JSON: the last timing pass (the parent's `timing` tag), with its `busy` count
-    primary_terms: list = field(default_factory=list)  # the spec's family terms ([]: every main effect and control)
-    contrasts: dict = field(default_factory=dict)  # the spec's named contrasts: {name: {from: {f: level}, to: {...}}}
-    workload: str = DEFAULT_WORKLOAD  # the trainer swept (`trials.workload`): its metric registry
-    registry: dict = field(default_factory=dict)  # that registry as data (`trials.registry.recorded`), if kept
-    confirms: dict = field(default_factory=dict)  # a confirmation's screening study and estimate (trials.spec)
-
-    @classmethod
-    def of(cls, given: Mapping) -> SweepRecord:
-        """From a mapping (a parquet export's metadata, checked first by
-        `analysis.sweep_reader.check_record`); a field it lacks, or holds empty, keeps its default."""
-        blank = cls()
-        return cls(**{f.name: given.get(f.name) or getattr(blank, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: a DataFrame has no truth value to compare by
@@ -77,9 +48,7 @@ class SweepFrame:
         """The rules over the swept workload's metrics (better direction, degenerate, timed):
         the record's own copy where it keeps one (a parquet export: no workload imported),
         else the installed or allowed workload's (`trials.workload.load_workload`)."""
-        if self.record.registry:
-            return from_record(self.record.registry)
-        return load_workload(self.record.workload).registry  # the one name lookup: installed or allowed only
+        return self.record.rules()
 
     def with_runs(self, runs: pd.DataFrame) -> SweepFrame:
         """The same sweep over other rows (a subset, or columns changed): the rest kept."""
@@ -92,13 +61,18 @@ class SweepFrame:
     def metadata(self) -> dict:
         """Everything but the table, as plain JSON data: what a parquet export keeps beside
         it (`analysis.sweep_reader.to_parquet`), in the keys exports have always used."""
-        return {"factors": list(self.factors), **asdict(self.record), "local_rows": list(self.local_rows),
+        return {"factors": list(self.factors), **to_metadata(self.record), "local_rows": list(self.local_rows),
                 "incomplete": list(self.incomplete)}
 
     @classmethod
     def from_metadata(cls, runs: pd.DataFrame, given: Mapping) -> SweepFrame:
-        """`metadata`'s inverse: the table and what an export kept beside it."""
-        return cls(runs, factors=list(given.get("factors") or []), record=SweepRecord.of(given),
+        """`metadata`'s inverse: the table and what an export kept beside it, checked
+        (`trials.sweep_record.from_metadata`, then the run records): ValueError naming the
+        first field that is wrong."""
+        record = from_metadata(given, runs.columns)
+        _check_records(given.get(INCOMPLETE_KEY) or [], INCOMPLETE_KEY, set(META_COLUMNS), ())
+        _check_records(given.get("local_rows") or [], "local_rows", None, ("tags", "params", "metrics"))
+        return cls(runs, factors=list(given.get("factors") or []), record=record,
                    incomplete=list(given.get("incomplete") or []), local_rows=list(given.get("local_rows") or []))
 
 
@@ -234,10 +208,9 @@ def read_parquet(path: str | Path) -> SweepFrame:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata is not an analysis export's (not an object)")
     df = _numeric_columns(_without_pandas_attrs(table).to_pandas(), path)
     try:
-        check_record(given, df.columns)
+        return SweepFrame.from_metadata(df, given)
     except ValueError as e:
         raise ValueError(f"parquet: {path}: its dspark.attrs metadata: {e}") from None
-    return SweepFrame.from_metadata(df, given)
 
 
 def _without_pandas_attrs(table):
@@ -256,65 +229,8 @@ def _without_pandas_attrs(table):
     return table.replace_schema_metadata(meta)
 
 
-TEXT_FIELDS = ("experiment", "description", "experiment_id", "parent_run_id", "design", "sequential", "declared_plan",
-               "workload", "timing", "storage")
-
-
 def _short(value) -> str:
     return repr(value)[:60]
-
-
-def check_record(given: dict, columns) -> None:
-    """A recorded sweep's fields (a parquet export's metadata, a parent run's tags) checked as
-    a spec's are: ValueError naming the first field that is wrong. The primary responses go
-    through the workload's registry (`Registry.primary_response`), the spec's own check. Its
-    sequential plan is the statistics' to read (`analysis.sweep_reader.check_record` adds it)."""
-    factors = given.get("factors", [])
-    if not isinstance(factors, list) or not all(isinstance(f, str) for f in factors):
-        raise ValueError(f"factors: a list of column names, got {_short(factors)}")
-    missing = [f for f in factors if f not in columns]
-    if missing:
-        raise ValueError(f"factor column(s) {', '.join(missing)} missing")
-    for key in TEXT_FIELDS:
-        if not isinstance(given.get(key) or "", str):
-            raise ValueError(f"{key}: text, got {_short(given[key])}")
-    terms = given.get("primary_terms") or []
-    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
-        raise ValueError(f"primary_terms: a list of term names, got {_short(terms)}")
-    check_contrasts(given.get("contrasts") or {}, factors)
-    if given.get("confirms") and (problem := confirms_problem(given["confirms"])):
-        raise ValueError(problem)
-    responses = given.get("responses") or {}
-    if not isinstance(responses, dict):
-        raise ValueError(f"responses: must map metric names to {PRIMARY_FORM}, got {_short(responses)}")
-    try:
-        rules = (from_record(given["registry"]) if given.get("registry")
-                 else load_workload(given.get("workload") or DEFAULT_WORKLOAD).registry)
-    except WorkloadError as e:
-        raise ValueError(str(e)) from None
-    for name, decl in responses.items():
-        problem = rules.primary_response(name, decl, f"responses.{name}")[1]
-        if problem:
-            raise ValueError(problem)
-    _check_records(given.get(INCOMPLETE_KEY) or [], INCOMPLETE_KEY, set(META_COLUMNS), ())
-    _check_records(given.get("local_rows") or [], "local_rows", None, ("tags", "params", "metrics"))
-
-
-def check_contrasts(contrasts, factors: list[str]) -> None:
-    """A recorded sweep's named contrasts: each {from: {factor: level}, to: {...}} over the
-    same factors of the sweep; ValueError naming the first that is not."""
-    if not isinstance(contrasts, dict):
-        raise ValueError(f"contrasts: a mapping of names to {{from: {{...}}, to: {{...}}}}, got {_short(contrasts)}")
-    for name, decl in contrasts.items():
-        ok = isinstance(decl, dict) and set(decl) == {"from", "to"} and all(
-            isinstance(decl[k], dict) and decl[k] and all(isinstance(v, str) for v in decl[k].values())
-            for k in ("from", "to"))
-        if not ok or set(decl["from"]) != set(decl["to"]):
-            raise ValueError(f"contrasts.{str(name)[:60]}: {{from: {{FACTOR: LEVEL}}, to: {{FACTOR: LEVEL}}}} over "
-                             f"the same factors, got {_short(decl)}")
-        unknown = sorted(set(decl["from"]) - set(factors))
-        if unknown:
-            raise ValueError(f"contrasts.{str(name)[:60]}: {unknown[0][:60]!r} is not a factor of the sweep")
 
 
 def _check_records(records, key: str, allowed: set | None, mappings: tuple[str, ...]) -> None:

@@ -1,7 +1,7 @@
 """One driver per sweep: a lease file in the sweep's storage folder, and the checks that
-storage can hold the sweep, both before Ray starts; and how files are written to storage
-(`write_atomic`, in `trials.store.kept` since `analysis` writes there too: a temporary file, then
-`os.replace`, so a reader never sees half a file).
+storage can hold the sweep, both before Ray starts. Files are written to storage whole
+(`trials.store.kept.write_atomic`: a temporary file, then `os.replace`, so a reader never
+sees half a file).
 
 `<storage>/<sweep>/driver.lease` holds the driver's host, pid, process start time and
 command. It is written whole to a temporary file and hard-linked to its name (`os.link`
@@ -26,7 +26,6 @@ import threading
 import time
 from pathlib import Path
 
-from trials.store.kept import write_atomic  # noqa: F401  (storage's writers import it from here)
 from trials.store.keys import (DRIVER_HOST_TAG, DRIVER_PID_TAG, DRIVER_STARTED_TAG, KILLED_REASON_TAG,
                                SWEEP_PARENT_TAG, sweep_trials)
 

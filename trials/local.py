@@ -32,8 +32,10 @@ from trials.store.runs import config_params
 
 from . import shared_artifacts
 from trials.spec import SweepSpec
-from .export import SweepFrame, SweepRecord, finished_frame, read_parquet, run_row, to_parquet
-from .timing import TimingSettings, pass_rounds, sweep_stage
+from .sweep_record import SweepRecord
+from .export import SweepFrame, finished_frame, read_parquet, run_row, to_parquet
+from .timing import pass_rounds, sweep_stage
+from .timing_settings import TimingSettings
 
 DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)
 
@@ -174,12 +176,8 @@ def _frame(spec: SweepSpec, rows: list[dict]) -> SweepFrame:
         if r["status"] != "FINISHED":
             row["error"] = r["tags"].get(ERROR_TAG, "")
         flat.append({**row, "run_s": r["run_s"]})
-    record = SweepRecord(experiment=spec.name, description=spec.description, design=spec.design,
-                         responses=spec.responses, primary_terms=list(spec.primary_terms),
-                         contrasts=dict(spec.contrasts), workload=spec.workload, confirms=dict(spec.confirms),
-                         sequential=json.dumps({"declared": True, **spec.sequential, "looks": []}) if spec.sequential
-                         else "",
-                         registry=recorded(spec.wl.registry, [c for r in rows for c in r["metrics"]]))
+    record = replace(SweepRecord.of_spec(spec, recorded(spec.wl.registry, [c for r in rows for c in r["metrics"]])),
+                     declared_plan="")
     # the rows as a parquet export gives them back (plain JSON data): what a rerun resumes from
     return replace(finished_frame(pd.DataFrame(flat), order), record=record, local_rows=json.loads(json.dumps(rows)))
 

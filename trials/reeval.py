@@ -36,7 +36,8 @@ from pathlib import Path
 
 import ray
 from trials.store.runs import log_metrics
-from trials.store.keys import TRIAL_KEY_TAG, reeval_tag, sweep_parent, sweep_trials
+from trials.store.keys import PARENT_TAG, TRIAL_KEY_TAG, reeval_tag, sweep_parent, sweep_trials
+from trials.ledger import keep_parent_registry
 from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
@@ -133,6 +134,7 @@ def reeval(name: str, storage: str | None, counts: dict[str, int], *, tracking_u
                     say(f"{name}: {t.run_name}: nothing recorded, {problem}")
                     continue
                 _log_evaluation(client, runs[t.key], root / name, metrics, files, asks[t.key])
+                keep_parent_registry(client, runs[t.key].data.tags[PARENT_TAG], spec.wl.registry, metrics)
                 done += 1
                 say(f"{name}: {done}/{len(todo)} {t.run_name}: " + ", ".join(
                     f"{k} {metrics[k]:.4f}" for k in spec.wl.registry.headline() if k in metrics))

@@ -7,8 +7,9 @@ fields below, or None; `DEFAULT_RESPONSES` maps a variant to its default respons
 rules here are the engine's, the same for every workload. A row has: `name`, `better`
 ('higher', 'lower' or ''), `unit`, `stages` (the variants that measure it), `meaning`,
 `degenerate_in` and `constant_in` (variant -> why), `headline`, `timed`, `items`: the
-evaluation count (a column of the run) its items are drawn on, and `degenerate_when`: the
-sibling columns that say a response cannot rank the runs at hand (`flat_problem`).
+evaluation count (a column of the run) its items are drawn on, `degenerate_when`: the
+sibling columns that say a response cannot rank the runs at hand (`flat_problem`), and
+`curve`: a family (`x@1`, `x@2`, ...) the report plots as one curve, under this title.
 
 An evaluation's item records are not metrics: a workload reports them as `items`
 (`trials.store.items`, where their column names live; DSpark's `dspark.metrics` writes the same
@@ -21,7 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trials.store.items import JACK_GROUPS, JACK_PREFIX, SPLIT_PREFIX, jack_groups, jack_name, split_name  # noqa: F401 (their home)
 from trials.store.record import margin_problem
 
 PRIMARY_FORM = "{better: higher|lower, margin: NUMBER or PERCENT such as 10%}"
@@ -104,6 +104,17 @@ class Registry:
         rule = getattr(m, "degenerate_when", None) if m is not None else None
         return at_filled(rule, name) if rule else None
 
+    def curves(self, columns) -> dict[str, list[str]]:
+        """The curves a report plots: title -> the columns of a family whose row declares
+        `curve` (its title), one per whole-number suffix after `@`, in the suffix's order."""
+        out: dict[str, list[tuple[int, str]]] = {}
+        for c in columns:
+            m = self.lookup(c) if isinstance(c, str) and "@" in c else None
+            at = c.rsplit("@", 1)[1] if m is not None else ""
+            if m is not None and getattr(m, "curve", "") and at.isdigit():
+                out.setdefault(m.curve, []).append((int(at), c))
+        return {title: [c for _, c in sorted(cols)] for title, cols in out.items()}
+
     def timed(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.metrics.REGISTRY if getattr(m, "timed", False))
 
@@ -163,7 +174,7 @@ class Registry:
 
 
 ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",
-              "break_even", "below", "items", "degenerate_when")
+              "break_even", "below", "items", "degenerate_when", "curve")
 FLAT_KEYS = ("flag", "same", "why")  # a row's `degenerate_when`
 
 
@@ -183,6 +194,7 @@ class Row:
     below: str = ""
     items: str = ""
     degenerate_when: dict | None = None
+    curve: str = ""
 
 
 class RecordedMetrics:
@@ -220,16 +232,19 @@ def flat_problem(rule) -> str | None:
 def recorded(rules: Registry, names) -> dict:
     """The part of `rules` a sweep's record keeps: the rows of `names` (the runs' metric
     columns, resolved by the workload's own lookup), its default responses and variant field,
-    as plain JSON data."""
+    as plain JSON data, with the names it resolved (`names`: a reader tells by them whether it
+    holds the rows of every column at hand)."""
     rows = {}
-    for name in dict.fromkeys(list(names) + list(rules.all_default_responses())):
+    names = list(dict.fromkeys(list(names) + list(rules.all_default_responses())))
+    for name in names:
         m = rules.lookup(name)
         if m is not None:
             rows[name] = {f: (list(v) if isinstance(v, tuple) else v)
                           for f in ROW_FIELDS if (v := getattr(m, f, None)) not in (None, "", False, (), {})}
             rows[name]["name"] = name
     defaults = {k: list(v) for k, v in getattr(rules.metrics, "DEFAULT_RESPONSES", {}).items()}
-    return {"variant_field": rules.variant_field, "default_responses": defaults, "metrics": rows}
+    return {"variant_field": rules.variant_field, "default_responses": defaults, "metrics": rows,
+            "names": sorted(n for n in names if isinstance(n, str))}
 
 
 def from_record(data: dict) -> Registry:

@@ -43,7 +43,7 @@ from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
 from .tracking import StorageFull, SweepTracker, is_storage_full, open_ledger
 from trials.store.keys import ERROR_TAG, GIT_COMMIT_TAG, SHARED_PREFIX
-from trials.store.ledger import Ledger
+from trials.ledger import Ledger
 from trials.store.runs import git_commit
 
 def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,

@@ -50,12 +50,13 @@ from dataclasses import asdict
 from pathlib import Path
 from trials.store.items import encode_each
 from trials.store.runs import log_metrics
-from trials.store.keys import PASS_TAG, SUMMARY_TAG, sweep_parent
+from trials.store.keys import PARENT_TAG, PASS_TAG, SUMMARY_TAG, sweep_parent
+from trials.ledger import keep_parent_registry
 from trials.store.kept import keep_parent_record, keep_run_record
 from trials.store.client import tracking_client
 
 from .lease import Lease
-from .timing_settings import TimingSettings, again_command  # noqa: F401  (the pass's knobs, beside the spec's checks)
+from .timing_settings import TimingSettings, again_command
 from .identity import check_same_sweep
 
 # A run's value in one round that departs from its median round by more than this share: a load
@@ -184,6 +185,8 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
         check_pass(record, hooks.response[stage], name)
         with held_sigterm():  # recorded whole: a SIGTERM now stops the command once it is
             log_pass(client, {t.key: runs[t.key] for t in finished}, record, root / name)
+            keep_parent_registry(client, runs[finished[0].key].data.tags[PARENT_TAG], spec.wl.registry,
+                                 pass_names(record))
     if record["busy"]:
         say(busy_warning(name, record))
     return record
@@ -323,6 +326,13 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
 def _pass_id() -> str:
     now = time.time()
     return time.strftime("%Y%m%dT%H%M%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
+def pass_names(record: dict) -> list[str]:
+    """The names a pass writes to its runs: the timed response, its counts and its items."""
+    size = record["repetition"]
+    return [record["response"], "timing/rounds", f"timing/{size}",
+            *{k for jack in record.get("jack", {}).values() for k in jack}]
 
 
 def log_pass(client, runs: dict, record: dict, exp_dir: Path | None = None) -> None:

@@ -18,7 +18,7 @@ from ray.tune import Callback
 from trials.store.client import STORE_RETRY_S, one_http_attempt, retrying
 from trials.store.keys import DONE_KEY, TRAINER_ERROR_FILE, ERROR_KEY, NODE_KEY, RAY_NODES_TAG, RESTARTS_TAG, is_metric
 from trials.spec import Trial
-from trials.store.ledger import Ledger
+from trials.ledger import Ledger
 from trials.store.runs import finite, log_run_files
 
 from trials.expand import columns
@@ -28,7 +28,7 @@ from .layout import persist_results
 
 
 def open_ledger(tracking_uri: str, spec: SweepSpec, identity: dict[str, str] | None = None) -> Ledger:
-    """The sweep's records in its store (`trials.store.ledger.Ledger`), its runs view showing
+    """The sweep's records in its store (`trials.ledger.Ledger`), its runs view showing
     the responses the engine shows for the sweep (`expand.columns`)."""
     return Ledger(tracking_uri, spec, identity, columns(spec, limit=6))
 

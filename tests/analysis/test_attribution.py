@@ -11,7 +11,8 @@ import pytest
 from analysis.anova import AnalysisError
 from analysis.attribution import analyse, dunnett_vs_control
 from analysis.effects import factorial_effects, lenth
-from analysis.sweep_reader import load_runs, read_parquet, to_parquet
+from analysis.sweep_reader import load_runs, read_parquet
+from trials.export import to_parquet
 from analysis.report import build_report
 from tests.analysis.conftest import TRUE, synthetic_sweep
 

@@ -130,7 +130,8 @@ def test_the_drift_check_reads_the_model_the_verdicts_used():
     favoured level runs last: the ANOVA's residuals (no interaction) drift over the run
     order; the verdicts' model, which judges D1 on its own block x term error, fits it
     exactly, so no drift is flagged."""
-    from analysis.frame import SweepFrame, SweepRecord
+    from trials.export import SweepFrame
+    from trials.sweep_record import SweepRecord
     from analysis.diagnostics import drift_check
     from analysis.attribution import analyse
     from analysis.report import build_report
@@ -210,7 +211,8 @@ def test_a_committed_look_on_data_it_never_had_is_not_replayed():
 def test_a_relative_margin_is_resolved_at_the_first_look_and_kept():
     """`margin: 10%` is resolved on the first look's runs and recorded there; later looks,
     whose runs have another mean, use that number."""
-    from analysis.frame import SweepFrame, SweepRecord
+    from trials.export import SweepFrame
+    from trials.sweep_record import SweepRecord
     from analysis.report import build_report
     from analysis.sequential import Plan, plan_of
 
@@ -250,7 +252,8 @@ def test_the_confirmations_of_one_screening_are_a_family_with_a_holm_view():
 def test_the_plan_prints_its_boundary_table():
     """`analysis plan` and the verbose report print the plan's boundary table (look, blocks,
     information, df, nominal levels), with the looks still planned."""
-    from analysis.frame import SweepFrame, SweepRecord
+    from trials.export import SweepFrame
+    from trials.sweep_record import SweepRecord
     from analysis.plan import plan_text
     from analysis.report import build_report
     from analysis.sequential import Plan

@@ -106,7 +106,8 @@ def test_a_confirmation_names_its_screening_study_and_the_screening_report_lists
     import numpy as np
 
     from analysis import links
-    from analysis.sweep_reader import load_runs, to_parquet
+    from analysis.sweep_reader import load_runs
+    from trials.export import to_parquet
     from tests.analysis.conftest import synthetic_sweep
     from trials.tracking import open_ledger
     from trials.validate import parse

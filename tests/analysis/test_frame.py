@@ -1,4 +1,4 @@
-"""The sweep frame (`analysis.frame.SweepFrame`) across a parquet export: every field comes
+"""The sweep frame (`trials.export.SweepFrame`) across a parquet export: every field comes
 back as it went, from a frame built here and from the committed studies' exports (written
 while the record rode in pandas attrs)."""
 
@@ -12,9 +12,11 @@ from trials.registry import recorded
 from trials.workload import load_workload
 import pyarrow.parquet as pq
 import pytest
+from trials.export import SweepFrame
 
-from analysis.frame import SweepFrame, SweepRecord
-from analysis.sweep_reader import PARQUET_KEY, read_parquet, to_parquet
+from trials.sweep_record import SweepRecord
+from analysis.sweep_reader import read_parquet
+from trials.export import PARQUET_KEY, to_parquet
 from analysis.sequential import Plan
 
 from .test_inputs import _sweep

@@ -12,8 +12,10 @@ import pytest
 
 from analysis import power
 from analysis.anova import AnalysisError
-from analysis.frame import SweepFrame, SweepRecord
-from analysis.sweep_reader import read_parquet, to_parquet
+from trials.export import SweepFrame
+from trials.sweep_record import SweepRecord
+from analysis.sweep_reader import read_parquet
+from trials.export import to_parquet
 from analysis.report import build_report
 from tests.conftest import fill_up
 

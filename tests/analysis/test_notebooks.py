@@ -13,14 +13,15 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "analysis" / "notebooks"
 
 
 @pytest.mark.parametrize("name", ["attribution.ipynb", "acceptance_curves.ipynb"])
-def test_notebook_executes(name, store, tmp_path):
+def test_notebook_executes(name, store, tmp_path, monkeypatch):
     synthetic_sweep(store, failed=1)
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     params.source = (f'EXPERIMENT = "synthetic"\nTRACKING_URI = "{store}"\nRESPONSES = ["spec/tau"]\n'
                      'MARGINS = {"spec/tau": 0.2}\nALPHA = 0.05')
     root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
+    # no empty entry: it would stand for the current folder in every later subprocess
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     if name == "attribution.ipynb":

@@ -12,7 +12,8 @@ import pytest
 from analysis.boundaries import spent
 from analysis.record_check import checked
 from analysis.report import build_report
-from analysis.sweep_reader import read_parquet, to_parquet
+from analysis.sweep_reader import read_parquet
+from trials.export import to_parquet
 
 STUDY = Path(__file__).resolve().parents[2] / "results" / "paper-drafter-confirm-d2-spec-tau" / "runs.parquet"
 KEY = "spec/tau|D2"

@@ -391,7 +391,8 @@ def test_more_blocks_leave_the_items_by_term_part():
 
 
 def test_plan_prices_more_prompts_against_more_blocks():
-    from analysis.frame import SweepFrame, SweepRecord
+    from trials.export import SweepFrame
+    from trials.sweep_record import SweepRecord
     from analysis.plan import plan_text
     from analysis.report import build_report
 

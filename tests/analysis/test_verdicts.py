@@ -307,7 +307,7 @@ def test_p_decided_matches_simulation_and_blocks_reach_the_target():
 
 
 def test_margins_come_from_the_spec_and_the_command_line():
-    from analysis.frame import SweepRecord
+    from trials.sweep_record import SweepRecord
 
     from trials.workload import load_workload
 
@@ -395,7 +395,8 @@ def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
     """A term whose effect differs between blocks, and a ratio below its break-even in every
     arm (speculative decoding slower than autoregressive): the first screen, the HTML
     report's first table and the parent run's note say so beside the verdicts."""
-    from analysis.frame import SweepFrame, SweepRecord
+    from trials.export import SweepFrame
+    from trials.sweep_record import SweepRecord
     from analysis.render import parent_note
     from analysis.report import build_report
 
@@ -421,7 +422,8 @@ def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
 
 
 def test_a_drift_the_model_misses_is_said_beside_the_verdicts():
-    from analysis.frame import SweepFrame, SweepRecord
+    from trials.export import SweepFrame
+    from trials.sweep_record import SweepRecord
     from analysis.report import build_report
 
     df = design({"A": 0.5}, sigma=0.01, replicates=4, seed=2)
@@ -443,8 +445,9 @@ def test_a_timing_pass_with_busy_rounds_is_a_caveat_beside_its_response(tmp_path
     to time again; a pass with none, or one recorded before the check, adds nothing."""
     import json
     from dataclasses import replace
+    from trials.export import SweepFrame
 
-    from analysis.frame import SweepFrame, SweepRecord
+    from trials.sweep_record import SweepRecord
     from analysis.report import build_report
 
     df = design({"A": 0.2, "B": 0.0}, sigma=0.01, replicates=3, seed=4)
@@ -476,7 +479,7 @@ def test_a_relative_margin_is_that_share_of_the_reference_mean_and_says_so(tmp_p
 
     from analysis.anova import AnalysisError
     from analysis.cli import main
-    from analysis.frame import SweepRecord
+    from trials.sweep_record import SweepRecord
     from analysis.verdicts import margins_for
     from trials.store.record import margin_problem, relative_margin
     from trials.tracking import open_ledger

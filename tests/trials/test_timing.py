@@ -21,7 +21,8 @@ from trials.reeval import reeval
 from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
 from trials.store.reader import run_items
 from dspark.timed import values
-from trials.timing import TimingSettings, round_order, schedule, time_sweep
+from trials.timing import round_order, schedule, time_sweep
+from trials.timing_settings import TimingSettings
 from tests.trials.conftest import D1_D9, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -71,7 +71,8 @@ def test_a_parquet_export_naming_a_module_does_not_import_it(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from analysis.sweep_reader import PARQUET_KEY, read_parquet, to_parquet
+    from analysis.sweep_reader import read_parquet
+    from trials.export import PARQUET_KEY, to_parquet
 
     pkg = _package(tmp_path)
     to_parquet(read_parquet(ROOT / "results" / "seed-backbone" / "runs.parquet"), tmp_path / "kept.parquet")

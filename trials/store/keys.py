@@ -33,6 +33,7 @@ STORAGE_TAG = "sweep.storage"  # the storage root the sweep's trials, checkpoint
 TRIALS_TAG = "sweep.trials_sha256"  # a fingerprint of its first block's resolved trials (keys and configs)
 # the parent's record of the sweep and its driver, and a run's history
 SWEEP_TAG = "sweep"  # every run of a sweep: its name
+REGISTRY_TAG = "registry"  # the parent: the workload's registry rows of its runs' names (`trials.sweep_record`)
 WORKLOAD_TAG = "workload"  # the parent: the workload swept (`trials.workload`; absent before it was recorded)
 GIT_COMMIT_TAG = "git_commit"
 NOTE_TAG = "mlflow.note.content"  # MLflow's description of a run or an experiment

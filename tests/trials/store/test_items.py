@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.sweep_reader import load_runs, read_parquet, to_parquet
+from analysis.sweep_reader import load_runs, read_parquet
+from trials.export import to_parquet
 from analysis.variance import item_records
 from trials.store.items import FORMAT, ITEMS_FILE, ITEMS_TAG, columns, document, encode
 from trials.store.keys import StoreReadError, SWEEP_PARENT_TAG, TRIAL_KEY_TAG

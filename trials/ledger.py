@@ -9,20 +9,18 @@ trial's key, tags and run name).
 
 from __future__ import annotations
 
-import json
 import socket
 from typing import Any
 
-from mlflow.entities import Param
-
-from .client import tracking_client
-from .keys import (ARM_TAG, BASE_PARAM, DESCRIPTION_TAG, DESIGN_PARAM, DRIVER_HOST_TAG, DRIVER_PID_TAG,
-                   DRIVER_STARTED_TAG, ERROR_TAG, EXPERIMENT_KIND_TAG, FACTORS_PARAM, GIT_COMMIT_TAG, MODEL_TRAINING,
-                   NOTE_TAG, PARENT_TAG, PLAN_PARAM, PRIMARY_TERMS_TAG, CONFIRMS_TAG, CONTRASTS_TAG, REPLICATES_PARAM, RESPONSES_TAG, RESUMED_TAG,
-                   SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, WORKLOAD_TAG, metric_name,
-                   sweep_parent, sweep_trials)
-from .runs import config_params, git_commit, log_metrics, log_params, source_tags
-from .ui import RUNS_VIEW_TAG, md_text, runs_view
+from trials.store.client import set_tags, tracking_client
+from trials.store.keys import (ARM_TAG, CONFIRMS_TAG, DRIVER_HOST_TAG, DRIVER_PID_TAG, DRIVER_STARTED_TAG, ERROR_TAG,
+                   EXPERIMENT_KIND_TAG, GIT_COMMIT_TAG, MODEL_TRAINING, NOTE_TAG, PARENT_TAG, RESPONSES_TAG,
+                   RESUMED_TAG, SEQUENTIAL_TAG, SWEEP_PARENT_TAG, SWEEP_TAG, TRIAL_KEY_TAG, metric_name, sweep_parent,
+                   sweep_trials)
+from trials.store.runs import config_params, git_commit, log_metrics, log_params, source_tags
+from trials.store.ui import RUNS_VIEW_TAG, md_text, runs_view
+from trials.registry import recorded
+from trials.sweep_record import DESCRIPTION_CHARS, SweepRecord, keep_registry, restated, to_parent
 
 
 def trial_tags(spec, trial, parent_id: str, extra: dict[str, str]) -> dict[str, str]:
@@ -30,6 +28,14 @@ def trial_tags(spec, trial, parent_id: str, extra: dict[str, str]) -> dict[str, 
     tags.update(extra)
     tags.update(source_tags("trials run", extra.get(GIT_COMMIT_TAG)))
     return tags
+
+
+def keep_parent_registry(client, parent_id: str, rules, names) -> None:
+    """The parent keeps the registry rows of `names` too (`trials.sweep_record.keep_registry`):
+    what a command that adds metrics to a sweep's runs (re-evaluation, timing) calls after."""
+    tags = keep_registry(client.get_run(parent_id).data.tags, rules, names)
+    if tags:
+        set_tags(client, parent_id, tags)
 
 
 class Ledger:
@@ -55,54 +61,50 @@ class Ledger:
             # the experiment's description in the MLflow UI: which question the sweep answers
             self.client.set_experiment_tag(self.experiment_id, NOTE_TAG, md_text(spec.description[:4000]))
         self.parent_id = self._parent()
+        self._kept: set[str] = set()  # the names whose registry rows the parent is known to keep
 
     def _parent(self) -> str:
+        record = SweepRecord.of_spec(self.spec, recorded(self.spec.wl.registry, []))
         parent = sweep_parent(self.client, self.experiment_id)
         if parent is not None:
-            if self.spec.responses:
-                self.client.set_tag(parent.info.run_id, RESPONSES_TAG, json.dumps(self.spec.responses))
-            elif RESPONSES_TAG in parent.data.tags:  # no empty tag: none declared now
-                self.client.delete_tag(parent.info.run_id, RESPONSES_TAG)
-            if self.spec.confirms and parent.data.tags.get(CONFIRMS_TAG) != json.dumps(self.spec.confirms):
-                self.client.set_tag(parent.info.run_id, CONFIRMS_TAG, json.dumps(self.spec.confirms))
-            if self.spec.sequential and SEQUENTIAL_TAG not in parent.data.tags:
-                self.client.set_tag(parent.info.run_id, SEQUENTIAL_TAG, self.declared_plan())
-            for k, v in self.identity.items():  # checked before any work: a parent made before them, or moved storage
-                if parent.data.tags.get(k) != v:
-                    self.client.set_tag(parent.info.run_id, k, v)
+            self._restate(parent, record)
             return parent.info.run_id
+        tags, params = to_parent(record, self.spec.factors, self.spec.base, self.spec.replicates)
+        if self.spec.description:  # MLflow shows NOTE_TAG as the run's description
+            tags[NOTE_TAG] = md_text(self.spec.description[:DESCRIPTION_CHARS])
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {self.spec.name}",
-                                     tags={SWEEP_PARENT_TAG: "true", SWEEP_TAG: self.spec.name, WORKLOAD_TAG: self.spec.workload,
-                                           DESIGN_PARAM: self.spec.design, GIT_COMMIT_TAG: git_commit(),
-                                           **source_tags("trials run"),
-                                           FACTORS_PARAM: ",".join(self.spec.factors), **self.identity,
-                                           # the primary responses and margins (a tag: a resume may restate
-                                           # them), the primary terms; no empty tag where a spec has none
-                                           **({RESPONSES_TAG: json.dumps(self.spec.responses)}
-                                              if self.spec.responses else {}),
-                                           **({PRIMARY_TERMS_TAG: json.dumps(self.spec.primary_terms)}
-                                              if self.spec.primary_terms else {}),
-                                           **({CONTRASTS_TAG: json.dumps(self.spec.contrasts)}
-                                              if self.spec.contrasts else {}),
-                                           **({CONFIRMS_TAG: json.dumps(self.spec.confirms)}
-                                              if self.spec.confirms else {}),
-                                           # the sequential plan, before any look can happen
-                                           **({SEQUENTIAL_TAG: self.declared_plan()} if self.spec.sequential else {}),
-                                           # MLflow shows NOTE_TAG as the run's description
-                                           **({DESCRIPTION_TAG: self.spec.description[:4000],
-                                               NOTE_TAG: md_text(self.spec.description[:4000])}
-                                              if self.spec.description else {})})
-        self.client.log_batch(run.info.run_id, params=[
-            Param(DESIGN_PARAM, self.spec.design), Param(REPLICATES_PARAM, str(self.spec.replicates)),
-            # level order matters: the analysis reads it back as each factor's order
-            Param(FACTORS_PARAM, json.dumps(self.spec.factors, default=str)[:6000]),
-            Param(BASE_PARAM, json.dumps(self.spec.base, sort_keys=True, default=str)[:6000]),
-            *([Param(PLAN_PARAM, self.declared_plan())] if self.spec.sequential else [])])
+                                     tags={SWEEP_PARENT_TAG: "true", SWEEP_TAG: self.spec.name,
+                                           GIT_COMMIT_TAG: git_commit(), **source_tags("trials run"), **self.identity,
+                                           **tags})
+        from mlflow.entities import Param  # MLflow loads with the store, not with the commands that import this
+
+        self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
         return run.info.run_id
 
-    def declared_plan(self) -> str:
-        """The spec's sequential plan as `analysis.sequential.Plan` reads it, with no look yet."""
-        return json.dumps({"declared": True, **self.spec.sequential, "looks": []})
+    def _restate(self, parent, record: SweepRecord) -> None:
+        """A resumed sweep's parent: what the spec restates now (its primary responses, its
+        confirmation), its plan where none was recorded, and the identity checked before any work."""
+        tags, run_id = parent.data.tags, parent.info.run_id
+        now = restated(record)
+        if RESPONSES_TAG in now:
+            self.client.set_tag(run_id, RESPONSES_TAG, now[RESPONSES_TAG])
+        elif RESPONSES_TAG in tags:  # no empty tag: none declared now
+            self.client.delete_tag(run_id, RESPONSES_TAG)
+        if CONFIRMS_TAG in now and tags.get(CONFIRMS_TAG) != now[CONFIRMS_TAG]:
+            self.client.set_tag(run_id, CONFIRMS_TAG, now[CONFIRMS_TAG])
+        if record.sequential and SEQUENTIAL_TAG not in tags:
+            self.client.set_tag(run_id, SEQUENTIAL_TAG, record.sequential)
+        for k, v in self.identity.items():  # checked before any work: a parent made before them, or moved storage
+            if tags.get(k) != v:
+                self.client.set_tag(run_id, k, v)
+
+    def keep_registry(self, names) -> None:
+        """The rows of `names` (what the sweep's runs report) added to the registry the parent
+        keeps (`trials.sweep_record.keep_registry`), so that a reader imports no workload."""
+        new = [n for n in names if n not in self._kept]
+        if new:
+            keep_parent_registry(self.client, self.parent_id, self.spec.wl.registry, new)
+            self._kept.update(new)
 
     def claim(self) -> None:
         """Mark the parent RUNNING under this driver (host, pid and process start time), so
@@ -148,6 +150,7 @@ class Ledger:
         return out
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
+        self.keep_registry(metrics)
         log_metrics(self.client, run_id, metrics, step)
 
     def finish(self, run_id: str, status: str, error: str | None = None) -> None:
