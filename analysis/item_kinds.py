@@ -25,6 +25,8 @@ FLAT = {"sched/alg1_throughput@R": {"flag": "sched/alg1_fixed@{at}", "same": "sc
                                            "scheduler"}}
 
 
+# before rows declared `raised_by`: the config fields DSpark's re-evaluation raised each count with
+RAISED_BY = {"split/prompts": "spec_prompts", "split/eval_batches": "eval_batches"}
 # before rows declared `curve`: the one family the report plotted
 CURVES = {"spec/accept@": "per-slot acceptance"}
 
@@ -83,3 +85,14 @@ def curves(columns, rules: Registry | None = None) -> dict[str, list[str]]:
         if cols:
             legacy[title] = sorted(cols, key=lambda c: int(c[len(prefix):]))
     return legacy
+
+
+def more_items_command(kind: str, name: str, rules: Registry | None = None) -> str:
+    """The `trials` command (after `trials`, before its count) that adds items of a kind: the
+    timing pass's prompts, or a re-evaluation raising the count's field (its row's `raised_by`;
+    for a registry recorded before rows declared it, the field it was then)."""
+    if kind == "timing_prompts":
+        return f"time {name} --prompts"
+    count = COUNTS[kind]
+    field = (rules or UNKNOWN).raised_by(count) or RAISED_BY[count]
+    return f"reeval {name} --{field.replace('_', '-')}"

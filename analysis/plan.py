@@ -27,7 +27,7 @@ from .power import p_decided
 from .text import wrap_text
 from .sequential import LookResult, PlanPrices, boundary_lines, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
-from .item_kinds import WHAT
+from .item_kinds import WHAT, more_items_command
 from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
 from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, margins_for, response_models
 
@@ -123,7 +123,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
         lines.append(f"every primary term decided by blocks alone (80% each, if the effects are as estimated): "
                      f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}: "
                      f"trials augment {record.experiment} --replicates {blocks_all}")
-    lines += _items_lines(d.noise, item_multiples, len(df), decode, record.experiment)
+    lines += _items_lines(d.noise, item_multiples, len(df), decode, record.experiment, sweep.registry)
     lines += [f"not planned: {'; '.join(skipped)}"] if skipped and responses else []  # of those asked
     return "\n".join(fitted(lines)), look
 
@@ -148,12 +148,8 @@ def _within(look: LookResult, prices: PlanPrices | None) -> str:
     return f"within the plan: {prices.blocks_left} more block(s){items}, each look at the alpha the plan gives it"
 
 
-REEVAL = {"prompts": "reeval {name} --spec-prompts", "eval_batches": "reeval {name} --eval-batches",
-          "timing_prompts": "time {name} --prompts"}  # the command that adds each kind of item
-
-
 def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float | None,
-                 name: str = "NAME") -> list[str]:
+                 name: str = "NAME", rules: Registry | None = None) -> list[str]:
     """The re-evaluation that would decide every undecided primary term with a jackknife,
     where one would. Terms of a response without one (timed, or older runs) are not priced
     in items: their own lines say so."""
@@ -165,7 +161,7 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
     for kind in sorted({noise[r].kind for r, _ in item_multiples}):
         k = max(m for (r, _), m in item_multiples.items() if noise[r].kind == kind)
         items = max(noise[r].items for r, _ in item_multiples if noise[r].kind == kind)
-        flag = REEVAL[kind].format(name=name)
+        flag = more_items_command(kind, name, rules)
         # `trials reeval` evaluates the whole new set in every run, not only the added items
         price = (f", about {k * items * n_runs * decode:.0f} worker-minutes of decoding"
                  if decode and kind == "prompts" else "")
@@ -207,7 +203,7 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
             if sp:
                 what = WHAT[sp.kind]
                 step += (f"; or {k}x the {what} ({k * sp.items}) on the existing checkpoints: "
-                         f"trials {REEVAL[sp.kind].format(name=name)} {k * sp.items}" if k
+                         f"trials {more_items_command(sp.kind, name, rules)} {k * sp.items}" if k
                          else f"; {why_not_items(v, most)}")
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
                 step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None, name=name)}"

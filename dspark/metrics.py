@@ -48,6 +48,7 @@ class Metric:
     # `same` column holds one value ({at}: the name's suffix after @; {same}: that value)
     degenerate_when: dict[str, str] | None = None
     curve: str = ""  # a family the report plots as one curve over its slots: the curve's title
+    raised_by: str = ""  # an evaluation count's row: the config field `trials reeval --FIELD N` raises it with
 
     def __post_init__(self):
         if self.better not in ("higher", "lower", ""):
@@ -160,12 +161,14 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("sched/alg1_fixed@R", "", "flag", DRAFTER,
            "1 when Algorithm 1 gave every request of every batch of R the same length (a degenerate curve: "
            "the lengths did not follow the confidences, so sched/alg1_throughput@R measures acceptance alone)"),
-    Metric("split/prompts", "", "prompts", DRAFTER, "prompts decoded by the run's (latest) speculative evaluation"),
+    Metric("split/prompts", "", "prompts", DRAFTER, "prompts decoded by the run's (latest) speculative evaluation",
+           raised_by="spec_prompts"),
     Metric("split/timed_prompts", "", "prompts", DRAFTER,
            "prompts that evaluation decoded both ways for spec/speedup_sweep (at most 16)"),
     Metric("split/decode_s_per_prompt", "", "s", DRAFTER, "that evaluation's wall time per prompt, every phase"),
     Metric("split/eval_batches", "", "batches", BOTH,
-           "held-out batches behind the run's (latest) teacher-forced evaluation (val/bpb and tf/*)"),
+           "held-out batches behind the run's (latest) teacher-forced evaluation (val/bpb and tf/*)",
+           raised_by="eval_batches"),
     Metric("split/<response>@g", "", "", DRAFTER,
            "a prompt-derived response on prompt group g alone (prompt i in group i mod 4): the older "
            "evaluations' record of their own noise, valid for mean responses only"),

@@ -9,7 +9,9 @@ rules here are the engine's, the same for every workload. A row has: `name`, `be
 `degenerate_in` and `constant_in` (variant -> why), `headline`, `timed`, `items`: the
 evaluation count (a column of the run) its items are drawn on, `degenerate_when`: the
 sibling columns that say a response cannot rank the runs at hand (`flat_problem`), and
-`curve`: a family (`x@1`, `x@2`, ...) the report plots as one curve, under this title.
+`curve`: a family (`x@1`, `x@2`, ...) the report plots as one curve, under this title, and
+on an evaluation count's own row `raised_by`: the config field `trials reeval --FIELD N`
+raises that count with (one of the workload's `reeval_counts`).
 
 An evaluation's item records are not metrics: a workload reports them as `items`
 (`trials.store.items`, where their column names live; DSpark's `dspark.metrics` writes the same
@@ -97,6 +99,12 @@ class Registry:
         m = self.lookup(name)
         return str(getattr(m, "items", "") or "") if m is not None else ""
 
+    def raised_by(self, count: str) -> str:
+        """The config field a re-evaluation raises an evaluation count (a column such as
+        `split/prompts`) with, as its row declares it; "" where none does."""
+        m = self.lookup(count)
+        return str(getattr(m, "raised_by", "") or "") if m is not None else ""
+
     def flat_rule(self, name: str) -> dict | None:
         """A response's `degenerate_when` (its row's, `FLAT_KEYS`), with `{at}` filled in by the
         name's suffix after `@` (`x@R64`: R64); None where its row declares none."""
@@ -174,7 +182,7 @@ class Registry:
 
 
 ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",
-              "break_even", "below", "items", "degenerate_when", "curve")
+              "break_even", "below", "items", "degenerate_when", "curve", "raised_by")
 FLAT_KEYS = ("flag", "same", "why")  # a row's `degenerate_when`
 
 
@@ -195,6 +203,7 @@ class Row:
     items: str = ""
     degenerate_when: dict | None = None
     curve: str = ""
+    raised_by: str = ""
 
 
 class RecordedMetrics:

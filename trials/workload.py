@@ -62,8 +62,10 @@ use them through the same door as any workload: nothing else is looked for):
                          {config field: what it counts}, the fields a re-evaluation raises;
                          `reeval_limits` = {field: the most it may be} (default: COUNT_LIMIT)
                          (DSpark: {"spec_prompts": "prompts", "eval_batches": "held-out
-                         batches"}); `reevaluate` gets {field: n} for the counts that trial
-                         still needs (one it was already evaluated with is left out),
+                         batches"}; the row of the count each raises names it, `raised_by`,
+                         so that a plan prints the command); `reevaluate` gets {field: n}
+                         for the counts that trial still needs (one it was already
+                         evaluated with is left out),
                          `reeval_problem` every count asked; `reevaluate` returns (metrics,
                          {plain file name: bytes}[, items as `report` takes them]), the files
                          kept under the run's `eval/`

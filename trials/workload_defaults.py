@@ -224,6 +224,10 @@ class Loaded:
         if taken:
             raise WorkloadError(f"workload {self.name!r}: reeval_counts names {taken[0]!r}, which `trials reeval` "
                                 "takes as its own option: count another field")
+        raised = [(m.name, f) for m in self.metrics.REGISTRY if (f := getattr(m, "raised_by", "")) and f not in counts]
+        if raised:
+            raise WorkloadError(f"workload {self.name!r}: metric_rows' {raised[0][0]}: raised_by {raised[0][1]!r} is "
+                                f"not one of its reeval_counts ({', '.join(counts)})")
 
     def _core(self, obj: Any) -> None:
         given = obj.config

@@ -38,6 +38,11 @@ def test_the_core_four_load_with_no_reevaluation():
         "REGISTRY": (type("R", (), {"name": "val/loss", "degenerate_when": {"flag": "x"}})(),),
         "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
      "workload 'core': metric_rows' val/loss: degenerate_when: {flag, same, why}, each text"),
+    ({"reevaluate": lambda self, c, k, n: ({}, {}), "reeval_counts": {"steps": "evaluation steps"},
+      "metric_rows": type("Rows", (), {
+          "REGISTRY": (type("R", (), {"name": "split/steps", "raised_by": "lr"})(),),
+          "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
+     "workload 'core': metric_rows' split/steps: raised_by 'lr' is not one of its reeval_counts (steps)"),
 ])
 def test_a_malformed_part_is_named_in_one_line(extra, says):
     obj = type("Bad", (Core,), extra)()
@@ -185,3 +190,24 @@ def test_dspark_comes_through_the_same_door_with_the_same_configs():
     with pytest.raises(ValueError) as e:
         wl.config({"preset": "small", "block_size": "four"})
     assert "block_size" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_command_that_adds_items_is_the_one_the_counts_row_names():
+    """The plan prints the re-evaluation a count's own row says raises it (`raised_by`), a
+    user's workload's field as DSpark's; a registry recorded before rows said it prints what it
+    did then (DSpark's fields)."""
+    from analysis.item_kinds import more_items_command
+    from trials.registry import from_record, recorded
+    from trials.workload import load_workload
+
+    row = {"name": "split/eval_batches", "raised_by": "held_out", "better": ""}
+    mine = from_record({"metrics": {"split/eval_batches": row}})
+    assert more_items_command("eval_batches", "s", mine) == "reeval s --held-out"
+    dspark = load_workload("dspark").registry
+    kept = recorded(dspark, ["split/prompts", "split/eval_batches"])
+    assert kept["metrics"]["split/prompts"]["raised_by"] == "spec_prompts"
+    assert more_items_command("prompts", "s", from_record(kept)) == "reeval s --spec-prompts"
+    for r in kept["metrics"].values():
+        r.pop("raised_by", None)
+    assert more_items_command("eval_batches", "s", from_record(kept)) == "reeval s --eval-batches"
+    assert more_items_command("timing_prompts", "s", dspark) == "time s --prompts"

@@ -13,8 +13,8 @@ items); a response that is no mean (a calibration error, a ratio of sums) comes 
 by the workload without each group, G values (`without`).
 
 Between the trial and the store (and in the statistics' frame and the parquet export) they
-travel as flat columns, the names the store held before this module existed, so that old
-stores and exports read unchanged: `jack/<response>@g<k>` (the response without group k),
+travel as flat columns, the names old stores and exports hold as metrics, so that those
+read unchanged: `jack/<response>@g<k>` (the response without group k),
 `jack/<response>@n` (its item count), `split/<response>@g<k>` (a group's own value, runs
 recorded before the jackknife) and `split/<name>` (what the evaluation counted: DSpark's
 `split/prompts`). `document` folds those columns into the artifact, `columns` unfolds it.
