@@ -25,7 +25,8 @@ from trials.export import SweepFrame
 from .diagnostics import analysable, choose_responses, sensitivity
 from .power import p_decided
 from .text import wrap_text
-from .sequential import LookResult, PlanPrices, boundary_lines, look_for, look_shares, plan_prices
+from .boundary_table import boundary_lines
+from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
 from .item_kinds import WHAT, more_items_command
 from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
