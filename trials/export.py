@@ -60,7 +60,7 @@ class SweepFrame:
 
     def metadata(self) -> dict:
         """Everything but the table, as plain JSON data: what a parquet export keeps beside
-        it (`analysis.sweep_reader.to_parquet`), in the keys exports have always used."""
+        it (`to_parquet`), in the keys exports have always used."""
         return {"factors": list(self.factors), **to_metadata(self.record), "local_rows": list(self.local_rows),
                 "incomplete": list(self.incomplete)}
 

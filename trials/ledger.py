@@ -64,7 +64,7 @@ class Ledger:
         self._kept: set[str] = set()  # the names whose registry rows the parent is known to keep
 
     def _parent(self) -> str:
-        record = SweepRecord.of_spec(self.spec, recorded(self.spec.wl.registry, []))
+        record = SweepRecord.of_spec(self.spec, recorded(self.spec.wl.registry, list(self.spec.responses)))
         parent = sweep_parent(self.client, self.experiment_id)
         if parent is not None:
             self._restate(parent, record)

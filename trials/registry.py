@@ -241,8 +241,8 @@ def flat_problem(rule) -> str | None:
 def recorded(rules: Registry, names) -> dict:
     """The part of `rules` a sweep's record keeps: the rows of `names` (the runs' metric
     columns, resolved by the workload's own lookup), its default responses and variant field,
-    as plain JSON data, with the names it resolved (`names`: a reader tells by them whether it
-    holds the rows of every column at hand)."""
+    as plain JSON data, with every name it was given (`names`, those without a row too: a
+    reader tells by them whether it holds the rows of every column at hand)."""
     rows = {}
     names = list(dict.fromkeys(list(names) + list(rules.all_default_responses())))
     for name in names:
@@ -264,7 +264,8 @@ def from_record(data: dict) -> Registry:
     rows = {}
     for name, row in data["metrics"].items():
         if not isinstance(row, dict) or set(row) - set(ROW_FIELDS) or row.get("better", "") not in ("higher", "lower", "") \
-                or not isinstance(row.get("items", ""), str) or flat_problem(row.get("degenerate_when")):
+                or not all(isinstance(row.get(k, ""), str) for k in ("items", "curve", "raised_by")) \
+                or flat_problem(row.get("degenerate_when")):
             raise ValueError(f"registry.metrics.{str(name)[:60]}: a metric row ({', '.join(ROW_FIELDS)})")
         try:
             rows[str(name)] = Row(**{**row, "name": str(name), "stages": tuple(row.get("stages") or ())})

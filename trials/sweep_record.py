@@ -135,14 +135,16 @@ def from_parent(tags: Mapping, params: Mapping, ids: tuple[str, str, str], facto
     """A parent run's record (`ids`: the experiment's name and id, the parent's run id),
     checked as an export's is (`check_record`, with the runs' `factors` and `columns`):
     ValueError naming the first field that is wrong. A registry kept on the parent is read
-    where it covers every name the runs hold; else the record names only its workload."""
+    where it covers the runs' metric and item columns (those with a '/') and the primary
+    responses; else (or where its tag is damaged) the record names only its workload."""
     experiment, experiment_id, run_id = ids
-    registry = _json(read_split_tag(dict(tags), REGISTRY_TAG) or "{}", dict)
-    if not set(c for c in columns if isinstance(c, str) and "/" in c) <= set(registry.get("names") or ()):
+    responses = _json(tags.get(RESPONSES_TAG, "{}"), dict)
+    registry = _kept_registry(tags)
+    if not {*(c for c in columns if isinstance(c, str) and "/" in c), *responses} <= set(registry.get("names") or ()):
         registry = {}  # made before the parent kept it, or another writer's names since: the workload's rules
     record = SweepRecord(experiment=experiment, description=tags.get(DESCRIPTION_TAG, ""),
                          experiment_id=experiment_id, parent_run_id=run_id, design=params.get(DESIGN_PARAM, ""),
-                         responses=_json(tags.get(RESPONSES_TAG, "{}"), dict),
+                         responses=responses,
                          sequential=read_split_tag(dict(tags), SEQUENTIAL_TAG),  # in parts past 5,000
                          declared_plan=params.get(PLAN_PARAM, ""), storage=tags.get(STORAGE_TAG, ""),
                          timing=tags.get(SUMMARY_TAG, ""),
@@ -162,12 +164,20 @@ def _json(text: str, kind: type):
     return value if isinstance(value, kind) else kind()
 
 
+def _kept_registry(tags: Mapping) -> dict:
+    """The registry a parent keeps, {} for none, or for a tag damaged past reading (it is a
+    copy of the workload's rules: a reader falls back to those, a writer writes it anew)."""
+    try:
+        return _json(read_split_tag(dict(tags), REGISTRY_TAG) or "{}", dict)
+    except ValueError:
+        return {}
+
+
 def keep_registry(tags: Mapping, rules: Registry, names) -> dict[str, str]:
     """The parent's registry tag with the rows of `names` (the metric and item names a
     sweep's runs report) added to those it keeps, or {} where it keeps them all already:
     the whole value, which `trials.store.client.set_tags` stores in parts."""
-    kept = _json(read_split_tag(dict(tags), REGISTRY_TAG) or "{}", dict) if REGISTRY_TAG in tags else {}
-    seen = set(kept.get("names") or ())
+    seen = set(_kept_registry(tags).get("names") or ())
     new = [n for n in names if isinstance(n, str) and n not in seen]
     if not new:
         return {}

@@ -212,6 +212,12 @@ class Loaded:
     def _check_reeval(self) -> None:
         """A `reevaluate` needs the config fields it counts (`reeval_counts`), each a field."""
         counts = self.reeval_counts
+        raised = [(m.name, f) for m in self.metrics.REGISTRY if (f := getattr(m, "raised_by", "")) and
+                  f not in (counts if "reevaluate" in self._hooks and isinstance(counts, dict) else {})]
+        if raised:
+            raise WorkloadError(f"workload {self.name!r}: metric_rows' {raised[0][0]}: raised_by {raised[0][1]!r} is "
+                                f"not a count its reevaluate raises (reeval_counts: "
+                                f"{', '.join(counts) if isinstance(counts, dict) and counts else 'none'})")
         if "reevaluate" not in self._hooks:
             return
         if not isinstance(counts, dict) or not counts:
@@ -224,10 +230,6 @@ class Loaded:
         if taken:
             raise WorkloadError(f"workload {self.name!r}: reeval_counts names {taken[0]!r}, which `trials reeval` "
                                 "takes as its own option: count another field")
-        raised = [(m.name, f) for m in self.metrics.REGISTRY if (f := getattr(m, "raised_by", "")) and f not in counts]
-        if raised:
-            raise WorkloadError(f"workload {self.name!r}: metric_rows' {raised[0][0]}: raised_by {raised[0][1]!r} is "
-                                f"not one of its reeval_counts ({', '.join(counts)})")
 
     def _core(self, obj: Any) -> None:
         given = obj.config

@@ -56,9 +56,12 @@ def test_a_crafted_parent_field_is_refused_naming_it():
 
 
 def _sweep(tmp_path, corpus_dir):
+    """Sweep `kept` in a SQLite store; its primary responses: val/bpb, which its runs report,
+    and train/loss, which none has reported yet (a re-evaluation's, or a sweep read part-way)."""
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = validate.load_spec(write_spec(tmp_path / "s.yaml", corpus_dir, "kept", D1_D9, base=BACKBONE,
-                                         responses={"val/bpb": {"better": "lower", "margin": 0.01}}))
+                                         responses={"val/bpb": {"better": "lower", "margin": 0.01},
+                                                    "train/loss": {"better": "lower", "margin": 0.1}}))
     ledger = open_ledger(uri, spec)
     for i, t in enumerate(spec.trials):
         run_id, _ = ledger.open_child(t, {})
@@ -78,16 +81,16 @@ def test_the_parent_keeps_the_registry_and_a_reader_imports_no_workload(tmp_path
     monkeypatch.setattr(sweep_record, "load_workload", refused)
     sweep = load_runs("kept", uri)
     assert sweep.registry.better("val/bpb") == "lower" and sweep.registry.better("train/tokens_per_s") == "higher"
-    assert sweep.record.responses == {"val/bpb": {"better": "lower", "margin": 0.01}}
+    assert set(sweep.record.responses) == {"val/bpb", "train/loss"} and sweep.registry.better("train/loss") == "lower"
 
     # another writer's metric since (not through the ledger): its rule is the workload's, not none
     client = MlflowClient(uri)
     child = sweep_trials(client, client.get_experiment_by_name("kept").experiment_id)[0]
-    log_metrics(client, child.info.run_id, {"train/loss": 1.5}, 5)
+    log_metrics(client, child.info.run_id, {"train/ce": 1.5}, 5)
     with pytest.raises(ValueError, match="imported while reading"):
         load_runs("kept", uri)
     monkeypatch.undo()
-    assert load_runs("kept", uri).registry.better("train/loss") == "lower"
+    assert load_runs("kept", uri).registry.better("train/ce") == "lower"
     assert sweep_parent(client, child.info.experiment_id).data.params[DESIGN_PARAM] == "full"
 
 
@@ -106,3 +109,25 @@ def test_a_declared_curve_is_plotted_by_its_row_and_an_old_record_keeps_the_one_
     old = from_record(kept)
     assert old.curves(columns) == {} and curves(columns, old) == want
     assert curves(["val/bpb"], old) == {}
+
+
+def test_a_damaged_registry_tag_is_read_past_and_written_anew(tmp_path, corpus_dir):
+    """The kept registry is a copy of the workload's rules: a header whose parts are gone
+    leaves the sweep readable by the workload's rules, and the next write replaces it."""
+    uri, ledger = _sweep(tmp_path, corpus_dir)
+    client = MlflowClient(uri)
+    client.set_tag(ledger.parent_id, REGISTRY_TAG, json.dumps({"split_tag": 1, "parts": 2, "chars": 9000,
+                                                                "sha256": "0" * 64}))
+    sweep = load_runs("kept", uri)
+    assert sweep.record.registry == {} and sweep.registry.better("val/bpb") == "lower"
+    ledger.keep_registry(["train/ce"])
+    kept = json.loads(client.get_run(ledger.parent_id).data.tags[REGISTRY_TAG])
+    assert "train/ce" in kept["names"] and kept["metrics"]["train/ce"]["better"] == "lower"
+
+
+@pytest.mark.parametrize("field, value", [("curve", ["a"]), ("curve", 3), ("raised_by", {"f": 1})])
+def test_a_crafted_row_field_in_a_recorded_registry_is_refused_naming_the_row(field, value):
+    from trials.registry import from_record
+
+    with pytest.raises(ValueError, match=r"^registry.metrics.spec/accept@2: a metric row \("):
+        from_record({"metrics": {"spec/accept@2": {"name": "spec/accept@2", field: value}}})

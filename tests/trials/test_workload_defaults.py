@@ -42,7 +42,13 @@ def test_the_core_four_load_with_no_reevaluation():
       "metric_rows": type("Rows", (), {
           "REGISTRY": (type("R", (), {"name": "split/steps", "raised_by": "lr"})(),),
           "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
-     "workload 'core': metric_rows' split/steps: raised_by 'lr' is not one of its reeval_counts (steps)"),
+     "workload 'core': metric_rows' split/steps: raised_by 'lr' is not a count its reevaluate raises "
+     "(reeval_counts: steps)"),
+    ({"metric_rows": type("Rows", (), {
+        "REGISTRY": (type("R", (), {"name": "split/steps", "raised_by": "steps"})(),),
+        "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
+     "workload 'core': metric_rows' split/steps: raised_by 'steps' is not a count its reevaluate raises "
+     "(reeval_counts: none)"),
 ])
 def test_a_malformed_part_is_named_in_one_line(extra, says):
     obj = type("Bad", (Core,), extra)()
