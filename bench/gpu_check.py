@@ -122,7 +122,7 @@ def speculative(t: Trainer) -> None:
     prompts = prompts_from(t.corpus.val, cfg.spec_prompts, cfg.spec_prompt_len)
     n_timed = min(len(prompts), 8)
     for temperature, label in ((1.0, "sampled"), (0.0, "greedy")):
-        stats, _, spec_s, ar_s = decode_set(t.target, t.drafter, t.head, prompts, cfg.spec_new_tokens,
+        stats, _, spec_s, ar_s = decode_set(t.models, prompts, cfg.spec_new_tokens,
                                             temperature, t.device, n_timed)
         tau = sum(a + 1 for a in stats.accepted) / len(stats.accepted)
         print(f"speculative {label}: tau {tau:.3f}, speedup {sum(ar_s) / sum(spec_s):.2f}x against autoregressive "

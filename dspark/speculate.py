@@ -214,8 +214,7 @@ def one_round(target: TargetLM, drafter: Drafter, head: DraftHead, state: Decode
 
 @torch.inference_mode()
 def generate(target: TargetLM, drafter: Drafter, head: DraftHead, prompt: torch.Tensor, max_new_tokens: int,
-             temperature: float = 1.0, generator=None, stats: RoundStats | None = None,
-             verify_len=None) -> list[int]:
+             temperature: float = 1.0, generator=None, stats: RoundStats | None = None) -> list[int]:
     """Speculative decoding of at least `max_new_tokens` after the prompt (1, P); returns
     exactly max_new_tokens new tokens (the last round's surplus is cut)."""
     K = drafter.K
@@ -223,7 +222,7 @@ def generate(target: TargetLM, drafter: Drafter, head: DraftHead, prompt: torch.
     state = prefill(target, drafter, prompt, max_len, temperature, generator)
     P = prompt.shape[1]
     while len(state.tokens) - P < max_new_tokens:
-        one_round(target, drafter, head, state, temperature, generator, stats, verify_len)
+        one_round(target, drafter, head, state, temperature, generator, stats)
     return state.tokens[P:P + max_new_tokens]
 
 

@@ -29,6 +29,7 @@ import torch
 
 from . import calibration
 from .artifacts import decoding_artifacts
+from .blocks import Models
 from .curves import curve_table, describe_curve, measure_grid
 from .metrics import jack_groups, jackknifed
 from .data import fixed_batches
@@ -64,12 +65,13 @@ def _generator(device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def decode_set(target, drafter, head, prompts, new_tokens: int, temperature: float, device, n_timed: int = 0,
+def decode_set(models: Models, prompts, new_tokens: int, temperature: float, device, n_timed: int = 0,
                progress: Callable[[int, int], None] | None = None):
     """Speculative decoding of every prompt; on the first `n_timed` prompts autoregressive
     decoding too, interleaved so both see the same machine state. Returns (stats,
     per-prompt tau, spec seconds and AR seconds per timed prompt). `progress` hears
     (prompts done, prompts)."""
+    target, drafter, head = models.target, models.drafter, models.head
     stats = RoundStats()
     taus, spec_s, ar_s = [], [], []
     for i, prompt in enumerate(prompts):
@@ -128,21 +130,21 @@ def _survival(stats: RoundStats, K: int):
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
-def evaluate_speculative(target, drafter, head, corpus, cfg, device, out_dir: Path | None,
-                         n_prompts: int | None = None, full: bool = True, progress: Progress | None = None):
+def evaluate_speculative(models: Models, corpus, cfg, device, out_dir: Path | None, n_prompts: int | None = None,
+                         full: bool = True, progress: Progress | None = None):
     """(metrics, items): all speculative responses, and where `full` their items and the
     artifacts (histogram, reliability diagram, SPS table, per-prompt statistics, recorded
     rounds, to out_dir/artifacts). `progress` hears each phase's prompts."""
-    K = cfg.block_size
+    K, target = cfg.block_size, models.target
     n = n_prompts or cfg.spec_prompts
-    for m in (target, drafter, head):
+    for m in (target, models.drafter, models.head):
         m.eval()
     val_prompts = prompts_from(corpus.val, n, cfg.spec_prompt_len)
     n_timed = min(n, SPEEDUP_PROMPTS) if full else 0
 
     def decode(phase, prompts, temperature, timed):
         hook = None if progress is None else (lambda i, total: progress(phase, i, total))
-        return decode_set(target, drafter, head, prompts, cfg.spec_new_tokens, temperature, device, timed, hook)
+        return decode_set(models, prompts, cfg.spec_new_tokens, temperature, device, timed, hook)
 
     t_start = time.perf_counter()
     stats, taus, spec_s, ar_s = decode("decode (sampled)", val_prompts, 1.0, n_timed)

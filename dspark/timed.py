@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from .blocks import Models
 from .config import from_dict
 from .data import sample_batch
 from .metrics import jack_groups, jackknifed
@@ -67,14 +68,15 @@ class DecodeArms:
                 m.eval()
             prompts = [p.to(trainer.device) for p in prompts_from(trainer.corpus.val, settings.prompts,
                                                                   cfg.spec_prompt_len)]
-            self.arms[key] = (target, trainer.drafter, trainer.head, prompts, cfg.spec_new_tokens, trainer.device)
+            models = Models(target, trainer.head, trainer.drafter, cfg.block_size)
+            self.arms[key] = (models, prompts, cfg.spec_new_tokens, trainer.device)
 
     def run(self, key: str, whole: bool = True) -> dict[str, list[float]]:
         """One repetition: per prompt, the AR and the speculative seconds (a warm-up, not
         `whole`: the first prompt alone, enough to bring this run's weights into cache)."""
-        target, drafter, head, prompts, new_tokens, device = self.arms[key]
+        models, prompts, new_tokens, device = self.arms[key]
         prompts = prompts if whole else prompts[:1]
-        _, _, spec_s, ar_s = decode_set(target, drafter, head, prompts, new_tokens, 1.0, device, n_timed=len(prompts))
+        _, _, spec_s, ar_s = decode_set(models, prompts, new_tokens, 1.0, device, n_timed=len(prompts))
         return {"ar_s": ar_s, "spec_s": spec_s}
 
 

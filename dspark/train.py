@@ -457,7 +457,7 @@ class Trainer:
         phases = None
         if full and self.progress is not None:
             phases = lambda phase, done, total: self.progress(phase, done, total, {})  # noqa: E731
-        m, items = evaluate_speculative(self.target, self.drafter, self.head, self.corpus, self.cfg, self.device,
+        m, items = evaluate_speculative(self.models, self.corpus, self.cfg, self.device,
                                         self.out_dir if full else None, n_prompts=n_prompts, full=full,
                                         progress=phases)
         self.items.update(items)  # a full evaluation's: the run's final one

@@ -46,8 +46,7 @@ def _frame(rows):
     return df
 
 
-def sweep(sigma_seed, sigma_int, prompts=32, replicates=6, effect=0.3, seed=0, name="spec/tau", sigma_it=0.0,
-          sigma_bt=0.0):
+def sweep(sigma_seed, sigma_int, prompts=32, replicates=6, effect=0.3, seed=0, sigma_it=0.0, sigma_bt=0.0):
     rng = np.random.default_rng(seed)
     common = rng.normal(0, 0.5, prompts)  # every run decodes the same prompts: cancels in contrasts
     item_term = rng.normal(0, sigma_it, prompts)  # (P,): a prompt favours A=hi in every block
@@ -59,11 +58,16 @@ def sweep(sigma_seed, sigma_int, prompts=32, replicates=6, effect=0.3, seed=0, n
             sign = 1.0 if a == "hi" else -1.0
             mu = 2.0 + sign * (effect + block_term[r]) / 2 + rng.normal(0, sigma_seed)
             y = mu + common + sign * item_term / 2 + rng.normal(0, sigma_int, prompts)  # (P,)
-            row = {"A": a, "B": b, "replicate": r, name: float(y.mean()), "split/prompts": float(prompts)}
+            row = {"A": a, "B": b, "replicate": r, "spec/tau": float(y.mean()), "split/prompts": float(prompts)}
             for g in range(groups):
-                row[jack_name(name, g)] = float(np.delete(y, np.arange(g, prompts, groups)).mean())
+                row[jack_name("spec/tau", g)] = float(np.delete(y, np.arange(g, prompts, groups)).mean())
             rows.append(row)
     return _frame(rows)
+
+
+def as_response(df, name):
+    """A `sweep` whose response (and its jackknife columns) is called `name`."""
+    return df.rename(columns={c: c.replace("spec/tau", name, 1) for c in df.columns if "spec/tau" in c})
 
 
 # ---------------------------------------------------------------- decoding rounds
@@ -285,7 +289,7 @@ def test_without_records_or_for_a_timed_response_there_is_no_split():
 
     df = sweep(0.05, 0.2).drop(columns=[jack_name("spec/tau", g) for g in range(G)])
     assert groups_of(df, "spec/tau") == 0 and split(df, "spec/tau") is None
-    timed = sweep(0.05, 0.2, name="spec/speedup")  # counted in the evaluation's prompts: not its own
+    timed = as_response(sweep(0.05, 0.2), "spec/speedup")  # counted in the evaluation's prompts: not its own
     assert split(timed, "spec/speedup") is None
     timed["timing/prompts"] = timed.pop("split/prompts")  # the timing pass's prompts: its own jackknife
     sp = split(timed, "spec/speedup")

@@ -256,13 +256,14 @@ def test_ragged_prompts_decode_each_request_as_alone(kind):
     (`speculative_eval.decode_set`): every request's tokens, greedy and sampled, are those it
     gets decoded alone with its own seed, and its greedy tokens the target's own; a request's
     rounds do not depend on the requests before it (state, caches, generators all its own)."""
+    from dspark.blocks import Models
     from dspark.speculative_eval import DECODE_SEED, decode_set
 
     target, drafter, head = _random_models(seed=5, kind=kind)
     g = torch.Generator().manual_seed(6)
     prompts = [torch.randint(32, 127, (1, P), generator=g) for P in (5, 17, 9)]
     for temperature in (0.0, 1.0):
-        together, taus, _, _ = decode_set(target, drafter, head, prompts, 24, temperature, "cpu")
+        together, taus, _, _ = decode_set(Models(target, head, drafter, drafter.K), prompts, 24, temperature, "cpu")
         for i, prompt in enumerate(prompts):
             alone = RoundStats()
             gen = torch.Generator().manual_seed(DECODE_SEED + i)  # request i's seed, as in the set
