@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from .boundaries import MIN_STEP, PATHS, nominal_levels, t_levels
-from .sequential import MIN_DF, LookResult
+from .looks import LookResult
+from .sequential import MIN_DF
 
 
 MAX_PLANNED_ROWS = 20  # planned looks shown past the last one taken

@@ -15,6 +15,7 @@ from trials.store.reader import probe_store, reading_client
 from .text import wrap_text
 from . import links
 from .anova import AnalysisError
+from .margins import parse_margins
 from .sweep_reader import load_runs, read_parquet
 from trials.export import check_writable, to_parquet
 from .notebook import answer, execute
@@ -128,8 +129,6 @@ def _results(args) -> int:
 
 
 def _notebook(args) -> int:
-    from .verdicts import parse_margins
-
     margins = parse_margins(args.margin)  # refused before any work, as the store's answer is
     uri = absolute_uri(args.tracking_uri)
     check_store(uri)  # a SQLite file that is not there is said, not made
@@ -176,8 +175,6 @@ def _recap(args) -> int:
 
 
 def _report_or_plan(args) -> int:
-    from .verdicts import parse_margins
-
     margins = parse_margins(args.margin)  # refused before any work
     if getattr(args, "alpha", None) is not None and not 0 < args.alpha < 0.5:
         raise AnalysisError(f"--alpha: must lie in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got {args.alpha!r}")

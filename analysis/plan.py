@@ -26,11 +26,12 @@ from .diagnostics import analysable, choose_responses, sensitivity
 from .power import p_decided
 from .text import wrap_text
 from .boundary_table import boundary_lines
-from .sequential import LookResult, PlanPrices, look_for, look_shares, plan_prices
+from .looks import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
 from .item_kinds import WHAT, more_items_command
 from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
-from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, margins_for, response_models
+from .margins import margins_for
+from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, response_models
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:

@@ -4,7 +4,6 @@ Pareto chart of standardised effects, half-normal plot, per-slot acceptance per 
 from __future__ import annotations
 
 import itertools
-import re
 from pathlib import Path
 
 import matplotlib

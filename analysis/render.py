@@ -16,7 +16,7 @@ import pandas as pd
 
 from trials.store.ui import TRAINING_VIEW, md_text
 from .boundary_table import boundary_lines
-from .sequential import LookResult
+from .looks import LookResult
 from .text import BRIEF_WIDTH, wrap_text
 from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
 from .coded_design import factorial_rows, without_value

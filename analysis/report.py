@@ -26,10 +26,11 @@ from .sweep_reader import report_incomplete
 from .render import brief_text, header_text, notes, summarise, verdict_table_text
 from .render_files import write_html, write_markdown
 from .record_check import checked
-from .sequential import look_for, look_shares, plan_prices
+from .looks import look_for, look_shares, plan_prices
 from .result_types import Report
 from .variance import residuals
-from .verdicts import control_cells, decide_look, margins_for, response_models
+from .margins import margins_for
+from .verdicts import control_cells, decide_look, response_models
 
 
 def _refuse_empty(sweep: SweepFrame) -> None:

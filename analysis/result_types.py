@@ -3,7 +3,7 @@ store writer: a response's ANOVA and effects (`ResponseResult`), its noise split
 each contrast's verdict in one of the four states (`Verdict`, with `Contrast`, `BlockTest`,
 `ResponseCheck`, `SimpleEffect`), the family's decision (`Decision`), and a sweep's whole
 attribution (`Report`). The modules that compute them (attribution, variance, verdicts,
-report) import them from here; a look's result is `analysis.sequential.LookResult`, beside
+report) import them from here; a look's result is `analysis.looks.LookResult`, beside
 the plan it belongs to.
 """
 
@@ -18,7 +18,8 @@ import pandas as pd
 
 from .anova import ModelFit
 from .power import MAX_REPLICATES
-from .sequential import MIN_DF, LookResult  # MIN_DF: a term's error on fewer df says too little
+from .looks import LookResult
+from .sequential import MIN_DF  # MIN_DF: a term's error on fewer df says too little
 
 
 DECISION_POWER = 0.8  # the planner's target: the probability that the next step decides a term

@@ -63,7 +63,7 @@ from trials.registry import Registry
 from .item_kinds import GROUP_MEANS, count_in, kind_of
 from .model import Fit, block_interaction
 from .power import p_decided
-from .result_types import BLOCK_ALPHA, BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
+from .result_types import BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 

@@ -52,98 +52,23 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
+from trials.export import SweepFrame
 from trials.registry import UNKNOWN, Registry
-from trials.store.record import margin_problem, relative_margin
 
 from . import power, variance
 from .anova import AnalysisError
 from .coded_design import factorial_rows, with_value
-from trials.export import SweepFrame
-from trials.sweep_record import SweepRecord
-from .model import (Fit, control_contrast, fit_response, named_contrast, simple_effects,
-                    term_contrasts)
+from .model import Fit, control_contrast, fit_response, named_contrast, simple_effects, term_contrasts
 from .power import p_decided
-from .sequential import LookResult, PlanPrices, plan_of
-from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, WIDE, Contrast, Decision,
-                    ResponseCheck, SimpleEffect, Split, Verdict)
+from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Contrast, Decision,
+                           SimpleEffect, Split, Verdict)
+from .looks import LookResult, PlanPrices
+from .verdict_notes import IDENTICAL, mark_identical, noise_and_caveats, response_check, response_scale, say_few
 
 ADJUSTMENTS = ("bonferroni", "none")
-POOLED_CAVEAT = ("its terms are judged against the pooled residual (the plan declares block_errors: pooled): a seed "
-                 "that favours one arm is not in their errors, so their intervals may be too narrow")
 MAX_BLOCKS = 1000
 COUNT_METRICS = {BEYOND: "verdicts/matters_beyond", UNSURE: "verdicts/matters_unsure", NEGLIGIBLE: "verdicts/negligible",
                  UNDECIDED: "verdicts/undecided"}  # the parent run's counts of the family's verdicts
-
-
-# ---------------------------------------------------------------- margins
-
-def margins_for(record: SweepRecord, given: dict[str, float | str] | None = None,
-                rules: Registry | None = None, runs: pd.DataFrame | None = None) -> dict[str, dict]:
-    """The primary responses: the spec's (the sweep record's `responses`), with `given`
-    (`--margin RESPONSE=VALUE`) supplying or overriding margins. Better directions are the
-    registry's (the swept workload's, as the record names it). A relative margin ("10%") is
-    resolved on `runs`: that share of the reference arm's mean (the control's where the sweep
-    has one, else every factorial run's), said in `of` beside the number."""
-    rules = rules or UNKNOWN
-    out = {}
-    kept = _first_look_margins(record)
-    for name, decl in dict(record.responses).items():
-        if relative_margin(decl["margin"]) is not None and name in kept:  # resolved once, at the first look
-            out[name] = {"better": decl.get("better") or rules.better(name), "margin": kept[name],
-                         "of": f"{decl['margin']}, resolved at the plan's first look"}
-            continue
-        out[name] = {"better": decl.get("better") or rules.better(name),
-                     **_resolved(name, decl["margin"], runs)}
-    for name, margin in (given or {}).items():
-        if problem := margin_problem(margin):
-            raise AnalysisError(f"--margin {name}: {problem}")
-        out[name] = {"better": rules.better(name), **_resolved(name, margin, runs)}
-    return out
-
-
-def _first_look_margins(record: SweepRecord) -> dict[str, float]:
-    """The margins as the plan's first look resolved them ({} where none is recorded)."""
-    try:
-        plan = plan_of(record.sequential)
-    except ValueError:
-        return {}
-    return dict(plan.looks[0].margins) if plan.planned and plan.looks else {}
-
-
-def _resolved(name: str, margin, runs: pd.DataFrame | None) -> dict:
-    """{"margin": a number} for an absolute margin; for a relative one, the number it comes
-    to on these runs and `of`, the words that say how."""
-    frac = relative_margin(margin)
-    if frac is None:
-        return {"margin": float(margin)}
-    if runs is None or name not in runs.columns:
-        raise AnalysisError(f"{name}: the relative margin {margin} needs the runs' {name} to resolve it")
-    values = pd.to_numeric(runs[name], errors="coerce")
-    arm = runs["arm"].astype(str) if "arm" in runs.columns else pd.Series("factorial", index=runs.index)
-    control = values[arm.str.startswith("control") & values.notna()]
-    ref, which = (control, "the control's") if len(control) else (values[arm == "factorial"].dropna(), "the runs'")
-    mean = float(ref.mean()) if len(ref) else math.nan
-    if not (math.isfinite(mean) and mean != 0):
-        raise AnalysisError(f"{name}: the relative margin {margin} needs a finite, non-zero mean of {which} "
-                            f"{name}, got {mean!r}")
-    return {"margin": frac * abs(mean), "of": f"{margin} of {which} mean {mean:.4g}"}
-
-
-def parse_margins(items: list[str] | None) -> dict[str, float | str]:
-    """`RESPONSE=VALUE` strings (the CLI's repeatable --margin; VALUE a number or a share of
-    the reference mean such as 10%) to a mapping; one line on error."""
-    out = {}
-    for item in items or []:
-        name, sep, value = item.rpartition("=")
-        try:
-            margin = value.strip() if relative_margin(value) is not None else float(value)
-        except ValueError:
-            margin = value
-        if not sep or not name or margin_problem(margin):
-            raise AnalysisError(f"--margin: expected RESPONSE=VALUE with VALUE a finite number > 0 or a share of the "
-                                f"reference mean such as 10%, got {item!r}")
-        out[name] = margin
-    return out
 
 
 # ---------------------------------------------------------------- deciding
@@ -221,12 +146,6 @@ def blocks_to_decide(v: Verdict, replicates: int, n_cells: int, target: float = 
             return k
         k = k + 1 if k < 16 else int(k * 1.25)
     return None
-
-
-def sigma_interval(sigma: float, df: float, level: float = 0.95) -> tuple[float, float]:
-    a = 1 - level
-    return (float(sigma * math.sqrt(df / stats.chi2.ppf(1 - a / 2, df))),
-            float(sigma * math.sqrt(df / stats.chi2.ppf(a / 2, df))))
 
 
 def default_terms(factors: list[str], control: str | None, contrasts: dict | None = None) -> list[str]:
@@ -318,11 +237,11 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     n_cells, reps = data.groupby([data[f].astype(str) for f in factors], observed=True).ngroups, _blocks(data, block)
     checks, verdicts, tests = {}, [], {}
     for r in responses:
-        test = tests[r] = _test_of(r, margins, rules, family, per_test, how.levels, _scale(rows[r][r]))
+        test = tests[r] = _test_of(r, margins, rules, family, per_test, how.levels, response_scale(rows[r][r]))
         if how.block_tests:
             variance.add_tests(ms.models[r], _own_error_terms(fits[r], found[r], r in primary, terms, factors),
                                how.block_errors)
-        checks[r] = _check(r, fits[r], test.better, test.margin, r in primary, n_cells, reps, test.at[0])
+        checks[r] = response_check(r, fits[r], test.better, test.margin, r in primary, n_cells, reps, test.at[0])
         checks[r].margin_of = (margins.get(r) or {}).get("of", "")
         settle = _Settle(how.binding or {}, test.at[2] if how.levels is not None else None, how.frozen, bool(block),
                          reps, n_cells, how.plan, per_test)
@@ -332,7 +251,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
                         levels={r: t.at for r, t in tests.items()})
     decision.simple = _simple(fits, rows, ms.models, factors, primary, terms, tests)
     for r in responses:
-        _noise_and_caveats(decision, r, rows[r], ms.models[r], rules, how.block_errors == "pooled" and bool(block)
+        noise_and_caveats(decision, r, rows[r], ms.models[r], rules, how.block_errors == "pooled" and bool(block)
                            and r in primary)
     return decision
 
@@ -365,10 +284,10 @@ class _Settle:
         _at_look(v, self.binding, self.look)
         if self.frozen and v.in_family and v.decided_at is None:  # open at the recorded look: waits for the next
             v.verdict, v.untested, v.few = UNDECIDED, True, self.frozen
-        _identical(v, scale)
+        mark_identical(v, scale)
         if v.verdict == UNDECIDED and self.blocks and v.in_family and not v.identical:
             _price_blocks(v, self.reps, self.n_cells, self.plan, self.per_test)
-        _few(v, self.reps)
+        say_few(v, self.reps)
         return v
 
 
@@ -414,56 +333,6 @@ def _at_look(v: Verdict, binding: dict[str, dict], look: int | None) -> None:
         v.decided_at = look
 
 
-IDENTICAL = 1e-7  # an effect and its se both below this share of the response's scale: its levels changed nothing
-# (a se from sums of squares that cancel keeps ~1e-9 of rounding; no trained response is that sure)
-
-
-def _identical(v: Verdict, scale: float) -> None:
-    """A term whose levels gave the same values in every block (its estimate and its own se
-    both zero to IDENTICAL of the response's largest value): no test says anything of it, and
-    a switch that changed nothing is most likely one the trainer never reads. Said so, not
-    called negligible on an interval of 1e-9."""
-    if v.decided_at is not None and v.verdict != UNDECIDED or not (scale > 0 and np.isfinite(v.se)):
-        return
-    if abs(v.estimate) <= IDENTICAL * scale and v.se <= IDENTICAL * scale:
-        v.verdict, v.untested, v.identical, v.decided_at = UNDECIDED, True, True, None
-        v.next_step = (f"check that the trainer reads what {v.term} sets: a switch it never reaches changes nothing "
-                       "(a bug in the trainer, not an effect of zero)")
-
-
-def _few(v: Verdict, reps: int) -> None:
-    """Why a verdict's interval says little, in words beside it: its error's df below MIN_DF
-    (too few blocks for a term's own error), or an interval wider than WIDE margins."""
-    if v.identical or v.few:
-        return
-    lo, hi, _ = v.interval()
-    wide = v.margin is not None and hi - lo > WIDE * v.margin
-    size = f"; its interval {hi - lo:.3g} wide" + (f" ({(hi - lo) / v.margin:.0f} margins)" if v.margin else "")
-    if v.untested and v.df < MIN_DF:
-        v.few = f"its own error has {v.df:.2g} df from {reps} block(s): too few blocks to judge it{size}"
-    elif v.untested:
-        v.few = (f"too few blocks to judge it: the plan's looks test from {MIN_DF + 1} blocks on (a two-level term's "
-                 f"own error on {MIN_DF} df), this one has {reps}{size}")
-    elif wide:
-        v.few = f"its interval is {(hi - lo) / v.margin:.0f} margins wide ({v.df:.3g} df, {v.errors} errors)"
-    if v.few and v.verdict == UNDECIDED and not v.next_step:
-        v.next_step = "the blocks that would decide it are not priced (no replicate blocks or no plan for it)"
-
-
-def _noise_and_caveats(decision: Decision, r: str, rows: pd.DataFrame, model: variance.Model,
-                       rules: Registry, pooled: bool = False) -> None:
-    """A response's noise split (with its family terms' items x term parts) and the caveats
-    its verdicts must be read with (a ratio below its break-even in every arm)."""
-    means = rows.groupby("cell", observed=True)[r].mean() if "cell" in rows.columns else rows[r]
-    if (below := rules.below_break_even(r, list(pd.to_numeric(means)))) is not None:
-        decision.caveats.setdefault(r, []).append(below)
-    if pooled:  # the plan declared block_errors: pooled
-        decision.caveats.setdefault(r, []).append(POOLED_CAVEAT)
-    own = {v.term: v.noise for v in decision.of(r) if v.in_family and v.noise is not None}
-    if (sp := variance.split_of(model, None, own)) is not None:
-        decision.noise[r] = sp
-
-
 def _own_error_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str],
                      factors: list[str]) -> list[tuple[str, ...]]:
     """The terms judged on their own block x term error: those the family's contrasts rest on
@@ -477,12 +346,6 @@ def _own_error_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list
 
 def _blocks(data: pd.DataFrame, block: str | None) -> int:
     return int(data[block].nunique()) if block else 1
-
-
-def _scale(values) -> float:
-    """A response's scale for `_identical`: its largest absolute value (0 where it has none)."""
-    v = pd.to_numeric(values, errors="coerce").to_numpy(float)
-    return float(np.nanmax(np.abs(v))) if len(v) and np.isfinite(v).any() else 0.0
 
 
 def _tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str]) -> list[tuple[str, ...]]:
@@ -512,7 +375,7 @@ def _verdict(c: Contrast, model: variance.Model, test: _Test, in_family: bool) -
         alpha_star, alpha_eq = test.at_df(float(c.df))
     tiny = IDENTICAL * test.scale
     if test.scale > 0 and 0 <= c.se <= tiny and abs(c.estimate) <= tiny:
-        # identical values at its levels (`_identical`): tested at the threshold, never on a se of 0
+        # identical values at its levels (`mark_identical`): tested at the threshold, never on a se of 0
         # (whose df, a ratio of zeros, say nothing either)
         df = float(c.df) if np.isfinite(c.df) and c.df >= 1 else 1.0
         v = decide(replace(c, se=tiny, df=df), test.response, alpha_star, test.margin, test.better, test.family,
@@ -581,25 +444,8 @@ def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[st
                 v = _verdict(c, models[r], test, False)
                 if v.df < MIN_DF or test.at[2] == 0 and test.at_df is not None:  # as its main effect: untested
                     v.verdict, v.untested = UNDECIDED, True
-                _identical(v, test.scale)
+                mark_identical(v, test.scale)
                 out.append(SimpleEffect(r, c.term, where, v))
     return out
 
 
-def _check(r: str, fit: Fit, better: str, margin: float | None, primary: bool, n_cells: int, reps: int,
-           alpha_star: float) -> ResponseCheck:
-    res = fit.result
-    sigma = float(np.sqrt(res.mse_resid))
-    lo, hi = sigma_interval(sigma, res.df_resid)
-    need = None
-    if margin is not None and reps >= 2 and n_cells >= 2:
-        need = tuple(_needed(margin, s, n_cells, alpha_star) for s in (lo, sigma, hi))
-    return ResponseCheck(r, better, margin, primary, int(res.nobs), float(res.df_resid), sigma, lo, hi,
-                         float(res.rsquared), float(res.rsquared_adj), fit.errors, n_cells, reps, need)
-
-
-def _needed(effect: float, sigma: float, n_cells: int, alpha: float) -> int | None:
-    try:
-        return power.replicates_needed(effect, sigma, n_cells, alpha, DECISION_POWER)
-    except ValueError:
-        return None

@@ -41,7 +41,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from analysis.sequential import LookResult, Plan, information_fraction, information_fractions
+from analysis.looks import LookResult
+from analysis.sequential import Plan, information_fraction, information_fractions
 from analysis.result_types import NEGLIGIBLE, UNDECIDED
 from analysis.verdicts import decide_all, response_models
 from trials.store.items import jack_groups, jack_name

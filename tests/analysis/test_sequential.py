@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.sequential import (LEGACY, Plan, fingerprint, information_fraction, information_fractions, look_for,
-                                 plan_of, spent)
+from analysis.looks import look_for
+from analysis.sequential import LEGACY, Plan, fingerprint, information_fraction, information_fractions, plan_of, spent
 from analysis.result_types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
 from analysis.model import fit_response, term_contrasts
 from analysis.verdicts import classify, response_models
@@ -319,7 +319,7 @@ def test_a_decision_is_binding_and_unchanged_data_is_not_tested_again():
     stays as look 1 decided it, with look 1's interval, while B is tested at look 2's exact
     level. A response whose information did not grow is tested at its last look's level."""
     from analysis.boundaries import nominal_levels
-    from analysis.sequential import LookResult
+    from analysis.looks import LookResult
     from analysis.verdicts import decide_all
 
     rng = np.random.default_rng(5)

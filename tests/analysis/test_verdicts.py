@@ -19,8 +19,9 @@ from analysis.effects import factorial_effects
 from analysis.result_types import BEYOND, Contrast, NEGLIGIBLE, SMALLER, UNDECIDED, UNSURE
 from analysis.model import bm_df, fit_response, term_contrasts
 from analysis.power import p_decided
-from analysis.verdicts import (blocks_to_decide, decide, decide_all, distance_to_boundary, margins_for, parse_margins,
-                               sigma_interval)
+from analysis.margins import margins_for, parse_margins
+from analysis.verdict_notes import sigma_interval
+from analysis.verdicts import blocks_to_decide, decide, decide_all, distance_to_boundary
 
 
 def design(effects, sigma=0.05, replicates=4, seed=0, block_shift=0.02, sd_by=None):
@@ -480,7 +481,7 @@ def test_a_relative_margin_is_that_share_of_the_reference_mean_and_says_so(tmp_p
     from analysis.anova import AnalysisError
     from analysis.cli import main
     from trials.sweep_record import SweepRecord
-    from analysis.verdicts import margins_for
+    from analysis.margins import margins_for
     from trials.store.record import margin_problem, relative_margin
     from trials.tracking import open_ledger
     from trials.validate import parse

@@ -24,7 +24,7 @@ def relative_margin(margin) -> float | None:
 
 def margin_problem(margin) -> str | None:
     """Why a margin is unusable (None when it is a finite number > 0, or a percentage such as
-    "10%": relative to the reference arm's mean, `analysis.verdicts.margins_for`)."""
+    "10%": relative to the reference arm's mean, `analysis.margins.margins_for`)."""
     if margin is None:
         return "required: the smallest effect that would change a decision"
     if relative_margin(margin) is not None:
