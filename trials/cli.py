@@ -6,145 +6,39 @@ import argparse
 import os
 import re
 import sys
-from pathlib import Path
 
-from . import fraction, expand, layout, saved, spec as specmod, validate
+from . import expand, saved, spec as specmod, validate
 from .timing import SIGTERMED, Terminated, stop_on_sigterm, time_sweep
 from .timing_settings import TimingSettings, TimingSettings as S
 from .augment import AugmentSettings, augment
+from .listing import cmd_list, cmd_status
 from .recover import recover
 from .lease import Lease
 from .run_settings import RunSettings
-from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, check_store,
-                                 is_store_error, retrying, run_command, store_error,
-                                 tracking_client)
-from trials.store.ui import RUNS_VIEW_TAG, default_ui_url, exact_options, ui_url
-from trials.store.reader import probe_store, reading_client
-from trials.store.keys import TRIAL_KEY_TAG, sweep_parent, sweep_trials
-
-
-def _table(rows: list[dict[str, str]]) -> str:
-    if not rows:
-        return "(no trials)"
-    cols = list(rows[0])
-    width = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
-    line = "  ".join(c.ljust(width[c]) for c in cols)
-    out = [line, "  ".join("-" * width[c] for c in cols)]
-    out += ["  ".join(r[c].ljust(width[c]) for c in cols) for r in rows]
-    return "\n".join(out)
-
-
-def summary_counts(rows) -> str:
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-
-
-def cmd_validate(args) -> int:
-    spec = validate.load_spec(args.spec)
-    if not args.address:  # a local Ray is this machine: check now what it cannot give
-        problems = validate.local_problems(spec)
-        if problems:
-            raise specmod.SpecError(problems)
-    n_cells = len({t.cell for t in spec.trials if t.arm == "factorial"})
-    n_controls = len(spec.controls)
-    arms = f"{n_cells} cells" + (f" + {n_controls} control arm(s)" if n_controls else "")
-    print(f"sweep '{spec.name}' is valid: design {spec.design}, {len(spec.factors)} factors, {arms} x "
-          f"{spec.replicates} replicates = {len(spec.trials)} trials, run order randomised within each replicate")
-    variants = {spec.wl.variant(t.config) for t in spec.trials}
-    question = spec.wl.questions.get(variants.pop(), "") if len(variants) == 1 else ""
-    if spec.description or question:  # the spec's own words, else the question its workload asks
-        print(f"  {spec.description or question}")
-    for f, levels in spec.factors.items():
-        print(f"  {f}: {', '.join(levels)}")
-    for line in fraction.alias_structure(spec):
-        print("  " + line)
-    for name, sides in spec.contrasts.items():
-        show = {k: ", ".join(f"{f}={lv}" for f, lv in v.items()) for k, v in sides.items()}
-        print(f"  contrast {name}: {show['from']} -> {show['to']} (each side averaged over the other factors)")
-    if spec.primary_terms:
-        print(f"  primary terms: {', '.join(spec.primary_terms)}")
-    if spec.responses:
-        print("  primary responses: " + ", ".join(f"{r} ({d['better']} is better, margin +-{_margin_words(d['margin'])})"
-                                                  for r, d in spec.responses.items()))
-    else:
-        print("  no primary responses declared: the analysis can say matters or undecided, never negligible")
-    print("  " + own_error_line(spec))
-    return 0
-
-
-MIN_DF = 3  # analysis.result_types.MIN_DF: a term's own error on fewer df says too little
-
-
-def never_decides(spec) -> bool:
-    """Whether the spec's plan can never decide anything: its maximum leaves each term's own
-    error fewer than MIN_DF df."""
-    seq = spec.sequential or {}
-    return bool(seq.get("max_replicates")) and seq["max_replicates"] <= MIN_DF and seq.get("block_errors",
-                                                                                          "own") == "own"
-
-
-def own_error_line(spec) -> str:
-    """What the spec's blocks leave each term's own block-by-term error, before anything
-    runs: a two-level term (and the control's paired contrast) has B - 1 df at B blocks, a
-    factor of L levels (L - 1)(B - 1); below MIN_DF the verdicts say too few blocks."""
-    b = spec.replicates
-    most = spec.sequential.get("max_replicates") if spec.sequential else None
-    least = MIN_DF + 1
-    rule = spec.sequential.get("block_errors", "own") if spec.sequential else "own"
-    if rule == "pooled":
-        return ("each term is judged against the pooled residual (block_errors: pooled): its verdicts carry a "
-                "caveat, since a seed that favours one arm is not in that error")
-    line = (f"each term is judged against its own block x term error: {b - 1} df at {b} replicate block(s) for a "
-            "two-level term or the control" + (" (a factor of L levels: (L - 1) x that)"
-                                               if any(len(v) > 2 for v in spec.factors.values()) else ""))
-    if most and most < least:
-        line += (f"; the plan's maximum of {most} block(s) can never decide anything: no look tests a term on fewer "
-                 f"than {MIN_DF} df, so it needs at least {least} blocks (raise sequential.max_replicates, or declare "
-                 "block_errors: pooled)")
-    elif b < least:
-        line += (f"; fewer than {MIN_DF} df says too little, so verdicts need at least {least} blocks"
-                 + (f" (the plan allows {most})" if most else " (declare sequential: {max_replicates: N} to grow it)"))
-    elif most:
-        line += f"; {most - 1} df at the plan's {most}"
-    return line
-
-
-def _margin_words(margin) -> str:
-    """A margin as `validate` states it: the number, or a relative one's share and reference."""
-    if isinstance(margin, str):
-        return f"{margin} of the control's mean, else of every factorial run's (resolved by the analysis)"
-    return format(margin, "g")
-
-
-def _show(spec, uri: str, storage: str | None, shown=()) -> None:
-    rows = saved.status(spec, saved.storage_root(storage) / spec.name, uri, shown)
-    causes = [(r["run"], r.pop("cause")) for r in rows if "cause" in r]
-    print(_table(rows))
-    for line in saved.grouped_causes(causes):
-        print(line)
-    if any(v.startswith("~") for r in rows for v in r.values()):
-        print("(~: a running trial's latest evaluation so far, not its final value; blank: none yet)")
-    print(f"{spec.name}: {summary_counts(rows)}; MLflow experiment '{spec.name}' at {uri}")
+from .spec_summary import cmd_validate, never_decides, own_error_line
+from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, retrying,
+                                 run_command, tracking_client)
+from trials.store.ui import default_ui_url, exact_options, ui_url
+from trials.store.reader import probe_store
+from trials.store.keys import TRIAL_KEY_TAG, sweep_trials
 
 
 def _run(spec, settings: RunSettings, ui: str | None = None) -> int:
     """Run or resume; an interrupted sweep exits 128 + the signal (130 SIGINT, 143
     SIGTERM) and says how to resume it."""
-    from . import runner
+    from . import runner, stopping
 
     uri, storage = settings.tracking_uri, settings.storage
     try:
         result = runner.run(spec, settings)
-    except runner.Interrupted as e:
+    except stopping.Interrupted as e:
         root = saved.storage_root(storage)
         print(f"trials: {spec.name} interrupted ({e}); no run is left RUNNING. Resume it with:\n"
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return _exit_interrupted(e)
-    except runner.StoreStopped as e:
+    except stopping.StoreStopped as e:
         root = saved.storage_root(storage)
-        full = isinstance(e, runner.StorageStopped)
+        full = isinstance(e, stopping.StorageStopped)
         kept = "the store holds every point so far" if full else "Tune's result files hold what the store missed"
         left = ("No run is left RUNNING" if e.closed else
                 "The runs the store could not close stay RUNNING until the resume below closes them,")
@@ -169,22 +63,6 @@ def _run(spec, settings: RunSettings, ui: str | None = None) -> int:
             print(line)
     print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?"), ui))
     return 0 if result["failed"] == 0 and not result.get("stopped_early") else 1
-
-
-def experiment_link(uri: str, name: str, ui: str | None = None) -> str:
-    """The UI link of a sweep's experiment in its store ("" when the store lacks it): its
-    saved runs view where the sweep wrote one."""
-    exp = reading_client(uri).get_experiment_by_name(name)
-    if exp is None:
-        return ""
-    return ui_url(exp.experiment_id, ui or default_ui_url(uri), view=RUNS_VIEW_TAG in exp.tags)
-
-
-def saved_link(exp_dir: Path, uri: str, ui: str | None = None) -> str:
-    """The UI link of a sweep's runs view, from where its storage says its records are ("" if
-    it does not say)."""
-    found = layout.saved_experiment(exp_dir)
-    return ui_url(found["experiment_id"], ui or default_ui_url(uri), view=True) if found else ""
 
 
 def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None = None) -> str:
@@ -262,14 +140,14 @@ def _exit_interrupted(e) -> int:
 
 def cmd_augment(args) -> int:
     """More replicate blocks, or looks until every primary term is decided."""
-    from . import runner
+    from . import runner, stopping
 
     try:
         asked = AugmentSettings(replicates=args.replicates, until_decided=args.until_decided,
                                 look_every=args.look_every, max_replicates=args.max_replicates,
                                 budget_minutes=args.budget_minutes, alpha=args.alpha, post_hoc=args.post_hoc)
         out = augment(args.name, args.storage, args.tracking_uri, args.address, settings=asked)
-    except runner.Interrupted as e:
+    except stopping.Interrupted as e:
         # the same command continues to the blocks it asked for (trials.augment), adding none beyond them
         every = f" --look-every {args.look_every}" if args.look_every else ""
         again = (f"trials augment {args.name} --until-decided{every}" if args.until_decided
@@ -353,65 +231,6 @@ def cmd_time(args) -> int:
         return 0
     print(f"{args.name}: {out['response']} of {len(out['values'])} run(s) from {out['rounds']} interleaved rounds "
           f"on {out['node']} in {out['seconds']:.0f} s (pass {out['id']})")
-    return 0
-
-
-def cmd_status(args) -> int:
-    spec, meta = saved.load_saved(args.name, args.storage, "status", layout=True)  # no workload imported
-    uri = args.tracking_uri or meta["tracking_uri"]
-    check_store(uri)  # a SQLite store that is gone is said at once; no server is asked: the states are storage's
-    _show(spec, uri, args.storage, meta.get("responses", []))
-    return 0
-
-
-def cmd_list(args) -> int:
-    if args.tracking_uri:
-        return _list_store(absolute_uri(args.tracking_uri), args.ui_url)
-
-    root = saved.storage_root(args.storage)
-    rows = []
-    for spec_file in sorted(root.glob("*/spec.yaml")) if root.is_dir() else []:
-        name = spec_file.parent.name
-        try:
-            spec, meta = saved.load_saved(name, args.storage, "list", layout=True)
-        except (specmod.SpecError, ValueError, OSError) as e:  # said in its row; the other sweeps still listed
-            why = str(e).splitlines()[0].removeprefix("list: ").replace(f"{root}/", "")
-            rows.append({"sweep": name, "trials": "", "state": f"unreadable: {why[:120]}", "tracking_uri": "",
-                         "MLflow": ""})
-            continue
-        uri = meta.get("tracking_uri", "")
-        link = ""
-        try:
-            check_store(uri)  # a SQLite store that is gone is said in the row; no server is asked (storage answers)
-            state = summary_counts(saved.status(spec, root / name, uri, meta.get("responses", [])))
-            link = saved_link(root / name, uri, args.ui_url)
-        except Exception as e:  # one sweep's store down or refused: said in its row, the others still listed
-            if not (isinstance(e, ValueError) or is_store_error(e)):
-                raise
-            state = str(e) if isinstance(e, ValueError) else store_error(uri, e)
-        rows.append({"sweep": name, "trials": str(len(spec.trials)), "state": state, "tracking_uri": uri,
-                     "MLflow": link})
-    uris = {r["tracking_uri"] for r in rows}
-    if len(uris) == 1 and "" not in uris:  # one store for every sweep: said once, the table stays narrow
-        print(_table([{k: v for k, v in r.items() if k != "tracking_uri"} for r in rows]))
-        print(f"(every sweep's MLflow store: {uris.pop()})")
-        return 0
-    print(_table(rows) if rows else f"no sweep under {root}")
-    return 0
-
-
-def _list_store(uri: str, ui: str | None = None) -> int:
-    """The sweeps a store records: each experiment with a sweep parent, its parent's state."""
-    check_store(uri)
-    probe_store(uri)
-    client = reading_client(uri)
-    rows = []
-    for exp in client.search_experiments(max_results=1000):
-        parent = sweep_parent(client, exp.experiment_id)
-        if parent is not None:
-            rows.append({"sweep": exp.name, "state": parent.info.status.lower(),
-                         "MLflow": experiment_link(uri, exp.name, ui)})
-    print(_table(rows) if rows else f"no sweep recorded in {uri}")
     return 0
 
 

@@ -24,14 +24,13 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from trials.store.client import StoreUnavailable, retrying, tracking_client
+from trials.store.client import retrying, tracking_client
 from trials.store.kept import write_atomic
 from trials.store.reader import probe_store
 
 from . import spec as specmod
 from .failfast import FailFast
-from .cluster import (check_gcs_reachable, check_local_resources, check_resources, init_ray, kill_local_ray,
-                      local_gcs_gone)
+from .cluster import check_gcs_reachable, check_local_resources, check_resources, init_ray, kill_local_ray
 from .identity import check_same_sweep, claim, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
 from .progress import ProgressLines, clock, failure_lines
@@ -41,7 +40,8 @@ from .run_settings import RunSettings
 from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
-from .tracking import StorageFull, SweepTracker, is_storage_full, open_ledger
+from .stopping import Interrupted, Signals, best_effort, raise_stopped
+from .tracking import SweepTracker, open_ledger
 from trials.store.keys import ERROR_TAG, GIT_COMMIT_TAG, SHARED_PREFIX
 from trials.ledger import Ledger
 from trials.store.runs import git_commit
@@ -152,62 +152,6 @@ def _dirname_creator(spec: SweepSpec):
     return dirname
 
 
-class Interrupted(KeyboardInterrupt):
-    """The sweep was stopped by a signal; `signum` says which (SIGINT or SIGTERM).
-    `ray_lost`: the signal went to the whole process group and took down the local Ray this
-    driver started (its processes share the group), so nothing may wait on Ray any more."""
-
-    def __init__(self, signum: int, ray_lost: bool = False):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-        self.ray_lost = ray_lost
-
-
-class _Signals:
-    """SIGINT and SIGTERM stop the driver in every phase, foreground or background.
-
-    Before Tune runs (the shared target, MLflow set-up) a signal raises `Interrupted` at
-    once. While Tune runs, a SIGTERM is handed to Tune as the SIGINT it stops on
-    gracefully (state saved, runs closed). A shell starts background jobs with SIGINT
-    ignored, which is why SIGINT is handled here too rather than left to Python's default.
-    """
-
-    def __init__(self, local_ray: bool = False):
-        self.signum: int | None = None
-        self.in_tune = False
-        self.local_ray = local_ray  # this driver started its Ray: its processes share our group
-        self.ray_lost = False
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum, frame):
-        self.signum = self.signum or signum
-        if signum == signal.SIGTERM and self.local_ray and local_gcs_gone():
-            # the group's SIGTERM (timeout, scancel, a service manager) stopped Ray's GCS too:
-            # Tune's graceful stop would wait 60 s on it and die; leave Tune and Ray at once
-            self.ray_lost = True
-            raise Interrupted(signum, ray_lost=True)
-        if self.in_tune:
-            # Tune's own SIGINT handler (installed by fit) stops it gracefully
-            handler = signal.getsignal(signal.SIGINT)
-            if callable(handler) and handler != self._handle:
-                handler(signal.SIGINT, frame)
-                return
-        raise Interrupted(signum)
-
-    def __enter__(self):
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        except ValueError:  # not the main thread: leave the signals alone
-            self._previous = {}
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        return False
-
-
 def run(spec: SweepSpec, settings: RunSettings | None = None, **given) -> dict:
     """Run (or resume) a validated sweep, as its one driver (`trials.lease`).
 
@@ -284,7 +228,7 @@ def _refuse_missing_records(spec: SweepSpec, exp_dir: Path, tracking_uri: str) -
 
 def _run_leased(spec: SweepSpec, settings: RunSettings, root: Path, exp_dir: Path) -> dict:
     tracking_uri, address, resume = settings.tracking_uri, settings.address, settings.resume
-    signals = _Signals(local_ray=address is None and not ray.is_initialized())
+    signals = Signals(local_ray=address is None and not ray.is_initialized())
     opened: dict[str, Ledger] = {}  # the ledger once it exists, for the cleanup below
     # Ray's start is mostly waiting for its processes: meanwhile hash the corpora (seconds
     # for a large one) and let a new SQLite store create its tables (seconds too)
@@ -311,12 +255,12 @@ def _run_leased(spec: SweepSpec, settings: RunSettings, root: Path, exp_dir: Pat
                 "storage": str(exp_dir), "experiment_id": ledger.experiment_id, "parent_run_id": ledger.parent_id,
                 "results": results}  # Tune's ResultGrid of the trials run now (None if none was left)
     except BaseException as e:
-        _stopped(e, opened.get("ledger"), spec.name, tracking_uri, signals)
+        raise_stopped(e, opened.get("ledger"), spec.name, tracking_uri, signals)
         raise
     finally:
         background.shutdown(wait=False)
         if "ledger" in opened:
-            _best_effort(lambda: opened["ledger"].close_open_runs("KILLED"))
+            best_effort(lambda: opened["ledger"].close_open_runs("KILLED"))
         if started_ray:
             kill_local_ray() if signals.ray_lost else ray.shutdown()
 
@@ -336,62 +280,6 @@ def _open_records(ledger: Ledger, spec: SweepSpec, tags: dict, made: dict, exp_d
     if resume:
         replay(ledger, tracker.tags_by_key, spec, exp_dir, close=False)
     return tracker
-
-
-def _stopped(e: BaseException, ledger: Ledger | None, name: str, tracking_uri: str, signals: "_Signals") -> None:
-    """A sweep that did not end: close what can be closed, then say why in one exception."""
-    gone = _store_failure(e)
-    closed = ledger is not None and _best_effort(
-        lambda: (ledger.close_open_runs("KILLED"), ledger.finish(ledger.parent_id, "KILLED")))
-    if gone is not None:
-        raise StoreStopped(f"{name}: stopped, the store {tracking_uri} failed: {gone}", closed=closed) from None
-    full = _in_chain(e, lambda x: isinstance(x, StorageFull) or (isinstance(x, OSError) and is_storage_full(x)))
-    if full is not None:
-        why = full if isinstance(full, StorageFull) else f"storage is full ({full})"
-        raise StorageStopped(f"{name}: stopped, {why}", closed=closed) from None
-    if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
-        # Ray turns a signal that lands inside ray.get into a bare KeyboardInterrupt
-        raise Interrupted(signals.signum or signal.SIGINT, ray_lost=signals.ray_lost) from None
-
-
-class StoreStopped(RuntimeError):
-    """The sweep stopped because its store stayed unwritable past the retry window (or its
-    disk is full); `closed` says whether the driver could still close its runs."""
-
-    def __init__(self, message: str, closed: bool = True):
-        super().__init__(message)
-        self.closed = closed
-
-
-class StorageStopped(StoreStopped):
-    """The sweep stopped because its storage filled up: resumable once there is room."""
-
-
-def _store_failure(e: BaseException) -> StoreUnavailable | None:
-    """The StoreUnavailable behind an exception (Tune wraps a callback's), if any."""
-    return _in_chain(e, lambda x: isinstance(x, StoreUnavailable))
-
-
-def _in_chain(e: BaseException | None, match) -> BaseException | None:
-    """The first exception in `e`'s cause/context chain that `match`es, if any."""
-    seen = 0
-    while e is not None and seen < 10:
-        if match(e):
-            return e
-        e = e.__cause__ or e.__context__
-        seen += 1
-    return None
-
-
-def _best_effort(call) -> bool:
-    """Close what can be closed when the store may be gone: a failure here must not hide
-    the one that stopped the sweep (the next resume or `status` closes what is left).
-    Whether it succeeded."""
-    try:
-        call()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def _warm_store(tracking_uri: str) -> None:
@@ -457,7 +345,7 @@ def quiet_slow_warnings() -> None:
 
 
 def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbacks: list[Callback],
-         signals: "_Signals", settings: RunSettings, stop=None):
+         signals: "Signals", settings: RunSettings, stop=None):
     """Tune's run of the trials `todo`; `callbacks`, the sweep's own, come before the settings' ones."""
     verbose = settings.verbose
     limit = settings.max_concurrent if settings.max_concurrent is not None else spec.max_concurrent
@@ -501,7 +389,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
             os.environ[_AUTO_LOGGERS] = auto_loggers
 
 
-def _close(spec: SweepSpec, ledger: Ledger, signals: "_Signals", fail: FailFast | None = None) -> dict[str, int]:
+def _close(spec: SweepSpec, ledger: Ledger, signals: "Signals", fail: FailFast | None = None) -> dict[str, int]:
     """End the parent run from the store's counts (a trial that Tune stopped on a signal
     ends neither FINISHED nor FAILED): KILLED and `Interrupted` when any trial is left; FAILED
     with the one cause where the sweep stopped early on it (`trials.failfast`)."""

@@ -278,11 +278,11 @@ def test_a_plan_that_can_never_decide_says_so_when_declared():
     from types import SimpleNamespace
 
     from analysis.sequential import MIN_DF
-    from trials import cli
+    from trials import spec_summary
 
-    assert cli.MIN_DF == MIN_DF
+    assert spec_summary.MIN_DF == MIN_DF
     spec = SimpleNamespace(replicates=2, sequential={"max_replicates": 3}, factors={"D1": ["a", "b"]})
-    assert cli.never_decides(spec)
-    assert "the plan's maximum of 3 block(s) can never decide anything" in cli.own_error_line(spec)
+    assert spec_summary.never_decides(spec)
+    assert "the plan's maximum of 3 block(s) can never decide anything" in spec_summary.own_error_line(spec)
     for ok in ({"max_replicates": 4}, {"max_replicates": 3, "block_errors": "pooled"}, {}):
-        assert not cli.never_decides(SimpleNamespace(replicates=2, sequential=ok, factors={}))
+        assert not spec_summary.never_decides(SimpleNamespace(replicates=2, sequential=ok, factors={}))
