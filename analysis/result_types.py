@@ -1,10 +1,10 @@
 """The analysis' typed results, which travel between the statistics, the renderer and the
-store writer: a response's ANOVA and effects (`ResponseResult`), its noise split (`Split`),
-each contrast's verdict in one of the four states (`Verdict`, with `Contrast`, `BlockTest`,
-`ResponseCheck`, `SimpleEffect`), the family's decision (`Decision`), and a sweep's whole
-attribution (`Report`). The modules that compute them (attribution, variance, verdicts,
-report) import them from here; a look's result is `analysis.looks.LookResult`, beside
-the plan it belongs to.
+store writer: a response's ANOVA and effects (`ResponseResult`), each contrast's verdict in
+one of the four states (`Verdict`, with `Contrast`, `BlockTest`, `ResponseCheck`,
+`SimpleEffect`), the family's decision (`Decision`), and a sweep's whole attribution
+(`Report`). The modules that compute them (attribution, variance, verdicts, report) import
+them from here; a look's result is `analysis.looks.LookResult`, a response's noise split
+`analysis.variance.Split`, each beside what computes it.
 """
 
 from __future__ import annotations
@@ -338,7 +338,7 @@ class Decision:
     primary_terms: list[str] = field(default_factory=list)
     simple: list[SimpleEffect] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    noise: dict[str, Split] = field(default_factory=dict)  # response -> its noise split (analysis.variance)
+    noise: dict = field(default_factory=dict)  # response -> its noise split (analysis.variance.Split)
     caveats: dict[str, list[str]] = field(default_factory=dict)  # response -> what its verdicts must be read with
     levels: dict[str, tuple[float, float, int]] = field(default_factory=dict)  # response -> (two-, one-sided, look)
 
@@ -425,49 +425,6 @@ class ResponseResult:
     block: str | None = None
     fit: ModelFit | None = None  # S, R², adjusted R², the residuals
     levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # each factor's (low, high) in `effects`
-
-
-@dataclass
-class Split:
-    """One response's noise, split."""
-    response: str
-    kind: str  # "prompts" or "eval_batches": what a re-evaluation adds
-    method: str
-    groups: int
-    items: int
-    sigma: float
-    share: float  # the evaluation's (items x runs) share of the residual variance, in [0, 1]
-    share_low: float  # its 95% interval
-    share_high: float
-    df_eval: float
-    df_resid: float
-    item_term: dict[str, float] = field(default_factory=dict)  # family term -> its items x term variance
-    item_term_share: dict[str, float] = field(default_factory=dict)  # family term -> that part's share of its se^2
-
-    @property
-    def sigma_eval(self) -> float:
-        return self.sigma * math.sqrt(max(self.share, 0.0))
-
-    @property
-    def sigma_seed(self) -> float:
-        return self.sigma * math.sqrt(max(1.0 - self.share, 0.0))
-
-    def predicted_ratio(self, k: float) -> tuple[float, float, float]:
-        """The residual variance with k times the items over today's: (1 - s) + s / k, at the
-        share's estimate and its interval's ends."""
-        return tuple((1 - s) + s / k for s in (self.share, self.share_low, self.share_high))
-
-    def text(self) -> str:
-        what = {"prompts": "prompts", "eval_batches": "held-out batches",
-                "timing_prompts": "prompts of the timing pass"}[self.kind]
-        head = (f"{self.response}: residual sigma {self.sigma:.3g}; the evaluation's share of its variance "
-                f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what}, "
-                f"{self.method}); evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}")
-        big = {t: s for t, s in self.item_term_share.items() if s >= 0.05}
-        if big:
-            head += ("; items x term (the same items favour one arm in every block; more blocks do not shrink it): "
-                     + ", ".join(f"{t} {s:.0%} of its se^2" for t, s in big.items()))
-        return head
 
 
 @dataclass

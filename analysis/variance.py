@@ -63,7 +63,7 @@ from trials.registry import Registry
 from .item_kinds import GROUP_MEANS, count_in, kind_of
 from .model import Fit, block_interaction
 from .power import p_decided
-from .result_types import BLOCK_ERRORS, DECISION_POWER, BlockTest, Split, TermNoise, Verdict
+from .result_types import BLOCK_ERRORS, DECISION_POWER, BlockTest, TermNoise, Verdict
 
 PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner prices
 
@@ -358,3 +358,46 @@ def why_not_items(v: Verdict, most: float | None = None) -> str:
     return (f"more items alone would not (up to {k:g}x): its se would fall to {se:.3g}, but its estimate "
             f"{v.estimate:+.3g} lies so near the boundaries (0{margin}) that it would stay undecided more than "
             f"{1 - DECISION_POWER:.0%} of the time")
+
+
+@dataclass
+class Split:
+    """One response's noise, split."""
+    response: str
+    kind: str  # "prompts" or "eval_batches": what a re-evaluation adds
+    method: str
+    groups: int
+    items: int
+    sigma: float
+    share: float  # the evaluation's (items x runs) share of the residual variance, in [0, 1]
+    share_low: float  # its 95% interval
+    share_high: float
+    df_eval: float
+    df_resid: float
+    item_term: dict[str, float] = field(default_factory=dict)  # family term -> its items x term variance
+    item_term_share: dict[str, float] = field(default_factory=dict)  # family term -> that part's share of its se^2
+
+    @property
+    def sigma_eval(self) -> float:
+        return self.sigma * math.sqrt(max(self.share, 0.0))
+
+    @property
+    def sigma_seed(self) -> float:
+        return self.sigma * math.sqrt(max(1.0 - self.share, 0.0))
+
+    def predicted_ratio(self, k: float) -> tuple[float, float, float]:
+        """The residual variance with k times the items over today's: (1 - s) + s / k, at the
+        share's estimate and its interval's ends."""
+        return tuple((1 - s) + s / k for s in (self.share, self.share_low, self.share_high))
+
+    def text(self) -> str:
+        what = {"prompts": "prompts", "eval_batches": "held-out batches",
+                "timing_prompts": "prompts of the timing pass"}[self.kind]
+        head = (f"{self.response}: residual sigma {self.sigma:.3g}; the evaluation's share of its variance "
+                f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what}, "
+                f"{self.method}); evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}")
+        big = {t: s for t, s in self.item_term_share.items() if s >= 0.05}
+        if big:
+            head += ("; items x term (the same items favour one arm in every block; more blocks do not shrink it): "
+                     + ", ".join(f"{t} {s:.0%} of its se^2" for t, s in big.items()))
+        return head

@@ -61,8 +61,9 @@ from .coded_design import factorial_rows, with_value
 from .model import Fit, control_contrast, fit_response, named_contrast, simple_effects, term_contrasts
 from .power import p_decided
 from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Contrast, Decision,
-                           SimpleEffect, Split, Verdict)
+                           SimpleEffect, Verdict)
 from .looks import LookResult, PlanPrices
+from .variance import Split
 from .verdict_notes import IDENTICAL, mark_identical, noise_and_caveats, response_check, response_scale, say_few
 
 ADJUSTMENTS = ("bonferroni", "none")

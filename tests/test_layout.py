@@ -142,7 +142,7 @@ def test_the_engine_and_the_statistics_import_no_workload():
             if name.startswith("trials.store") and module.split(".")[0] in ("trials", "analysis", "dspark") and \
                     not module.startswith("trials.store"):
                 bad.append(where)
-            interface = ("trials.workload", "trials.registry", "trials.workload_defaults")
+            interface = ("trials.workload", "trials.registry", "trials.workload_defaults", "trials.workload_config")
             # the interface's one import of the engine: the sweep record's checks (a leaf module)
             if name in interface and module.split(".")[0] in ("analysis", "dspark") or \
                     name in interface and module.startswith("trials") and module not in interface + RECORD:

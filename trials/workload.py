@@ -104,7 +104,7 @@ from pathlib import Path
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
-from .workload_defaults import CORE, Loaded, WorkloadError
+from .workload_defaults import Loaded, WorkloadError
 
 DEFAULT = "dspark"
 BUILTIN = {"dspark": "dspark.workload:WORKLOAD"}  # known without installed metadata (a source checkout)

@@ -36,6 +36,7 @@ from typing import Any
 from .store.items import encode as encode_items
 from .registry import Registry, Row, flat_problem
 from .store.record import margin_problem
+from .workload_config import ConfigView, SharedView, field_types, own, plain_values, type_problem
 
 CORE = ("name", "config", "train", "metrics")
 PLUMBING = ("seed", "out_dir")  # a core workload's fields that change no result
@@ -52,53 +53,6 @@ FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation
 
 class WorkloadError(ValueError):
     """A workload that cannot be loaded, or lacks part of the interface (one line)."""
-
-
-class ConfigView:
-    """A workload's config as the engine handles it: the values of its fields, read as
-    attributes, copied with `replace`, compared by `objective_dict`; `native()` is what the
-    workload's own code gets (an instance of its dataclass, what its `make_config` built, or
-    a dict). The engine's own values (a replicate's `seed`, a trial's `out_dir`) ride along
-    where the config lacks such a field."""
-
-    def __init__(self, wl: Loaded, values: dict, native=None):
-        self._wl, self._values, self._native = wl, dict(values), native
-
-    def __getattr__(self, name: str):
-        try:
-            return self.__dict__["_values"][name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, ConfigView) and other._values == self._values
-
-    def __repr__(self) -> str:
-        return f"{self._wl.name}({self._values})"
-
-    def to_dict(self) -> dict:
-        return dict(self._values)
-
-    def replace(self, **changes) -> ConfigView:
-        return self._wl.config({**self._values, **changes})
-
-    def objective_dict(self) -> dict:
-        """What a run's results depend on: the workload's `objective(config)` where it says,
-        else every field but the plumbing."""
-        if hasattr(self._wl.obj, "objective"):
-            return dict(self._wl.obj.objective(self.native()))
-        return {k: v for k, v in self._values.items() if self._wl.role(k) != "plumbing"}
-
-    def native(self):
-        if self._native is None:
-            kept = {k: v for k, v in self._values.items() if k in self._wl.own_fields}
-            self._native = self._wl.build(kept)
-        return self._native
-
-
-def own(cfg):
-    """The workload's own config for one of its hooks: a ConfigView's `native()`, else as given."""
-    return cfg.native() if isinstance(cfg, ConfigView) else cfg
 
 
 def _rows(metrics: dict) -> tuple[dict[str, Row], dict[str, dict]]:
@@ -153,7 +107,7 @@ class Loaded:
                               ("questions", {}), ("reeval_counts", {}), ("reeval_limits", {}), ("checkpoint_file", ""),
                               ("final_checkpoint", "")):
             setattr(self, attr, getattr(obj, attr, default))
-        self.shared = _Shared(self, obj.shared) if getattr(obj, "shared", None) is not None else None
+        self.shared = SharedView(self, obj.shared) if getattr(obj, "shared", None) is not None else None
         self._hooks = {h: getattr(obj, h) for h in HOOKS if getattr(obj, h, None) is not None}
         wrong = [h for h, f in self._hooks.items() if not callable(f)]
         if wrong:
@@ -265,7 +219,7 @@ class Loaded:
         if not isinstance(obj.metrics, dict) or not obj.metrics:
             raise WorkloadError(f"workload {self.name!r}: metrics must map metric names to \"higher\" or \"lower\"")
         self.own_fields = tuple(defaults)
-        self._types = _field_types(given, defaults)
+        self._types = field_types(given, defaults)
         self.defaults = {**{k: None for k in PLUMBING}, **defaults}
         self.fields = tuple(self.defaults)
         rows, self.margins = _rows(obj.metrics)
@@ -286,7 +240,7 @@ class Loaded:
         if unknown:
             raise ValueError(f"unknown config field {unknown[0]!r}")
         for k, v in values.items():
-            wrong = _type_problem(k, v, self._types.get(k))
+            wrong = type_problem(k, v, self._types.get(k))
             if wrong:
                 raise ValueError(wrong)
         if self._make is None:
@@ -296,7 +250,7 @@ class Loaded:
             return view
         native = self.build({k: v for k, v in values.items() if k in self.own_fields})
         engine = {k: v for k, v in values.items() if k not in self.own_fields}
-        return ConfigView(self, {**self.defaults, **engine, **_plain(native, self.own_fields)}, native)
+        return ConfigView(self, {**self.defaults, **engine, **plain_values(native, self.own_fields)}, native)
 
     def build(self, values: dict):
         """The workload's own config of its own fields' values, one line on error."""
@@ -376,84 +330,6 @@ class Loaded:
         extra = {k: v for k, v in (("resume_from", resume_from), ("before_step", before_step))
                  if v is not None and k in self._train_takes}
         return self.obj.train(cfg.native(), _numbered(report), **extra)
-
-
-class _Shared:
-    """A workload's shared artifacts (`SharedArtifacts`) as the engine calls them: its hooks
-    get the workload's own config, and `bind` hands the engine's config back."""
-
-    def __init__(self, wl: Loaded, art: Any):
-        self._wl, self._art = wl, art
-
-    def needed(self, cfg) -> bool:
-        return bool(self._art.needed(own(cfg)))
-
-    def address(self, cfg, cache: dict):
-        return self._art.address(own(cfg), cache)
-
-    def describe(self, cfg) -> str:
-        return self._art.describe(own(cfg))
-
-    def bind(self, cfg, path: str) -> ConfigView:
-        bound = self._art.bind(own(cfg), path)  # the workload's own config, built (and checked) by it once
-        return ConfigView(self._wl, {**cfg.to_dict(), **_plain(bound, self._wl.own_fields)}, bound)
-
-    def file(self, storage, key: str):
-        return self._art.file(storage, key)
-
-    def read(self, path) -> dict:
-        return self._art.read(path)
-
-    def train(self, config: dict, path: str, progress_file: str | None = None) -> dict:
-        return self._art.train(config, path, progress_file)
-
-
-def _plain(native, names) -> dict:
-    """A workload's own config read back field by field, sequences as lists (the values a
-    spec, a run's params and the sweep's fingerprint hold)."""
-    values = dict(native) if isinstance(native, dict) else {k: getattr(native, k) for k in names}
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-
-
-def _field_types(given, defaults: dict) -> dict:
-    """Each config field's type: a dataclass's annotations (resolved), else its default's type."""
-    import typing
-
-    if isinstance(given, dict):
-        return {k: type(v) for k, v in defaults.items() if v is not None}
-    cls = given if isinstance(given, type) else type(given)
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001  an annotation that cannot be resolved: left unchecked
-        return {}
-
-
-def _type_problem(name: str, value, want) -> str | None:
-    """Why a spec's value does not fit a config field's type (None where it does, or where the
-    type is one this check does not read): a number for a float (not a bool), an int for an
-    int, true/false for a bool, text for a str, one of a Literal's values, any arm of a Union."""
-    import typing
-
-    if want is None or want is typing.Any:
-        return None
-    args = typing.get_args(want)
-    origin = typing.get_origin(want)
-    if origin is typing.Literal:
-        return None if value in args else f"{name}: one of {', '.join(map(repr, args))}, got {value!r}"
-    if origin is typing.Union or type(want).__name__ == "UnionType":
-        fits = [a for a in args if (a is type(None) and value is None) or
-                (a is not type(None) and _type_problem(name, value, a) is None)]
-        return None if fits else f"{name}: {_named(want)}, got {value!r} ({type(value).__name__})"
-    simple = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), str: lambda v: isinstance(v, str)}
-    ok = simple.get(origin or want)
-    if ok is None or ok(value):
-        return None
-    return f"{name}: {_named(want)}, got {value!r} ({type(value).__name__})"
-
-
-def _named(t) -> str:
-    return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(t, str(t).replace("typing.", ""))
 
 
 def _numbered(report):

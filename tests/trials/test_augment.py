@@ -221,7 +221,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
 def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_the_next_run(tmp_path):
     """What `_until_decided` checks after finishing an interrupted block: runs that differ in
     their re-evaluation counts, or that lack the sweep's last timing pass."""
-    from trials.augment import _unevenly_measured
+    from trials.block_evaluation import unevenly_measured
     from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
     from trials.tracking import open_ledger
 
@@ -236,19 +236,19 @@ def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_t
         ledger.finish(run_id, "FINISHED")
         ids.append(run_id)
     client = MlflowClient(uri)
-    assert not _unevenly_measured(spec, uri)
+    assert not unevenly_measured(spec, uri)
     for run_id in ids[:2]:  # the first block was re-evaluated, the second not yet
         client.set_tag(run_id, reeval_tag("eval_batches"), "32")
-    assert _unevenly_measured(spec, uri)
+    assert unevenly_measured(spec, uri)
     for run_id in ids[2:]:
         client.set_tag(run_id, reeval_tag("eval_batches"), "32")
-    assert not _unevenly_measured(spec, uri)
+    assert not unevenly_measured(spec, uri)
     client.set_tag(ledger.parent_id, SUMMARY_TAG, json.dumps({"id": "p2"}))
     for run_id in ids[:3]:
         client.set_tag(run_id, PASS_TAG, "p2")
-    assert _unevenly_measured(spec, uri)  # one run was not in the last timing pass
+    assert unevenly_measured(spec, uri)  # one run was not in the last timing pass
     client.set_tag(ids[3], PASS_TAG, "p2")
-    assert not _unevenly_measured(spec, uri)
+    assert not unevenly_measured(spec, uri)
 
 
 BACKBONE = {"parallel_stage": "backbone", "target_steps": 4, "eval_interval": 2, "eval_batches": 1,

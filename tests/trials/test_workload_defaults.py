@@ -177,7 +177,7 @@ def test_dspark_comes_through_the_same_door_with_the_same_configs():
 
     from dspark.config import Config, from_dict
     from trials import validate
-    from trials.workload_defaults import ConfigView
+    from trials.workload_config import ConfigView
     from trials.workload import load_workload
 
     wl = load_workload("dspark")
