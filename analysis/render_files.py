@@ -19,7 +19,8 @@ from .coded_design import alias_structure, design_matrix, factorial_rows
 from .diagnostics import cell_means, centred_order, model_fit_table, residuals
 from .item_kinds import curves
 from trials.export import SweepFrame
-from .render import VERDICT_COLOURS, header_text, next_command, notes, verdict_colour, verdict_grid, verdict_rows
+from .answer_grid import VERDICT_COLOURS, verdict_colour, verdict_grid, verdict_rows
+from .render import header_text, next_command, notes
 from .render_tables import (EFFECTS_LEGEND, col_note, effects_table, errors_table, margin_table, md_table, pct_text,
                             run_table, simple_table, table_html)
 

@@ -23,7 +23,8 @@ from .coded_design import factorial_rows
 from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
 from trials.export import SweepFrame
 from .sweep_reader import report_incomplete
-from .render import brief_text, header_text, notes, summarise, verdict_table_text
+from .answer_grid import verdict_table_text
+from .render import brief_text, header_text, notes, summarise
 from .render_files import write_html, write_markdown
 from .record_check import checked
 from .looks import look_for, look_shares, plan_prices

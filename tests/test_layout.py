@@ -38,6 +38,18 @@ def test_no_function_takes_more_than_8_parameters():
     assert not many, many
 
 
+MODULE_LINES = 460  # "about 400": the largest the engine's and the statistics' modules are today
+
+
+def test_no_module_of_the_engine_or_the_statistics_is_over_about_400_lines():
+    """A module holds one thing a reader can take in: those past the limit are split by what
+    they hold (verdicts: margins.py, verdict_notes.py; cli: listing.py, spec_summary.py; ...)."""
+    long = [f"{path.relative_to(ROOT)} ({n} lines)" for package in ("trials", "analysis")
+            for path in sorted((ROOT / package).rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MODULE_LINES]
+    assert not long, long
+
+
 def test_the_reading_side_loads_no_ray_torch_or_renderer():
     """`trials status` and `list` answer from storage through trials.saved (no Ray, Tune,
     torch or MLflow; the DSpark workload's registry is loaded without torch); the REST reader

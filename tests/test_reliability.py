@@ -307,7 +307,7 @@ def test_status_shows_a_running_trials_latest_value_marked_and_never_nan(tmp_pat
     import psutil
 
     from trials import layout, saved
-    from trials.cli import _show
+    from trials.listing import show_status
     from trials.lease import LEASE_FILE
 
     spec = parse({"name": "mid", "base": {"preset": "tiny"}, "responses": {"tf/tau": {"better": "higher", "margin": 0.1}},
@@ -325,7 +325,7 @@ def test_status_shows_a_running_trials_latest_value_marked_and_never_nan(tmp_pat
                                                   "started": me.create_time(), "command": "trials run"}))
     rows = saved.status(spec, exp_dir, uri)
     assert [(r["state"], r["tf/tau"]) for r in rows] == [("running", ""), ("running", "~2.5")]
-    _show(spec, uri, str(tmp_path / "st"))
+    show_status(spec, uri, str(tmp_path / "st"))
     out = capsys.readouterr().out
     assert "nan" not in out.lower() and "(~: a running trial's latest evaluation so far" in out
 

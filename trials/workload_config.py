@@ -13,7 +13,8 @@ class ConfigView:
     attributes, copied with `replace`, compared by `objective_dict`; `native()` is what the
     workload's own code gets (an instance of its dataclass, what its `make_config` built, or
     a dict). The engine's own values (a replicate's `seed`, a trial's `out_dir`) ride along
-    where the config lacks such a field."""
+    where the config lacks such a field. `wl` is the `trials.workload_defaults.Loaded` it
+    belongs to (not imported here: that module builds these)."""
 
     def __init__(self, wl: Any, values: dict, native=None):
         self._wl, self._values, self._native = wl, dict(values), native

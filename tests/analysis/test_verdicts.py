@@ -324,7 +324,7 @@ def test_margins_come_from_the_spec_and_the_command_line():
 
 
 def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
-    from analysis.render import VERDICT_COLOURS, verdict_colour
+    from analysis.answer_grid import VERDICT_COLOURS, verdict_colour
     from analysis.result_types import Verdict
 
     def v(verdict, estimate, better):
