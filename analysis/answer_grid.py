@@ -30,6 +30,7 @@ def verdict_table_text(decision: Decision) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+# a term that matters is coloured by what it does to the response, not alarmed at
 VERDICT_COLOURS = {"better": "#a5d6a7", "better, size unsure": "#dcedc8", "worse": "#ef9a9a",
                    "worse, size unsure": "#f8d7d3", "negligible": "#e4e4e4", "undecided": "#f3e6b3"}
 

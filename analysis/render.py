@@ -7,7 +7,6 @@ response's own tables `analysis.render_tables`; the HTML and Markdown files
 from __future__ import annotations
 
 import math
-import re
 import textwrap
 
 import numpy as np
@@ -362,8 +361,3 @@ def header_text(sweep: SweepFrame, stage: str | None, factors: list[str], look: 
         lines.append(look)
     lines += links or []  # a screening study's confirmations, each with its verdict
     return "\n".join(lines)
-
-
-# a term that matters is coloured by what it does to the response, not alarmed at
-
-

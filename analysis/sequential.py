@@ -398,5 +398,3 @@ def information_fractions(plan: Plan, blocks: int, evaluation: dict,
 def plan_of(record_json: str, alpha: float = 0.05) -> Plan:
     """The sweep's recorded plan, or a fixed-sample one where none was declared."""
     return Plan.from_json(record_json) if record_json else Plan(None, alpha, declared=False)
-
-

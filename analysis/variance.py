@@ -212,8 +212,6 @@ def residuals(m: Model, index: pd.Index, terms: list[tuple[str, ...]] | None = N
     error takes out of the residual), on the runs' `index` (the fit's row order). The drift
     check reads these for the family's terms: a block x term interaction the verdicts allow
     for is no drift."""
-    from statsmodels.regression.linear_model import OLS
-
     fit = m.fit
     y = np.asarray(fit.result.model.endog, float)
     cols = [fit.X]

@@ -302,7 +302,7 @@ def decide_look(sweep: SweepFrame, responses: list[str], declared: dict[str, dic
     """A sweep's verdicts at a look, from its record: `decide_all` over the family the record
     declares (its primary terms, named contrasts and pure-CE control), on the plan's block
     errors, at the look's levels and with its earlier looks' decisions binding. `declared`:
-    the primary responses' margins (`margins_for`)."""
+    the primary responses' margins (`analysis.margins.margins_for`)."""
     df, record = sweep.runs, sweep.record
     control = next(iter(control_cells(df)), None)
     how = DecideSettings(adjust, control, record.primary_terms or None, rules=sweep.registry,
@@ -448,5 +448,3 @@ def _simple(fits: dict[str, Fit], rows: dict[str, pd.DataFrame], models: dict[st
                 mark_identical(v, test.scale)
                 out.append(SimpleEffect(r, c.term, where, v))
     return out
-
-

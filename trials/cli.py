@@ -140,7 +140,7 @@ def _exit_interrupted(e) -> int:
 
 def cmd_augment(args) -> int:
     """More replicate blocks, or looks until every primary term is decided."""
-    from . import runner, stopping
+    from . import stopping
 
     try:
         asked = AugmentSettings(replicates=args.replicates, until_decided=args.until_decided,

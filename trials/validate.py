@@ -1,7 +1,8 @@
 """A sweep spec checked as input: YAML in (an alias bomb refused before it is walked), every
 part validated with one line per problem, then the cells resolved and checked with the
 spec's own problems (`trials.expand`), and what the trials name checked by their workload.
-`load_spec` and `parse` are the only ways a spec is made.
+`load_spec` and `parse` are the only ways a spec is made (`parse_layout`: the part of a saved
+one that `status` and `list` read, with no workload loaded).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import yaml
 
 from . import workload as workloads
-from .fraction import cells, low_resolution, parse_generator
+from .fraction import low_resolution, parse_generator
 from .expand import build, layout_trials, resolve_arms, unmeasured_responses
 from .workload_defaults import Loaded
 from .registry import PRIMARY_FORM
@@ -345,5 +346,3 @@ def clashing_factors(factors: dict[str, dict[str, dict]]) -> list[str]:
                 out.append(f"factors.{a} and factors.{b}: both set {', '.join(common)}; "
                            "a config key may be varied by one factor only")
     return out
-
-
