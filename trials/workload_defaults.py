@@ -166,8 +166,8 @@ class Loaded:
     def _check_reeval(self) -> None:
         """A `reevaluate` needs the config fields it counts (`reeval_counts`), each a field."""
         counts = self.reeval_counts
-        raised = [(m.name, f) for m in self.metrics.REGISTRY if (f := getattr(m, "raised_by", "")) and
-                  f not in (counts if "reevaluate" in self._hooks and isinstance(counts, dict) else {})]
+        raisable = counts if "reevaluate" in self._hooks and isinstance(counts, dict) else {}
+        raised = [(m.name, f) for m in self.metrics.REGISTRY if (f := getattr(m, "raised_by", "")) and f not in raisable]
         if raised:
             raise WorkloadError(f"workload {self.name!r}: metric_rows' {raised[0][0]}: raised_by {raised[0][1]!r} is "
                                 f"not a count its reevaluate raises (reeval_counts: "
