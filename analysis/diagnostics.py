@@ -122,8 +122,8 @@ def value_problem(df: pd.DataFrame, r: str) -> str | None:
 def why_degenerate(df: pd.DataFrame, stage: str | None, r: str, rules: Registry | None = None) -> str | None:
     """Why a response cannot rank these runs: degenerate in their stage by construction, or
     flat on these runs as its row's `degenerate_when` says (its flag column 1 in every run and
-    its `same` column one value: DSpark's Algorithm 1 throughput on a capacity curve where
-    every request of every run is verified at one length ranks tau, not the scheduler)."""
+    its `same` column one value: a scheduler's throughput where every request of every run
+    was given one length ranks the acceptance, not the scheduler)."""
     reason = (rules or UNKNOWN).degenerate_reason(stage, r)
     rule = None if reason else flat_rule(r, rules)
     if rule is None or rule["flag"] not in df.columns or rule["same"] not in df.columns:

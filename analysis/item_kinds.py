@@ -27,6 +27,8 @@ FLAT = {"sched/alg1_throughput@R": {"flag": "sched/alg1_fixed@{at}", "same": "sc
 
 # before rows declared `raised_by`: the config fields DSpark's re-evaluation raised each count with
 RAISED_BY = {"split/prompts": "spec_prompts", "split/eval_batches": "eval_batches"}
+# before rows declared `item_seconds`: the one count a plan priced, and its seconds per item
+ITEM_SECONDS = {"split/prompts": "split/decode_s_per_prompt"}
 # before rows declared `curve`: the one family the report plotted
 CURVES = {"spec/accept@": "per-slot acceptance"}
 
@@ -85,6 +87,13 @@ def curves(columns, rules: Registry | None = None) -> dict[str, list[str]]:
         if cols:
             legacy[title] = sorted(cols, key=lambda c: int(c[len(prefix):]))
     return legacy
+
+
+def seconds_column(kind: str, rules: Registry | None = None) -> str:
+    """The run's column of the seconds one item of a kind costs (its count's row's
+    `item_seconds`; for a registry recorded before rows declared it, the one priced then)."""
+    count = COUNTS[kind]
+    return (rules or UNKNOWN).item_seconds(count) or ITEM_SECONDS.get(count, "")
 
 
 def more_items_command(kind: str, name: str, rules: Registry | None = None) -> str:

@@ -28,7 +28,7 @@ from .text import wrap_text
 from .boundary_table import boundary_lines
 from .looks import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
-from .item_kinds import WHAT, more_items_command
+from .item_kinds import WHAT, more_items_command, seconds_column
 from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
 from .margins import margins_for
 from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, response_models
@@ -110,7 +110,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     look.record(d.verdicts)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
-    decode = median_minutes(df, "split/decode_s_per_prompt")
+    decode = median_minutes(df, seconds_column("prompts", rules))
     cost = (f"blocks at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
             "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
     lines = [f"{record.experiment}: what would decide each undecided {'term' if every else 'primary term'}",
@@ -267,8 +267,8 @@ def _blocks_step(v, check, name: str = "NAME") -> str:
 
 def median_minutes(df: pd.DataFrame, column: str) -> float | None:
     """The median of a column of seconds, in minutes, where the runs carry it: `run_s` (a
-    trial's wall time) or `split/decode_s_per_prompt` (an evaluation's decoding per prompt)."""
-    if column not in df.columns:
+    trial's wall time) or an item's (`item_kinds.seconds_column`); None where there is none."""
+    if not column or column not in df.columns:
         return None
     s = pd.to_numeric(df[column], errors="coerce").dropna()
     return float(s.median()) / 60.0 if len(s) else None

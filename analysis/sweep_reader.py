@@ -124,7 +124,7 @@ def check_plan(sequential: str, declared: str) -> None:
 def item_count_problem(sweep: SweepFrame) -> str:
     """Why a run's items cannot be its evaluation's (one line naming the run), or "": each
     response's item count (`jack/<response>@n`) against the evaluation count its registry row
-    says its items are drawn on (`Registry.item_count`, such as `split/prompts`). Items over
+    says its items are drawn on (`Registry.item_count`). Items over
     another count are another evaluation's, or damaged; a run without either count is not
     checked (recorded before counts were)."""
     df = sweep.runs

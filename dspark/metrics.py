@@ -49,6 +49,7 @@ class Metric:
     degenerate_when: dict[str, str] | None = None
     curve: str = ""  # a family the report plots as one curve over its slots: the curve's title
     raised_by: str = ""  # an evaluation count's row: the config field `trials reeval --FIELD N` raises it with
+    item_seconds: str = ""  # an evaluation count's row: the metric of the seconds one of its items costs a run
 
     def __post_init__(self):
         if self.better not in ("higher", "lower", ""):
@@ -162,7 +163,7 @@ REGISTRY: tuple[Metric, ...] = (
            "1 when Algorithm 1 gave every request of every batch of R the same length (a degenerate curve: "
            "the lengths did not follow the confidences, so sched/alg1_throughput@R measures acceptance alone)"),
     Metric("split/prompts", "", "prompts", DRAFTER, "prompts decoded by the run's (latest) speculative evaluation",
-           raised_by="spec_prompts"),
+           raised_by="spec_prompts", item_seconds="split/decode_s_per_prompt"),
     Metric("split/timed_prompts", "", "prompts", DRAFTER,
            "prompts that evaluation decoded both ways for spec/speedup_sweep (at most 16)"),
     Metric("split/decode_s_per_prompt", "", "s", DRAFTER, "that evaluation's wall time per prompt, every phase"),

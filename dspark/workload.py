@@ -134,10 +134,12 @@ class DSparkWorkload:
             return [str(e)]
         return []
 
-    def train(self, cfg: Config, report=None, resume_from=None, before_step=None) -> dict:
+    def train(self, cfg: Config, context) -> dict:
+        """One trial: `context` reports (`context(metrics, checkpoint_dir, items=...)`) and says
+        where a stopped trial resumes from (`trials.workload_defaults.TrainContext`)."""
         from .train import train
 
-        return train(cfg, report=report, resume_from=resume_from, before_step=before_step)
+        return train(cfg, report=context, resume_from=context.resume_from, before_step=context.before_step)
 
     def checkpoint_bytes(self, cfg: Config) -> int:
         """About the size of one checkpoint of a trial: fp32 weights of the target, drafter

@@ -1,4 +1,4 @@
-"""`trials`: run, resume, inspect, time and validate factorial DSpark sweeps."""
+"""`trials`: run, resume, inspect, time and validate factorial sweeps of a workload."""
 
 from __future__ import annotations
 
@@ -160,8 +160,8 @@ def cmd_augment(args) -> int:
 
 
 def cmd_reeval(args) -> int:
-    """The final evaluation again with more items (the workload's counts: DSpark's prompts and
-    held-out batches), from each finished trial's checkpoint."""
+    """The final evaluation again with more items (the workload's `reeval_counts`), from each
+    finished trial's checkpoint."""
     from .reeval import flag, reeval
 
     counts = dict(args.counts)
@@ -335,7 +335,7 @@ def _add_augment(sub) -> None:
 
 
 def _add_time(sub) -> None:
-    t = _named(sub, "time", "time each finished trial's timed response (spec/speedup or train/step_ms) once, "
+    t = _named(sub, "time", "time each finished trial's timed responses (the workload's `timed` metrics) once, "
                "a block's arms in interleaved rounds on one node", cmd_time)
     t.add_argument("--rounds", type=int, default=S.rounds,
                    help="rounds (>= 3: with 2 a busy round cannot be told from the other); every run once per round, in a fresh random order")

@@ -9,7 +9,7 @@ export` writes from MLflow: factors, replicate, run order, every final metric, t
 margins), so a run stopped part way still counts, and a rerun with the same `--out` skips
 the trials already in it. `deadline_s` stops before a trial that would not finish in the
 time left (estimated from the trials so far). Once every trial is in, the sweep's timed
-response (`spec/speedup` or `train/step_ms`) comes from the same interleaved timing pass
+responses (the registry's `timed` rows) come from the same interleaved timing pass
 `trials time` runs (`trials.timing.pass_rounds`, here in this process), over each trial's
 final checkpoint, kept under `<storage>/<sweep>/local/`; a rerun with every trial timed does
 not time them again. Imports neither Ray nor MLflow.
@@ -36,6 +36,7 @@ from .sweep_record import SweepRecord
 from .export import SweepFrame, finished_frame, read_parquet, run_row, to_parquet
 from .timing import pass_rounds, sweep_stage
 from .timing_settings import TimingSettings
+from .workload_defaults import TrainContext
 
 DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)
 
@@ -129,7 +130,7 @@ def _train_one(spec: SweepSpec, t, cfg, storage: Path) -> dict:
 
     status, error = "FINISHED", ""
     with tempfile.TemporaryDirectory(prefix=f"{spec.wl.name}-local-") as tmp:
-        final = spec.wl.train(cfg.replace(out_dir=tmp), report) or {}
+        final = spec.wl.train(cfg.replace(out_dir=tmp), TrainContext(report)) or {}
         seen.update(final)
         problem = results_problem(seen, list(spec.responses), spec.wl.registry.is_timed)
         if problem:

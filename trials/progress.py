@@ -4,7 +4,7 @@ Tune callback (Tune's own output is switched off: its table and its box of every
 finished trial printed about 165 lines a trial). `trials run -v` adds a line per started
 trial and per evaluation.
 
-    [demo 3/16 done 4m10s, ~8m20s left] finished aligned·block·hidden r0  spec/tau 2.781  ...
+    [demo 3/16 done 4m10s, ~8m20s left] finished aligned·block·hidden r0  val/loss 2.781  ...
     [demo 3/16 done 5m10s, ~7m20s left] running aligned·block·markov r0 (1m02s), shifted·block·hidden r0 (40s)
 
 The clock counts from the command's start (a shared target trained first included). The

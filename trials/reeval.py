@@ -1,27 +1,25 @@
 """`trials reeval NAME --FIELD N ...`: the final evaluation of every finished trial again, from
 its final checkpoint, with more items: each FIELD one of the workload's `reeval_counts` (a
 config field with `_` written `-`), N its new count. Nothing trains: the weights (and the
-shared artifacts) are the ones the trial ended with. What a count means is the workload's:
-DSpark's `--spec-prompts N` decodes N prompts (the speculative evaluation, drafter stage),
-its `--eval-batches N` scores N held-out batches (`val/bpb` and the teacher-forced `tf/*`,
-any stage), drawn as the trainer draws them, the trial's own batches first, with their
-jackknife (`jack/<R>@g<k>`), from which the analysis splits the evaluation's share of each
-response's noise from the seeds'.
+shared artifacts) are the ones the trial ended with. What a count means is the workload's
+(docs/extending.md): N prompts decoded, N held-out batches scored, drawn as the trainer
+draws them, the trial's own items first, with their jackknife (`trials.store.items`), from
+which the analysis splits the evaluation's share of each response's noise from the seeds'.
 
 Each re-evaluation is a Ray task (the trial's own resources, on a local Ray or the cluster
 at `--address`) running the workload's `reevaluate`. Its metrics go to the trial's own
 MLflow run as a new evaluation, at the step after the run's last one, with the tag
 `reeval.<field>` = N for every count it raised, so the analysis (which reads each metric's
 latest value) uses the new evaluation while the old one stays in the metric history at its
-own step. The files it returns go beside it under the run's `eval/` (DSpark's:
-`per_prompt_<N>.json`, the per-prompt statistics, and `rounds_<N>.npz`, the recorded rounds).
+own step. The files it returns go beside it under the run's `eval/` (the workload's
+per-item statistics, say).
 Each evaluation is kept in storage first (`trials.store.kept`), so that `trials recover`
 rebuilds it with the sweep.
 
 Refused before any work (nothing printed, Ray not started), with one line: a count that is
 not an integer >= 2 (before the storage is read), no count or one the workload does not
-have, one the workload refuses for the sweep's trials (`reeval_problem`: DSpark's
-`--spec-prompts` on a backbone sweep), a sweep with a trial that finished without a
+have, one the workload refuses for the sweep's trials (`reeval_problem`: a count its trials
+never evaluate), a sweep with a trial that finished without a
 checkpoint in storage, or one that does not load (`check_checkpoints`), or whose shared
 target is gone, or that another driver holds (the line names its command). Resumable: a run
 already tagged with the same count is not evaluated again for it, so an interrupted reeval

@@ -11,11 +11,11 @@ evaluation count (a column of the run) its items are drawn on, `degenerate_when`
 sibling columns that say a response cannot rank the runs at hand (`flat_problem`), and
 `curve`: a family (`x@1`, `x@2`, ...) the report plots as one curve, under this title, and
 on an evaluation count's own row `raised_by`: the config field `trials reeval --FIELD N`
-raises that count with (one of the workload's `reeval_counts`).
+raises that count with (one of the workload's `reeval_counts`), and `item_seconds`: the
+column of the seconds one of its items costs a run (a plan prices more items with it).
 
 An evaluation's item records are not metrics: a workload reports them as `items`
-(`trials.store.items`, where their column names live; DSpark's `dspark.metrics` writes the same
-columns, a test holds them equal).
+(`trials.store.items`, where their column names live).
 Plain Python: importing it loads no workload, torch or MLflow.
 """
 
@@ -105,6 +105,12 @@ class Registry:
         m = self.lookup(count)
         return str(getattr(m, "raised_by", "") or "") if m is not None else ""
 
+    def item_seconds(self, count: str) -> str:
+        """The column holding what one item of an evaluation count costs a run, in seconds (its
+        row's `item_seconds`: a plan prices more items with it); "" where its row declares none."""
+        m = self.lookup(count)
+        return str(getattr(m, "item_seconds", "") or "") if m is not None else ""
+
     def flat_rule(self, name: str) -> dict | None:
         """A response's `degenerate_when` (its row's, `FLAT_KEYS`), with `{at}` filled in by the
         name's suffix after `@` (`x@R64`: R64); None where its row declares none."""
@@ -182,7 +188,7 @@ class Registry:
 
 
 ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",
-              "break_even", "below", "items", "degenerate_when", "curve", "raised_by")
+              "break_even", "below", "items", "degenerate_when", "curve", "raised_by", "item_seconds")
 FLAT_KEYS = ("flag", "same", "why")  # a row's `degenerate_when`
 
 
@@ -204,6 +210,7 @@ class Row:
     degenerate_when: dict | None = None
     curve: str = ""
     raised_by: str = ""
+    item_seconds: str = ""
 
 
 class RecordedMetrics:
@@ -264,7 +271,7 @@ def from_record(data: dict) -> Registry:
     rows = {}
     for name, row in data["metrics"].items():
         if not isinstance(row, dict) or set(row) - set(ROW_FIELDS) or row.get("better", "") not in ("higher", "lower", "") \
-                or not all(isinstance(row.get(k, ""), str) for k in ("items", "curve", "raised_by")) \
+                or not all(isinstance(row.get(k, ""), str) for k in ("items", "curve", "raised_by", "item_seconds")) \
                 or flat_problem(row.get("degenerate_when")):
             raise ValueError(f"registry.metrics.{str(name)[:60]}: a metric row ({', '.join(ROW_FIELDS)})")
         try:

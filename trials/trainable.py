@@ -28,6 +28,7 @@ ENGINE_PREFIX = "trial/"  # the engine's own metrics (trial/done, trial/import_s
 
 from .store.items import is_item_column
 from .registry import plain_number, results_problem
+from .workload_defaults import TrainContext
 
 
 # Fault injection for the reliability tests, not a knob: a JSON object mapping trial keys
@@ -72,7 +73,7 @@ def trial_fn(wl, trial_key: str, cfg, cpus: int, resume_from: str | None, respon
     trial, in one line naming the run and the metric."""
     import torch
 
-    train = wl.train  # the workload the driver loaded, handed here with the trial
+    train = wl.train  # the workload the driver loaded, handed here with the trial (`Loaded.train`)
     # Tune's progress table shows the first four metrics of the first result it sees, so every
     # result leads with the registry's headline metrics, NaN until measured (the tracker logs
     # no NaN to MLflow)
@@ -137,11 +138,9 @@ def _train(train, cfg, report, last: dict, own: dict, checks: ResultChecks, resu
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:  # Tune restarted this trial after a crash in this sweep
         with checkpoint.as_directory() as resume_dir:
-            train(cfg, report=report, resume_from=resume_dir, before_step=hook)
-    elif resume_from:  # `trials resume`: the trial's last checkpoint in storage
-        train(cfg, report=report, resume_from=resume_from, before_step=hook)
-    else:
-        train(cfg, report=report, before_step=hook)
+            train(cfg, TrainContext(report, resume_dir, hook))
+    else:  # `trials resume` gives the trial's last checkpoint in storage; a new trial none
+        train(cfg, TrainContext(report, resume_from or None, hook))
     problem = results_problem(own, checks.responses, checks.is_timed)
     if problem and (own or not (checkpoint is not None or resume_from)):  # resumed from its end: reported then
         raise TrialResultsError(f"run {checks.run}: {problem}")

@@ -9,8 +9,9 @@ Required, four attributes (a whole example: `examples/mlp_sweep.py`, 40 lines):
 
     name       str: the workload's name
     config     a dataclass (its fields and their defaults) or a dict of defaults
-    train      train(config, report) -> None: one trial, `config` an instance of that
-               dataclass (or a dict); `report(metrics)` after each evaluation, or
+    train      train(config, context) -> None: one trial, `config` an instance of that
+               dataclass (or a dict); calling the context reports (so that it reads as
+               `train(config, report)`): `report(metrics)` after each evaluation, or
                `report(metrics, checkpoint_dir)` where it saves a checkpoint there;
                `report(metrics, items={response: per-item values})` hands over the
                evaluation's items too, from which the statistics split a response's
@@ -18,8 +19,8 @@ Required, four attributes (a whole example: `examples/mlp_sweep.py`, 40 lines):
                response that is no mean: {"items": n, "without": [the response
                recomputed without each group]}; `trials.store.items`). The store keeps them as
                one artifact per run, `items.json`, not as metrics, and with them an
-               evaluation's own counts, reported as `split/<name>` metrics (DSpark's
-               `split/prompts`, `split/eval_batches`: what a re-evaluation or a plan scales)
+               evaluation's own counts, reported as `split/<name>` metrics (the prompts
+               or batches it read: what a re-evaluation or a plan scales)
     metrics    {metric: "higher" | "lower"}, or {metric: {"better": ..., "margin": ...,
                "unit": ...}}: a metric with a margin is a primary response where a spec
                declares none
@@ -53,17 +54,18 @@ use them through the same door as any workload: nothing else is looked for):
                          default: none, and the flag says so)
     checkpoint_file, final_checkpoint, checkpoint_bytes(config), checkpoint_problem(folder),
     finished_problem(folder, config)
-                         checkpoints: `train(config, report, resume_from=folder)` continues
-                         a stopped trial from one (default: none, a stopped trial starts again)
+                         checkpoints: a stopped trial continues from the folder
+                         `context.resume_from`, calling `context.before_step(step, resumed)`
+                         before each step (default: none, a stopped trial starts again)
     shared               artifacts trained once per sweep (`SharedArtifacts`; default: none)
     reeval_counts, reevaluate(config, checkpoint, counts), reeval_problem(config, counts)
                          `trials reeval NAME --FIELD N`: the final evaluation again, from a
                          finished trial's checkpoint, on more items. `reeval_counts` =
                          {config field: what it counts}, the fields a re-evaluation raises;
                          `reeval_limits` = {field: the most it may be} (default: COUNT_LIMIT)
-                         (DSpark: {"spec_prompts": "prompts", "eval_batches": "held-out
-                         batches"}; the row of the count each raises names it, `raised_by`,
-                         so that a plan prints the command); `reevaluate` gets {field: n}
+                         (say {"n_prompts": "prompts"}); the row of the count each raises
+                         names it, `raised_by`, so that a plan prints the command, and
+                         what one item costs a run, `item_seconds`; `reevaluate` gets {field: n}
                          for the counts that trial still needs (one it was already
                          evaluated with is left out),
                          `reeval_problem` every count asked; `reevaluate` returns (metrics,
@@ -288,14 +290,12 @@ def load_workload(name: str = DEFAULT, trusted: bool = False) -> Loaded:
 
 def _beside_here() -> None:
     """A `package.module:object` is found in the current folder too, as `python -m` finds one
-    (after the installed packages), and so is it by the local Ray's workers, which inherit
-    PYTHONPATH (on a cluster, the workload's package must be installed on every node)."""
+    (after the installed packages). A local Ray's workers find it there as well: Ray puts the
+    driver's current folder on their import path (on a cluster, the workload's package must be
+    installed on every node)."""
     here = os.getcwd()
     if here not in sys.path:
         sys.path.append(here)
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if here not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([*parts, here])
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,9 +5,10 @@ A workload needs four attributes (`CORE`):
 
     name      its name
     config    its settings: a dataclass (its fields and defaults) or a dict of defaults
-    train     train(config, report): one trial; `report(metrics)` after each evaluation
-              (`report(metrics, checkpoint_dir)` where it saves checkpoints; `items=` its
-              evaluation's per-item values, `trials.store.items`)
+    train     train(config, context): one trial; `context(metrics)` reports after each
+              evaluation (`context(metrics, checkpoint_dir)` where it saves checkpoints;
+              `items=` its evaluation's per-item values, `trials.store.items`), so that a
+              `train(config, report)` reads it as its report (`TrainContext`)
     metrics   {metric: "higher" | "lower"} or {metric: {"better": ..., "margin": ..., "unit": ...}}
 
 Everything else is optional (`trials.workload` lists each capability), and every workload,
@@ -21,8 +22,9 @@ capability it has. One of the core alone gets, here:
   response where a spec declares none;
 - no checkpoints (a stopped trial starts again), no shared artifacts, no re-evaluation, no
   timing pass, no smoke settings: a command that needs one says so in one line;
-- `report(metrics)` gets a `step` (1, 2, ...) where the workload gives none; its `items`
-  become the run's items artifact.
+- a report gets a `step` (1, 2, ...) where the workload gives none; its `items` become the
+  run's items artifact; `context.resume_from` is None (nothing to continue from) and
+  `context.before_step` does nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ RESERVED_COUNTS = ("name", "address", "tracking_uri", "storage", "help")  # `tri
 # the optional functions a workload may have, found once as it is loaded (`Loaded.hook`)
 HOOKS = ("smoke", "variant", "unmeasured", "config_problems", "checkpoint_bytes", "checkpoint_problem",
          "finished_problem", "reeval_problem", "reevaluate")
-TRAIN_EXTRAS = ("resume_from", "before_step")  # what `train` is given where its signature takes it
+TRAIN_CONTEXT = ("resume_from", "before_step")  # the context's, never `train`'s own parameters
 FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation's file, under the run's eval/
 
 
@@ -205,17 +207,8 @@ class Loaded:
         if self._make is not None and not callable(self._make):
             raise WorkloadError(f"workload {self.name!r}: make_config must be a function make_config(values)")
         if not callable(getattr(obj, "train", None)):
-            raise WorkloadError(f"workload {self.name!r}: train must be a function train(config, report)")
-        self._train_takes = ()
-        try:
-            takes = inspect.signature(obj.train)
-            takes.bind(None, None)  # train(config, report), as the engine calls it
-            self._train_takes = tuple(k for k in TRAIN_EXTRAS if k in takes.parameters)
-        except TypeError:
-            raise WorkloadError(f"workload {self.name!r}: train must take (config, report); its signature is "
-                                f"train{inspect.signature(obj.train)}") from None
-        except ValueError:
-            pass  # no signature to read (a builtin): found when called
+            raise WorkloadError(f"workload {self.name!r}: train must be a function train(config, context)")
+        _check_train(self.name, obj.train)
         if not isinstance(obj.metrics, dict) or not obj.metrics:
             raise WorkloadError(f"workload {self.name!r}: metrics must map metric names to \"higher\" or \"lower\"")
         self.own_fields = tuple(defaults)
@@ -320,33 +313,62 @@ class Loaded:
                                 "name (letters, digits, . _ -), kept under the run's eval/")
         return dict(metrics), dict(files or {})
 
-    def train(self, cfg, report=None, resume_from=None, before_step=None):
-        """One trial: the workload's `train(config, report)` with its own config, given
-        `resume_from`/`before_step` only where its signature takes them (read once, on load), its
-        reports numbered where they carry no `step`, and the replicate's seed set where its config
-        has none."""
+    def train(self, cfg, context: TrainContext | None = None):
+        """One trial: the workload's `train(config, context)` with its own config, and the
+        replicate's seed set where its config has none."""
         if "seed" not in self.own_fields and cfg.seed is not None:
             _seed_everything(int(cfg.seed))
-        extra = {k: v for k, v in (("resume_from", resume_from), ("before_step", before_step))
-                 if v is not None and k in self._train_takes}
-        return self.obj.train(cfg.native(), _numbered(report), **extra)
+        return self.obj.train(cfg.native(), context if context is not None else TrainContext())
 
 
-def _numbered(report):
-    """`report(metrics[, checkpoint_dir][, items=...])` for a workload: a `step` added where it
-    gives none (the store logs a metric once per step), its `items` (`trials.store.items`) as their
-    columns, a report whose items cannot be refused naming the response (the trial fails)."""
-    if report is None:
-        return lambda metrics, checkpoint_dir=None, items=None: None
-    count = {"n": 0}
+class TrainContext:
+    """What a trial's `train(config, context)` is given, beside its config.
 
-    def numbered(metrics: dict, checkpoint_dir: str | None = None, items: dict | None = None) -> None:
-        count["n"] += 1
-        metrics = {"step": count["n"], **metrics} if "step" not in metrics else dict(metrics)
+    Calling it reports: `context(metrics[, checkpoint_dir][, items={response: values}])`, so
+    that a `train(config, report)` reads it as its report. A report gets a `step` (1, 2, ...)
+    where it gives none (the store logs a metric once per step), and its items become their
+    columns (`trials.store.items`; items it cannot take fail the trial, naming the response).
+    `resume_from` is the checkpoint folder a stopped trial continues from (None: it starts),
+    and `before_step(step, resumed)` is called by a workload with checkpoints before each
+    training step (the reliability tests crash a trial there; by default it does nothing)."""
+
+    __slots__ = ("_report", "_reports", "resume_from", "before_step")
+
+    def __init__(self, report=None, resume_from: str | None = None, before_step=None):
+        self._report = report
+        self._reports = 0
+        self.resume_from = resume_from
+        self.before_step = before_step if before_step is not None else _nothing
+
+    def __call__(self, metrics: dict, checkpoint_dir: str | None = None, items: dict | None = None) -> None:
+        self._reports += 1
+        metrics = {"step": self._reports, **metrics} if "step" not in metrics else dict(metrics)
         if items:
             metrics.update(encode_items(items, metrics))  # ValueError naming the response: the trial fails
-        report(metrics, checkpoint_dir)
-    return numbered
+        if self._report is not None:
+            self._report(metrics, checkpoint_dir)
+
+
+def _nothing(*_args) -> None:
+    return None
+
+
+def _check_train(name: str, train) -> None:
+    """`train` is a function of (config, context), checked once as the workload loads; one that
+    names a part of the context as its own parameter would never be given it, so it is refused."""
+    try:
+        takes = inspect.signature(train)
+    except ValueError:
+        return  # no signature to read (a builtin): found when called
+    try:
+        takes.bind(None, None)
+    except TypeError:
+        raise WorkloadError(f"workload {name!r}: train must take (config, context); its signature is "
+                            f"train{takes}") from None
+    named = [k for k in TRAIN_CONTEXT if k in takes.parameters]
+    if named:
+        raise WorkloadError(f"workload {name!r}: train's parameter {named[0]!r} is never given: it is "
+                            f"`context.{named[0]}` of train(config, context)")
 
 
 def _seed_everything(seed: int) -> None:

@@ -151,15 +151,15 @@ class ToyWorkload:
     def checkpoint_bytes(self, cfg: ToyConfig) -> int:
         return 1_000_000
 
-    def train(self, cfg: ToyConfig, report=None, resume_from=None, before_step=None) -> dict:
+    def train(self, cfg: ToyConfig, context) -> dict:
         import torch
 
         torch.manual_seed(cfg.seed)
         model = _model(cfg)
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
         gen, start = torch.Generator().manual_seed(cfg.seed), 0
-        if resume_from:
-            state = torch.load(Path(resume_from) / self.checkpoint_file, weights_only=True)
+        if context.resume_from:
+            state = torch.load(Path(context.resume_from) / self.checkpoint_file, weights_only=True)
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
             gen.set_state(state["gen"])
@@ -168,8 +168,7 @@ class ToyWorkload:
             _wait_unless_first(Path(cfg.hold))
         out, last = {}, float("nan")
         for step in range(start + 1, cfg.steps + 1):
-            if before_step is not None:
-                before_step(step, bool(resume_from))
+            context.before_step(step, bool(context.resume_from))
             x, y = _batch(gen)
             loss = torch.nn.functional.cross_entropy(model(x), y, label_smoothing=cfg.label_smoothing)
             opt.zero_grad()
@@ -180,8 +179,7 @@ class ToyWorkload:
             if step % cfg.eval_interval == 0 or step == cfg.steps:
                 out = {"step": step, "train/loss": last, **_evaluate(model, cfg.eval_batches, cfg.seed)}
                 folder = self._save(cfg, model, opt, gen, step)
-                if report is not None:
-                    report(dict(out), str(folder))
+                context(dict(out), str(folder))
         return out
 
     def _save(self, cfg: ToyConfig, model, opt, gen, step: int) -> Path:

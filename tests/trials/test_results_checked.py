@@ -17,13 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # the toy, but reporting text for its primary response: what a workload with a bug does
 BAD = '''
 from tests.toy.workload import ToyWorkload
+from trials.workload_defaults import TrainContext
 
 
 class TextLoss(ToyWorkload):
-    def train(self, cfg, report=None, resume_from=None, before_step=None):
+    def train(self, cfg, context):
         def wrong(metrics, checkpoint_dir):
-            report({**metrics, "val/loss": "low"}, checkpoint_dir)
-        return super().train(cfg, wrong, resume_from, before_step)
+            context({**metrics, "val/loss": "low"}, checkpoint_dir)
+        return super().train(cfg, TrainContext(wrong, context.resume_from, context.before_step))
 
 
 WORKLOAD = TextLoss()

@@ -128,7 +128,7 @@ def test_a_wrong_value_signature_or_metric_name_is_named_before_or_at_the_first_
         v.stderr, v.stderr
     (tmp_path / "one.yaml").write_text(spec.replace("typo:WORKLOAD", "typo:ONE_ARG"))
     v = _cli(tmp_path, "validate", "one.yaml")
-    assert v.returncode == 2 and "train must take (config, report); its signature is train(cfg)" in v.stderr, v.stderr
+    assert v.returncode == 2 and "train must take (config, context); its signature is train(cfg)" in v.stderr, v.stderr
     (tmp_path / "s.yaml").write_text(spec)
     r = _cli(tmp_path, "run", "s.yaml", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", "--storage",
              str(tmp_path / "st"))

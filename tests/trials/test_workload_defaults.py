@@ -3,7 +3,7 @@ one line naming the attribute and the fix, before any command works with it."""
 
 import pytest
 
-from trials.workload_defaults import Loaded, WorkloadError
+from trials.workload_defaults import Loaded, TrainContext, WorkloadError
 
 
 class Core:
@@ -57,28 +57,53 @@ def test_a_malformed_part_is_named_in_one_line(extra, says):
     assert str(e.value).startswith(says) and "\n" not in str(e.value)
 
 
-def test_optional_parts_and_trains_signature_are_read_once_as_it_loads():
-    """The door finds a workload's optional functions and what its `train` takes when it loads;
-    a part added to the object later is not probed for at call time."""
-    seen = []
+def test_optional_parts_are_found_once_as_it_loads_and_train_gets_one_context():
+    """The door finds a workload's optional functions when it loads (a part added to the object
+    later is not probed for at call time), and `train` gets (config, context): calling the
+    context reports, numbered, and it carries where to resume and what to call before a step."""
+    seen, reported = [], []
 
     class Resumable(Core):
         def variant(self, cfg):
             return "one"
 
-        def train(self, config, report, resume_from=None):
-            seen.append(resume_from)
+        def train(self, config, context):
+            context.before_step(1, bool(context.resume_from))
+            context({"val/loss": 1.0})
+            context({"val/loss": 0.5, "step": 9}, "ckpt-9")
+            seen.append(context.resume_from)
 
     obj = Resumable()
     wl = Loaded(obj, "core")
     assert wl.variant(wl.config({})) == "one" and not wl.has("reeval")
     obj.reevaluate = lambda c, k, n: ({}, {})  # given after the door: not a part of this workload
     assert not wl.has("reeval")
-    wl.train(wl.config({}), lambda m: None, resume_from="ckpt", before_step=lambda s: None)
-    assert seen == ["ckpt"]  # given what its signature takes, and only that (no before_step)
-    strict = Loaded(type("Strict", (Core,), {"train": lambda self, c, r: seen.append("strict")})(), "core")
-    strict.train(strict.config({}), lambda m: None, resume_from="ckpt")  # withheld: its train takes no resume_from
-    assert seen == ["ckpt", "strict"]
+    steps = []
+    wl.train(wl.config({}), TrainContext(lambda m, c: reported.append((m, c)), "ckpt",
+                                         lambda s, r: steps.append((s, r))))
+    assert seen == ["ckpt"] and steps == [(1, True)]
+    assert reported == [({"step": 1, "val/loss": 1.0}, None), ({"val/loss": 0.5, "step": 9}, "ckpt-9")]
+    wl.train(wl.config({}))  # no context: nothing to resume, reports go nowhere, before_step does nothing
+    assert seen == ["ckpt", None]
+
+
+@pytest.mark.parametrize("train, says", [
+    (lambda self, config, report, resume_from=None: None, "train's parameter 'resume_from' is never given: it is "
+                                                           "`context.resume_from` of train(config, context)"),
+    (lambda self, config, context, *, before_step=None: None, "train's parameter 'before_step' is never given"),
+    (lambda self, config: None, "train must take (config, context); its signature is train(config)"),
+])
+def test_a_train_that_would_miss_its_context_is_refused_as_it_loads(train, says):
+    obj = type("Old", (Core,), {"train": train})()
+    with pytest.raises(WorkloadError) as e:
+        Loaded(obj, "core")
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_report_with_items_it_cannot_take_fails_naming_the_response():
+    context = TrainContext(lambda m, c: None)
+    with pytest.raises(ValueError, match="val/loss"):
+        context({"val/loss": 1.0}, items={"val/loss": "not items"})
 
 
 def test_a_missing_core_attribute_is_named():
@@ -217,3 +242,21 @@ def test_the_command_that_adds_items_is_the_one_the_counts_row_names():
         r.pop("raised_by", None)
     assert more_items_command("eval_batches", "s", from_record(kept)) == "reeval s --eval-batches"
     assert more_items_command("timing_prompts", "s", dspark) == "time s --prompts"
+
+
+def test_what_an_item_costs_is_the_column_the_counts_row_names():
+    """A plan prices more prompts by the seconds per item its count's row names (`item_seconds`):
+    a user's workload's column as DSpark's; a registry recorded before rows said it, by DSpark's."""
+    from analysis.item_kinds import seconds_column
+    from trials.registry import from_record, recorded
+    from trials.workload import load_workload
+
+    row = {"name": "split/prompts", "item_seconds": "eval/s_per_prompt", "better": ""}
+    assert seconds_column("prompts", from_record({"metrics": {"split/prompts": row}})) == "eval/s_per_prompt"
+    kept = recorded(load_workload("dspark").registry, ["split/prompts"])
+    assert kept["metrics"]["split/prompts"]["item_seconds"] == "split/decode_s_per_prompt"
+    kept["metrics"]["split/prompts"].pop("item_seconds")
+    assert seconds_column("prompts", from_record(kept)) == "split/decode_s_per_prompt"
+    assert seconds_column("eval_batches", from_record(kept)) == ""  # nothing prices a held-out batch
+    with pytest.raises(ValueError, match="registry.metrics.split/prompts"):
+        from_record({"metrics": {"split/prompts": {**row, "item_seconds": 3}}})

@@ -16,8 +16,8 @@ Between the trial and the store (and in the statistics' frame and the parquet ex
 travel as flat columns, the names old stores and exports hold as metrics, so that those
 read unchanged: `jack/<response>@g<k>` (the response without group k),
 `jack/<response>@n` (its item count), `split/<response>@g<k>` (a group's own value, runs
-recorded before the jackknife) and `split/<name>` (what the evaluation counted: DSpark's
-`split/prompts`). `document` folds those columns into the artifact, `columns` unfolds it.
+recorded before the jackknife) and `split/<name>` (what the evaluation counted, such as
+its prompts). `document` folds those columns into the artifact, `columns` unfolds it.
 Plain Python: no MLflow.
 """
 

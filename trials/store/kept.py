@@ -3,8 +3,7 @@ is written, so that `trials recover` can rebuild it after the store is lost.
 
 Tune's result files hold every point a trial reported. What comes later went to the store
 alone: a re-evaluation (`trials reeval`: its metrics at their step, its `reeval.*` tags, the
-files the workload returned under `eval/`, DSpark's `eval/per_prompt_<N>.json` and
-`eval/rounds_<N>.npz`), a timing pass (`trials time`: each
+files the workload returned under `eval/`), a timing pass (`trials time`: each
 run's values and `timing.pass` tag; the parent's `timing` tag and `timing/pass.json`), and
 the sequential record on the parent (the `sequential` tag and `look.<k>` tags each look
 writes, a plan `trials augment` fixes, and its `augment/undecided` points). Each is written

@@ -105,12 +105,12 @@ def sweep_parent(client, experiment_id: str):
 
 
 def is_metric(key: str) -> bool:
-    return "/" in key  # the trainer's names: val/bpb, tf/tau, spec/accept@3, ...
+    return "/" in key  # the trainer's names: val/loss, train/step_ms, acc@3, ...
 
 
 def reeval_tag(field: str) -> str:
     """The tag a run carries once `trials reeval` evaluated it with a count (`reeval.<field>`,
-    the field one of the workload's `reeval_counts`: DSpark's `reeval.spec_prompts`)."""
+    the field one of the workload's `reeval_counts`)."""
     return REEVAL_PREFIX + field
 
 
