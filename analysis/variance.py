@@ -70,11 +70,13 @@ PROMPT_FACTORS = (2, 3, 4, 8, 16)  # the multiples of today's items the planner 
 
 
 def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:
-    """How many evaluation groups the runs carry for a response (0: none)."""
-    g = 0
-    while name(response, g) in df.columns:
-        g += 1
-    return g
+    """How many evaluation groups the runs carry for a response (0: none): one past the highest
+    group with a column. The workload chose them (`trials.store.items`); a group whose removal
+    left the response undefined keeps its column, NaN."""
+    prefix = name(response, 0)[:-1]  # `jack/<response>@g`
+    found = [int(c[len(prefix):]) for c in df.columns
+             if isinstance(c, str) and c.startswith(prefix) and c[len(prefix):].isdigit()]
+    return max(found) + 1 if found else 0
 
 
 @dataclass
@@ -98,14 +100,15 @@ def item_records(data: pd.DataFrame, response: str, rules: Registry | None = Non
     kind, count = kind_of(response, rules), count_in(data, response, rules)
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:
         return None
-    # the groups of the runs' latest evaluation: a smaller reeval leaves older groups' values behind
-    G = jack_groups(int(data[count].iloc[0])) if groups_of(data, response) else 0
+    G, n_items = groups_of(data, response), int(data[count].iloc[0])
+    if G > n_items:  # runs whose items were metrics: a smaller reeval left older groups' values behind
+        G = jack_groups(n_items)
     legacy = G < 2 and response in GROUP_MEANS
     if legacy:
         G = groups_of(data, response, split_name)
     name = split_name if legacy else jack_name
     cols = [name(response, g) for g in range(G)]
-    if G < 2 or data[cols].isna().any().any():
+    if G < 2 or data.reindex(columns=cols).isna().any().any():
         return None
     values = np.column_stack([pd.to_numeric(data[c]).to_numpy(dtype=float) for c in cols])  # (n, G)
     if legacy:
@@ -126,7 +129,7 @@ def items_unused(data: pd.DataFrame, response: str) -> str:
     if G < 2:
         return ""
     cols = [jack_name(response, g) for g in range(G)]
-    gaps = data[cols].isna()
+    gaps = data.reindex(columns=cols).isna()
     if not gaps.any().any():
         return ""
     i = int(gaps.any(axis=1).to_numpy().nonzero()[0][0])

@@ -208,10 +208,9 @@ DEFAULT_RESPONSES = {
                 "conf/brier_mean", "sched/accepted@budget2", "sched/alg1_throughput@R64", "tf/tau"),
 }
 HEADLINE = tuple(m.name for m in REGISTRY if m.headline)
-# The engine's group rule for a run's items (`trials.store.items`: item i in group i mod G,
-# G = min(items, 16)), which a workload recomputing a response without each group follows;
-# written here because a workload imports nothing of the engine (tests/dspark/test_metrics.py
-# checks the two agree).
+# DSpark's grouping of an evaluation's items for the jackknife (item i in group i mod G,
+# G = min(items, 16)): the engine keeps every group a workload hands over and reads G back
+# from them (`trials.store.items`), so the choice is the workload's own.
 JACK_GROUPS = 16
 TIMED = tuple(m.name for m in REGISTRY if m.timed)
 

@@ -46,12 +46,15 @@ def _frame(rows):
     return df
 
 
-def sweep(sigma_seed, sigma_int, prompts=32, replicates=6, effect=0.3, seed=0, sigma_it=0.0, sigma_bt=0.0):
+def sweep(sigma_seed, sigma_int, prompts=32, replicates=6, effect=0.3, seed=0, groups=None, **interactions):
+    """`interactions`: sigma_it (items x term) and sigma_bt (block x term), 0 unless given."""
+    sigma_it, sigma_bt = interactions.pop("sigma_it", 0.0), interactions.pop("sigma_bt", 0.0)
+    assert not interactions, interactions
     rng = np.random.default_rng(seed)
     common = rng.normal(0, 0.5, prompts)  # every run decodes the same prompts: cancels in contrasts
     item_term = rng.normal(0, sigma_it, prompts)  # (P,): a prompt favours A=hi in every block
     block_term = rng.normal(0, sigma_bt, replicates)  # (B,): a block favours A=hi in every prompt
-    groups = jack_groups(prompts)
+    groups = groups or jack_groups(prompts)  # the trainer's, unless a workload chose its own
     rows = []
     for r in range(replicates):
         for a, b in itertools.product(("lo", "hi"), repeat=2):
@@ -461,6 +464,30 @@ def test_a_new_study_is_priced_at_the_fewest_blocks_that_decide():
     # the price names what buys it: `trials run` of a copy of the spec with that many blocks
     assert new_study(v, d.family, 0.05, name="seed-questions") == (
         f"{plain[0]} (`trials run` a copy of sweeps/seed-questions.yaml under a new name with replicates: {plain[1]})")
+
+def test_the_groups_are_the_workloads_read_back_from_the_runs():
+    """A workload chooses its own grouping (here 5 groups of 32 prompts, where DSpark's makes
+    16): the statistics take G from the groups the runs hold, not from a rule of the engine's.
+    A group left undefined in every run keeps its column, NaN: the records are named unused,
+    not read as one group fewer."""
+    import math
+
+    from analysis.variance import item_records, items_unused
+
+    df = sweep(0.05, 0.8, prompts=32, groups=5)
+    assert groups_of(df, "spec/tau") == 5
+    rec = item_records(df, "spec/tau")
+    assert rec.groups == 5 and rec.method == "jackknife over 5 groups" and rec.items == 32
+    full = df["spec/tau"].to_numpy()[:, None]
+    jack = df[[f"jack/spec/tau@g{g}" for g in range(5)]].to_numpy()
+    assert np.allclose(rec.pseudo, 5 * full - 4 * jack)
+    df["jack/spec/tau@g4"] = math.nan  # its removal left the response undefined in every run
+    assert groups_of(df, "spec/tau") == 5 and item_records(df, "spec/tau") is None
+    assert "lack a group's value" in items_unused(df, "spec/tau") and "group 4" in items_unused(df, "spec/tau")
+    stale = sweep(0.05, 0.8, prompts=32)  # runs whose items were metrics: a reeval on 8 prompts left g8..g15
+    stale["split/prompts"] = 8.0
+    assert item_records(stale, "spec/tau").groups == 8
+
 
 def test_item_records_a_run_lacks_are_named_not_dropped_silently():
     """One run without a group's value (a NaN in an export: damage, or a group left undefined)

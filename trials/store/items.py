@@ -7,10 +7,12 @@ which the statistics split a response's noise into the seeds' part and the items
 
 and the store keeps them as one JSON artifact per run (`items.json`), not as metrics.
 
-Item i falls in group i mod G, G = min(items, JACK_GROUPS). For a response that is the mean
-of its items the engine forms each group's leave-out value (the mean of the other groups'
-items); a response that is no mean (a calibration error, a ratio of sums) comes recomputed
-by the workload without each group, G values (`without`).
+For a response that is the mean of its items the engine groups them (item i in group i mod G,
+G = min(items, JACK_GROUPS)) and forms each group's leave-out value (the mean of the other
+groups' items); a response that is no mean (a calibration error, a ratio of sums) comes
+recomputed by the workload without each of the groups it chose, G values (`without`, 2 <= G
+<= items; null where a group's removal leaves it undefined). The document keeps every
+group's value, so that a reader takes G from it: the grouping is the workload's own.
 
 Between the trial and the store (and in the statistics' frame and the parquet export) they
 travel as flat columns, the names old stores and exports hold as metrics, so that those
@@ -50,7 +52,7 @@ def count_name(response: str) -> str:
 
 
 def jack_groups(items: int) -> int:
-    """How many jackknife groups an evaluation of `items` items forms (item i in group i mod G)."""
+    """How many groups the engine forms of `items` per-item values (item i in group i mod G)."""
     return max(0, min(int(items), JACK_GROUPS))
 
 
@@ -79,10 +81,10 @@ def encode(items: dict, metrics: dict) -> dict[str, float]:
     for response, given in items.items():
         if isinstance(given, dict):
             n, without = given.get("items"), list(given.get("without") or [])
-            if isinstance(n, bool) or not isinstance(n, int) or jack_groups(n) != len(without) or n < 2:
-                raise ValueError(f"items of {response!r}: 'items' must be an integer >= 2 with min(items, "
-                                 f"{JACK_GROUPS}) values in 'without', got items={n!r} and {len(without)} values")
-            without = [_number(response, v) for v in without]
+            if isinstance(n, bool) or not isinstance(n, int) or not 2 <= len(without) <= n:
+                raise ValueError(f"items of {response!r}: 'items' must be an integer >= 2 with between 2 and items "
+                                 f"values in 'without', got items={n!r} and {len(without)} values")
+            without = [math.nan if v is None else _number(response, v) for v in without]
         else:
             values = [_number(response, v) for v in given]
             n, G = len(values), jack_groups(len(values))
@@ -155,10 +157,6 @@ def document(columns: dict, into: dict | None = None, run: str = "", values: dic
             fresh.setdefault((section, key), {})[group] = value
     for (section, key), by_group in fresh.items():
         doc[section][key] = [by_group.get(g) for g in range(max(by_group) + 1)]
-    for response, groups in doc["jackknife"].items():  # a last group left undefined (NaN) is no column
-        n = doc["items"].get(response)
-        if isinstance(n, (int, float)) and len(groups) < jack_groups(int(n)):
-            groups.extend([None] * (jack_groups(int(n)) - len(groups)))
     return doc
 
 
@@ -169,19 +167,19 @@ def responses_of(columns: dict) -> set[str]:
 
 
 def columns(doc: dict) -> dict[str, float]:
-    """The flat columns of an artifact (`document`'s inverse; nulls left out); ValueError,
-    naming the response, where it is not one: a value that is not a finite number (text such
-    as "1e308", NaN, inf), an item count that is not an integer >= 2, or a response whose
-    jackknife holds more groups than its count gives (fewer are groups left undefined: a
-    response such as AUROC that a group's removal leaves without both outcomes)."""
+    """The flat columns of an artifact (`document`'s inverse): a group's null (its removal left
+    the response undefined, as AUROC without both outcomes) is NaN, so that every group has its
+    column; other nulls are left out. ValueError, naming the response, where it is not one: a
+    value that is not a finite number (text such as "1e308", NaN, inf), an item count that is
+    not an integer >= 2, or a response with more jackknife groups than items."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} document (format {str(doc.get('format') if isinstance(doc, dict) else doc)[:40]!r})")
     out: dict[str, float] = {}
     try:
         for section, prefix in SECTIONS.items():
             for response, values in (doc.get(section) or {}).items():
-                out.update({f"{prefix}{response}@g{g}": _stored(response, v) for g, v in enumerate(values)
-                            if v is not None})
+                out.update({f"{prefix}{response}@g{g}": math.nan if v is None else _stored(response, v)
+                            for g, v in enumerate(values)})
         counts = {r: _stored(r, n) for r, n in (doc.get("items") or {}).items() if n is not None}
         out.update({count_name(r): n for r, n in counts.items()})
         out.update({f"{SPLIT_PREFIX}{k}": _stored(k, v) for k, v in (doc.get("evaluation") or {}).items()
@@ -192,9 +190,9 @@ def columns(doc: dict) -> dict[str, float]:
         if n != int(n) or n < 2:
             raise ValueError(f"items of {response!r}: a count of {n:g}, not an integer >= 2")
         groups = (doc.get("jackknife") or {}).get(response)
-        if groups is not None and len(groups) > jack_groups(int(n)):
+        if groups is not None and len(groups) > n:
             raise ValueError(f"items of {response!r}: {len(groups)} jackknife groups for {int(n)} items "
-                             f"(min(items, {JACK_GROUPS}) = {jack_groups(int(n))})")
+                             "(at most one group per item)")
     return out
 
 

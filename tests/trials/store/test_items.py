@@ -3,6 +3,7 @@ forms, one `items.json` artifact per run (not metrics) that a later evaluation m
 the statistics' columns read back from it, and stores and exports from before it still read."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +35,24 @@ def test_per_item_values_become_each_groups_leave_out_mean_and_bad_items_name_th
     for bad, said in (({"val/loss": [1.0]}, "needs at least 2"),
                       ({"val/loss": [1.0, "a"]}, "'a' is not a number"),
                       ({"val/loss": [1.0, 3.0]}, "average 2, but its reported value is 4"),
-                      ({"val/ece": {"items": 5, "without": [0.1]}}, "min(items, 16) values"),
+                      ({"val/ece": {"items": 5, "without": [0.1]}}, "between 2 and items values"),
+                      ({"val/ece": {"items": 2, "without": [0.1, 0.2, 0.3]}}, "between 2 and items values"),
                       ([1.0], "a dict of response")):
         with pytest.raises(ValueError, match=f"{'items' if isinstance(bad, dict) else ''}.*{said.split('(')[0]}"):
             encode(bad, {"val/loss": 4.0})
+
+
+def test_a_workloads_own_grouping_is_kept_whole():
+    """A response recomputed without each of the workload's own groups (4 of 100 items, where the
+    engine would form 16 of per-item values), one of them undefined (None): every group comes
+    back, the undefined one NaN, so that a reader takes G = 4 from the record."""
+    cols = encode({"val/ece": {"items": 100, "without": [0.1, None, 0.3, 0.4]}}, {})
+    doc = json.loads(json.dumps(document(cols)))
+    assert doc["jackknife"]["val/ece"] == [0.1, None, 0.3, 0.4] and doc["items"]["val/ece"] == 100
+    back = columns(doc)
+    assert [k for k in back if "@g" in k] == [f"jack/val/ece@g{g}" for g in range(4)] and math.isnan(back["jack/val/ece@g1"])
+    with pytest.raises(ValueError, match="5 jackknife groups for 4 items"):
+        columns({**doc, "jackknife": {"val/ece": [0.1] * 5}, "items": {"val/ece": 4}})
 
 
 def test_the_artifact_holds_every_item_column_and_gives_them_back():
@@ -47,7 +62,8 @@ def test_the_artifact_holds_every_item_column_and_gives_them_back():
     assert doc["format"] == FORMAT and doc["jackknife"] == {"tf/accept@1": [0.25, 0.5]}  # '@' in a name is kept
     assert doc["evaluation"] == {"prompts": 24.0, "decode_s_per_prompt": 0.5} and doc["groups"] == {"spec/tau": [3.0]}
     assert columns(json.loads(json.dumps(doc))) == cols
-    assert "jack/x@g1" not in columns(document({"jack/x@g0": 1.0, "jack/x@g1": float("nan")}))  # not measured
+    # a group whose removal left the response undefined keeps its column, NaN: a reader counts every group
+    assert math.isnan(columns(document({"jack/x@g0": 1.0, "jack/x@g1": float("nan")}))["jack/x@g1"])
     with pytest.raises(ValueError, match="not an item column"):
         document({"val/bpb": 1.0})
     with pytest.raises(ValueError, match="not a trials-items/1 document"):
@@ -118,11 +134,12 @@ def test_damaged_items_are_one_line_naming_the_run_and_the_response(tmp_path):
     stored = Path(client.get_run(a).info.artifact_uri) / ITEMS_FILE
     good = json.loads(stored.read_text())
     assert len(run_items(client, client.get_run(a))) == 5
-    # a last group its removal leaves undefined (AUROC of one prompt's records) is no group, not damage
+    # a last group its removal leaves undefined (AUROC of one prompt's records) is not damage: it keeps its
+    # place, NaN, so that the reader counts every group the workload formed
     log_metrics(client, a, {"jack/conf/auroc_mean@g0": 0.9, "jack/conf/auroc_mean@g1": float("nan"),
                             "jack/conf/auroc_mean@n": 2.0}, 2)
     read = run_items(client, client.get_run(a))
-    assert read["jack/conf/auroc_mean@g0"] == 0.9 and "jack/conf/auroc_mean@g1" not in read
+    assert read["jack/conf/auroc_mean@g0"] == 0.9 and math.isnan(read["jack/conf/auroc_mean@g1"])
     good = json.loads(stored.read_text())
     assert good["jackknife"]["conf/auroc_mean"] == [0.9, None]
     bad = {"text": ({**good, "jackknife": {"val/bpb": [2.0, "1e308", 2.2, 2.3]}}, "'1e308' is not a finite number"),
