@@ -19,7 +19,7 @@ from .anova import AnalysisError, anova_with_fit, check_design
 from .coded_design import factorial_rows, levels, with_value, without_value
 from .effects import effects_with_levels
 from .model import control_contrast as contrast, is_balanced
-from .result_types import ResponseResult
+from .report_types import ResponseResult
 
 ADJUST = {"holm": "holm", "bh": "fdr_bh", "none": None}
 

@@ -17,7 +17,7 @@ from trials.registry import UNKNOWN
 from . import power
 from .anova import AnalysisError, check_design
 from .attribution import control_contrast, dunnett_vs_control, stage_of
-from .result_types import ResponseResult
+from .report_types import ResponseResult
 from .coded_design import alias_structure, design_matrix, factorial_rows, with_value
 from .item_kinds import flat_rule
 from .sweep_reader import responses as metric_columns

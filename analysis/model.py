@@ -280,3 +280,27 @@ def block_interaction(fit: Fit, term: tuple[str, ...]) -> BlockTest | None:
         return None
     ms = (float(fit.result.ssr) - float(bigger.ssr)) / q
     return BlockTest(float(F), int(round(q)), float(bigger.df_resid), float(p), ms)
+
+
+def own_error_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str],
+                     factors: list[str]) -> list[tuple[str, ...]]:
+    """The terms judged on their own block x term error: those the family's contrasts rest on
+    (`tested_terms`) and, for a primary response of several factors, every term its simple
+    effects span, so that they stand on the same error model as their main effect."""
+    tested = tested_terms(fit, found, primary, terms)
+    if primary and len(factors) > 1:
+        tested += [t for t in fit.slices if t not in tested and set(t) & set(terms) & set(factors)]
+    return tested
+
+
+def tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str]) -> list[tuple[str, ...]]:
+    """The terms whose block-by-term tests the family's contrasts rest on: each family term's
+    own, and every term a named contrast spans."""
+    out = []
+    for c in found:
+        if not primary or c.group not in terms or c.L is None:
+            continue
+        for t, s in fit.slices.items():
+            if t not in out and np.any(np.abs(c.L[s]) > 1e-12):
+                out.append(t)
+    return out

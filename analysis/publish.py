@@ -21,7 +21,7 @@ from trials.export import SweepFrame
 from .render import parent_note
 from .report import build_report
 from .sweep_reader import load_runs
-from .result_types import Report
+from .report_types import Report
 from .verdicts import COUNT_METRICS
 
 

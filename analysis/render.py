@@ -17,7 +17,8 @@ from .answer_grid import answer_columns
 from .boundary_table import boundary_lines
 from .looks import LookResult
 from .text import BRIEF_WIDTH, wrap_text
-from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision, Report, ResponseResult
+from .report_types import Report, ResponseResult
+from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision
 from .coded_design import factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA
 from trials.export import SweepFrame

@@ -14,7 +14,8 @@ import pandas as pd
 from trials.store.kept import write_atomic
 from trials.store.ui import UI_URL, run_url
 from . import plots
-from .result_types import BEYOND, NEGLIGIBLE, UNSURE, Decision, Report, ResponseResult
+from .report_types import Report, ResponseResult
+from .result_types import BEYOND, NEGLIGIBLE, UNSURE, Decision
 from .coded_design import alias_structure, design_matrix, factorial_rows
 from .diagnostics import cell_means, centred_order, model_fit_table, residuals
 from .item_kinds import curves

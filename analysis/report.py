@@ -28,7 +28,7 @@ from .render import brief_text, header_text, notes, summarise
 from .render_files import write_html, write_markdown
 from .record_check import checked
 from .looks import look_for, look_shares, plan_prices
-from .result_types import Report
+from .report_types import Report
 from .variance import residuals
 from .margins import margins_for
 from .verdicts import control_cells, decide_look, response_models

@@ -1,22 +1,20 @@
-"""The analysis' typed results, which travel between the statistics, the renderer and the
-store writer: a response's ANOVA and effects (`ResponseResult`), each contrast's verdict in
-one of the four states (`Verdict`, with `Contrast`, `BlockTest`, `ResponseCheck`,
-`SimpleEffect`), the family's decision (`Decision`), and a sweep's whole attribution
-(`Report`). The modules that compute them (attribution, variance, verdicts, report) import
-them from here; a look's result is `analysis.looks.LookResult`, a response's noise split
-`analysis.variance.Split`, each beside what computes it.
+"""The statistics' typed results, which travel between the statistics, the renderer and the
+store writer: each contrast's verdict in one of the four states (`Verdict`, with `Contrast`,
+`BlockTest`, `ResponseCheck`, `SimpleEffect`) and the family's decision (`Decision`). The
+modules that compute them (variance, verdicts) import them from here; a look's result is
+`analysis.looks.LookResult`, a response's noise split `analysis.variance.Split`, each beside
+what computes it, and what the renderers get, a response's ANOVA (`ResponseResult`) and the
+whole attribution (`Report`), is `analysis.report_types`'.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .anova import ModelFit
 from .power import MAX_REPLICATES
 from .looks import LookResult
 from .sequential import MIN_DF  # MIN_DF: a term's error on fewer df says too little
@@ -414,32 +412,3 @@ def reps(v: int | None) -> str:
     return f">{MAX_REPLICATES}" if v is None else str(v)
 
 
-@dataclass
-class ResponseResult:
-    response: str
-    anova: pd.DataFrame
-    effects: pd.DataFrame | None
-    typ: int
-    balanced: bool
-    warnings: list[str] = field(default_factory=list)
-    block: str | None = None
-    fit: ModelFit | None = None  # S, R², adjusted R², the residuals
-    levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # each factor's (low, high) in `effects`
-
-
-@dataclass
-class Report:
-    results: dict[str, ResponseResult]
-    summary: str
-    html_path: Path | None
-    skipped: list[str]
-    dunnett: dict[str, pd.DataFrame]
-    stage: str | None = None
-    control: dict[str, dict] = field(default_factory=dict)  # response -> pooled contrast vs the control
-    drift: dict[str, tuple[float, float]] = field(default_factory=dict)  # response -> (slope per run, p)
-    markdown_path: Path | None = None
-    decision: Decision | None = None
-    look: LookResult | None = None
-    noise: dict = field(default_factory=dict)  # response -> analysis.variance.Split
-    brief: str = ""  # the answer in one screen (the terminal's; `summary` holds every term's detail)
-    links: list[str] = field(default_factory=list)  # the confirmations run for this study (analysis.links)

@@ -58,7 +58,8 @@ from trials.registry import UNKNOWN, Registry
 from . import power, variance
 from .anova import AnalysisError
 from .coded_design import factorial_rows, with_value
-from .model import Fit, control_contrast, fit_response, named_contrast, simple_effects, term_contrasts
+from .model import (Fit, control_contrast, fit_response, named_contrast, own_error_terms, simple_effects,
+                    term_contrasts)
 from .power import p_decided
 from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Contrast, Decision,
                            SimpleEffect, Verdict)
@@ -240,7 +241,7 @@ def decide_all(df: pd.DataFrame, responses: list[str], factors: list[str], margi
     for r in responses:
         test = tests[r] = _test_of(r, margins, rules, family, per_test, how.levels, response_scale(rows[r][r]))
         if how.block_tests:
-            variance.add_tests(ms.models[r], _own_error_terms(fits[r], found[r], r in primary, terms, factors),
+            variance.add_tests(ms.models[r], own_error_terms(fits[r], found[r], r in primary, terms, factors),
                                how.block_errors)
         checks[r] = response_check(r, fits[r], test.better, test.margin, r in primary, n_cells, reps, test.at[0])
         checks[r].margin_of = (margins.get(r) or {}).get("of", "")
@@ -334,32 +335,8 @@ def _at_look(v: Verdict, binding: dict[str, dict], look: int | None) -> None:
         v.decided_at = look
 
 
-def _own_error_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str],
-                     factors: list[str]) -> list[tuple[str, ...]]:
-    """The terms judged on their own block x term error: those the family's contrasts rest on
-    (`_tested_terms`) and, for a primary response of several factors, every term its simple
-    effects span, so that they stand on the same error model as their main effect."""
-    tested = _tested_terms(fit, found, primary, terms)
-    if primary and len(factors) > 1:
-        tested += [t for t in fit.slices if t not in tested and set(t) & set(terms) & set(factors)]
-    return tested
-
-
 def _blocks(data: pd.DataFrame, block: str | None) -> int:
     return int(data[block].nunique()) if block else 1
-
-
-def _tested_terms(fit: Fit, found: list[Contrast], primary: bool, terms: list[str]) -> list[tuple[str, ...]]:
-    """The terms whose block-by-term tests the family's contrasts rest on: each family term's
-    own, and every term a named contrast spans."""
-    out = []
-    for c in found:
-        if not primary or c.group not in terms or c.L is None:
-            continue
-        for t, s in fit.slices.items():
-            if t not in out and np.any(np.abs(c.L[s]) > 1e-12):
-                out.append(t)
-    return out
 
 
 def _verdict(c: Contrast, model: variance.Model, test: _Test, in_family: bool) -> Verdict:

@@ -407,7 +407,7 @@ def test_the_model_fit_is_stated_per_response_as_statsmodels_fits_it():
     assert fit.s == pytest.approx(np.sqrt(ref.mse_resid)) and fit.r2 == pytest.approx(ref.rsquared)
     assert fit.r2_adj == pytest.approx(ref.rsquared_adj)
     assert np.allclose(fit.resid + fit.fitted, df["y"])
-    from analysis.result_types import ResponseResult
+    from analysis.report_types import ResponseResult
 
     t = model_fit_table({"y": ResponseResult("y", table, None, 2, True, fit=fit)})
     assert list(t.columns) == ["n", "df_resid", "S", "R2", "R2_adj"] and t.loc["y", "R2"] == pytest.approx(ref.rsquared)
