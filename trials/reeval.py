@@ -84,7 +84,7 @@ def check_fields(wl, counts: dict[str, int]) -> None:
         if field not in wl.reeval_counts:
             raise ValueError(f"reeval: {flag(field)}: workload {wl.name!r} counts no such items "
                              f"(its counts: {', '.join(flag(f) for f in wl.reeval_counts)})")
-        most = (getattr(wl, "reeval_limits", None) or {}).get(field, COUNT_LIMIT)
+        most = (wl.reeval_limits or {}).get(field, COUNT_LIMIT)
         if n > most:
             raise ValueError(f"reeval: {flag(field)}: at most {most} (workload {wl.name!r}'s limit for its "
                              f"{wl.reeval_counts[field]}), got {n}")

@@ -40,8 +40,8 @@ class ConfigView:
     def objective_dict(self) -> dict:
         """What a run's results depend on: the workload's `objective(config)` where it says,
         else every field but the plumbing."""
-        if hasattr(self._wl.obj, "objective"):
-            return dict(self._wl.obj.objective(self.native()))
+        if self._wl.has("objective"):  # found once, as the workload loaded
+            return dict(self._wl.hook("objective", None, self.native()))
         return {k: v for k, v in self._values.items() if self._wl.role(k) != "plumbing"}
 
     def native(self):

@@ -48,7 +48,7 @@ TIMING_SIZES = ("prompts", "steps")  # what a timing repetition holds: `trials t
 RESERVED_COUNTS = ("name", "address", "tracking_uri", "storage", "help")  # `trials reeval`'s own options
 # the optional functions a workload may have, found once as it is loaded (`Loaded.hook`)
 HOOKS = ("smoke", "variant", "unmeasured", "config_problems", "checkpoint_bytes", "checkpoint_problem",
-         "finished_problem", "reeval_problem", "reevaluate")
+         "finished_problem", "reeval_problem", "reevaluate", "objective")
 TRAIN_CONTEXT = ("resume_from", "before_step")  # the context's, never `train`'s own parameters
 FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a re-evaluation's file, under the run's eval/
 
@@ -259,10 +259,10 @@ class Loaded:
 
     def has(self, part: str) -> bool:
         """Whether the workload has an optional part: "smoke", "checkpoints", "reeval", "timing",
-        "shared"."""
+        "shared", "objective"."""
         return {"smoke": "smoke" in self._hooks, "checkpoints": bool(self.checkpoint_file),
                 "reeval": "reevaluate" in self._hooks, "timing": self.timing is not None,
-                "shared": self.shared is not None}[part]
+                "shared": self.shared is not None, "objective": "objective" in self._hooks}[part]
 
     def smoke(self) -> dict:
         if not self.has("smoke"):

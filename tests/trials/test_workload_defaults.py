@@ -77,7 +77,9 @@ def test_optional_parts_are_found_once_as_it_loads_and_train_gets_one_context():
     wl = Loaded(obj, "core")
     assert wl.variant(wl.config({})) == "one" and not wl.has("reeval")
     obj.reevaluate = lambda c, k, n: ({}, {})  # given after the door: not a part of this workload
-    assert not wl.has("reeval")
+    obj.objective = lambda c: {"nothing": 0}
+    assert not wl.has("reeval") and not wl.has("objective")
+    assert wl.config({}).objective_dict() == {"lr": 0.01, "steps": 4}  # every field but the plumbing
     steps = []
     wl.train(wl.config({}), TrainContext(lambda m, c: reported.append((m, c)), "ckpt",
                                          lambda s, r: steps.append((s, r))))
