@@ -11,7 +11,8 @@ from trials.export import SweepFrame
 
 from .anova import AnalysisError
 from .boundaries import MIN_STEP, nominal_levels
-from .sequential import Look, Plan, fingerprint, information_fraction, information_fractions, plan_of, timed_digest
+from .sequential import (TIMING, Look, Plan, fingerprint, information_fraction, information_fractions, plan_of,
+                         timed_digest)
 
 
 def retimed_since(last: Look, key: str, blocks: int, evaluation: dict) -> bool:
@@ -154,12 +155,11 @@ def plan_prices(look: LookResult, models, responses: list[str], declared: dict, 
     def alpha_at(blocks: int, per_test: float) -> float:
         return level(information_fraction(plan, blocks, now.evaluation, shares), per_test, blocks)
 
-    caps = [cap / n for kind, cap in (("prompts", plan.max_prompts), ("eval_batches", plan.max_eval_batches))
-            if cap and (n := now.evaluation.get(kind))]
+    caps = [cap / n for kind, cap in plan.max_items.items() if (n := now.evaluation.get(kind))]
     items_left = min(caps) if caps else None
 
     def alpha_items(k: float, per_test: float) -> float:
-        more = {key: v * k if key in ("prompts", "eval_batches") else v for key, v in now.evaluation.items()}
+        more = {key: v if key in TIMING else v * k for key, v in now.evaluation.items()}
         return level(information_fraction(plan, now.blocks, more, shares), per_test, now.blocks)
 
     return PlanPrices(plan.alpha, max(0, plan.max_replicates - now.blocks), alpha_at, alpha_items, items_left)

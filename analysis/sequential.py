@@ -7,8 +7,8 @@ same data is the same look and spends nothing; a re-evaluation with more prompts
 look, as a new block is.
 
 A sweep's sequential plan is declared in its spec before the first look (`sequential:
-{max_replicates, alpha, max_prompts, max_eval_batches}`, recorded on the parent run at
-`trials run`). Alpha is spent on an information scale, t = I_k / I_max, I the inverse
+{max_replicates, alpha, max_<kind>...}`, the kinds the workload's `sequential_fields` name,
+recorded on the parent run at `trials run`). Alpha is spent on an information scale, t = I_k / I_max, I the inverse
 variance of a response's contrasts. With the evaluation's share of a response's noise split
 off (`analysis.variance`), a run's variance is sigma_seed^2 + v / n for an evaluation of n
 items (prompts or batches, v the per-item evaluation variance), so a response's fraction is
@@ -55,9 +55,11 @@ MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.result_type
 
 RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information scale; group-sequential boundaries "
         "for the t statistics on their df (simulated calibration; exact for normal statistics); binding looks")
+CAP_PREFIX = "max_"  # a plan's `max_<kind>`: the most items of that kind a re-evaluation may reach
 # the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
 EVALUATION_COLUMNS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_rounds": "timing/rounds",
                       "timing_prompts": "timing/prompts"}
+TIMING = ("timing_rounds", "timing_prompts")  # the timing pass's part of a run's evaluation: no re-evaluation raises it
 LEGACY = ("a plan recorded by trials augment after the sweep had been analysed, before plans were declared in "
           "specs")
 
@@ -83,21 +85,35 @@ class Look:
         return f"{self.blocks} block(s)" + (f", {ev}" if ev else "")
 
 
-@dataclass
+@dataclass(init=False)
 class Plan:
     """A sweep's looks. `max_replicates` None: no plan was declared (one fixed-sample
-    analysis). `declared`: the plan was in the spec before the first look; `post_hoc` says
-    why not where it was not."""
+    analysis). `max_items`: the most items of each evaluation kind (a key of a look's
+    `evaluation`) a re-evaluation may reach, given as `max_<kind>=N` as a spec declares it
+    (`Plan(6, 0.05, max_prompts=96)`). `declared`: the plan was in the spec before the first
+    look; `post_hoc` says why not where it was not."""
     max_replicates: int | None
     alpha: float = 0.05
-    max_prompts: int | None = None
-    max_eval_batches: int | None = None
+    max_items: dict = field(default_factory=dict)
     declared: bool = True
     post_hoc: str = ""
     looks: list[Look] = field(default_factory=list)
     rule: str = RULE
     block_errors: str = "own"  # how block x term enters a term's error (analysis.result_types.BLOCK_ERRORS)
     look_every: int | None = None  # blocks `trials augment --until-decided` adds between looks (None: one)
+
+    def __init__(self, max_replicates: int | None, alpha: float = 0.05, declared: bool = True, post_hoc: str = "",
+                 block_errors: str = "own", look_every: int | None = None, **more):
+        """`more`: `max_<kind>=N` each, or `max_items` whole; `looks` and `rule` (as
+        `dataclasses.replace` gives them)."""
+        looks, rule, items = more.pop("looks", None), more.pop("rule", RULE), dict(more.pop("max_items", None) or {})
+        not_caps = [k for k in more if not k.startswith(CAP_PREFIX) or k == "max_replicates"]
+        if not_caps:
+            raise TypeError(f"Plan: no argument {not_caps[0]!r} (an evaluation's maximum is max_<kind>)")
+        self.max_replicates, self.alpha, self.declared, self.post_hoc = max_replicates, alpha, declared, post_hoc
+        self.max_items = {**items, **{k[len(CAP_PREFIX):]: v for k, v in more.items() if v is not None}}
+        self.looks, self.rule, self.block_errors, self.look_every = list(looks or []), rule, block_errors, look_every
+        self.__post_init__()
 
     def __post_init__(self):
         if self.block_errors == "test":  # the preliminary-test rule of older plans: read under today's default
@@ -111,6 +127,9 @@ class Plan:
             raise ValueError(f"alpha: must lie in (0, 0.5) (at 0.5 or more an interval at 1 - 2 alpha is empty), got {self.alpha!r}")
         if self.look_every is not None and not (isinstance(self.look_every, int) and self.look_every >= 1):
             raise ValueError(f"look_every: an integer >= 1, got {self.look_every!r}")
+        wrong = [k for k, v in self.max_items.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+        if wrong:
+            raise ValueError(f"{CAP_PREFIX}{wrong[0]}: an integer >= 1, got {self.max_items[wrong[0]]!r}")
 
     @property
     def planned(self) -> bool:
@@ -240,7 +259,10 @@ class Plan:
         return sum(look.alpha for look in self.looks) if self.planned else float("nan")
 
     def to_json(self) -> str:
-        d = {k: v for k, v in asdict(self).items() if k != "looks"}
+        """The record, each evaluation maximum under its spec's key (`max_<kind>`)."""
+        d = {"max_replicates": self.max_replicates, "alpha": self.alpha,
+             **{CAP_PREFIX + k: v for k, v in self.max_items.items()}}
+        d.update({k: v for k, v in asdict(self).items() if k not in (*d, "max_items", "looks")})
         d["looks"] = [asdict(look) for look in self.looks]
         return json.dumps(d)
 
@@ -262,10 +284,11 @@ class Plan:
             raise ValueError("not a JSON object")
         legacy = "declared" not in d
         reps = d.get("max_replicates")
+        caps = {k: _int_or_none(v) for k, v in d.items() if k.startswith(CAP_PREFIX) and k != "max_replicates"}
         plan = cls(int(reps) if reps is not None else None, float(d.get("alpha", 0.05)),
-                   _int_or_none(d.get("max_prompts")), _int_or_none(d.get("max_eval_batches")),
                    declared=bool(d.get("declared", False)), post_hoc=str(d.get("post_hoc") or (LEGACY if legacy else "")),
-                   block_errors=str(d.get("block_errors") or "test"), look_every=_int_or_none(d.get("look_every")))
+                   block_errors=str(d.get("block_errors") or "test"), look_every=_int_or_none(d.get("look_every")),
+                   **caps)
         for i, look in enumerate(d.get("looks", [])):
             if legacy:  # block counts only: rebuild their fractions and alphas as the old rule spent them
                 n = int(look)
@@ -313,9 +336,13 @@ class Plan:
         """How this recorded plan departs from the one declared when its sweep was created (""
         where it does not): its maximum, alpha, evaluation maxima and error rule cannot change
         between looks; a look_every may fill one that names none (`trials augment`)."""
-        for name in ("max_replicates", "alpha", "max_prompts", "max_eval_batches", "declared", "block_errors"):
+        for name in ("max_replicates", "alpha", "declared", "block_errors"):
             if getattr(self, name) != getattr(declared, name):
                 return f"its {name} is {getattr(self, name)!r}, the declared plan's {getattr(declared, name)!r}"
+        for kind in sorted({*self.max_items, *declared.max_items}):
+            if self.max_items.get(kind) != declared.max_items.get(kind):
+                return (f"its {CAP_PREFIX}{kind} is {self.max_items.get(kind)!r}, the declared plan's "
+                        f"{declared.max_items.get(kind)!r}")
         if declared.look_every is not None and self.look_every != declared.look_every:
             return f"its look_every is {self.look_every!r}, the declared plan's {declared.look_every!r}"
         return ""
@@ -366,8 +393,8 @@ def _num(v) -> float:
 
 def information_fraction(plan: Plan, blocks: int, evaluation: dict, shares: dict[str, tuple[str, float]]) -> float:
     """t = I_k / I_max (module docstring), averaged over the primary responses. `shares`:
-    response -> (the evaluation kind it varies with, "prompts" or "eval_batches" or "", and
-    the evaluation's share of its residual variance now, 0 where unknown)."""
+    response -> (the evaluation kind it varies with, a key of the plan's `max_items`, or "";
+    and the evaluation's share of its residual variance now, 0 where unknown)."""
     if not plan.planned:
         return 1.0
     f = information_fractions(plan, blocks, evaluation, shares or {"": ("", 0.0)})
@@ -384,7 +411,7 @@ def information_fractions(plan: Plan, blocks: int, evaluation: dict,
             continue
         f = blocks / plan.max_replicates
         n = evaluation.get(kind) if kind else None
-        n_max = {"prompts": plan.max_prompts, "eval_batches": plan.max_eval_batches}.get(kind)
+        n_max = plan.max_items.get(kind)
         if n and n_max and share and np.isfinite(share) and share > 0:
             share = min(share, 1.0)  # a share over 1 (the model misfits) counts as all evaluation
             seed, v = 1.0 - share, share * n  # in units of the residual variance now

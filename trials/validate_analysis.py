@@ -14,7 +14,8 @@ from .store.record import CONFIRMS_NUMBERS, confirms_problem
 from .timing_settings import TimingSettings
 
 
-SEQUENTIAL_KEYS = {"max_replicates", "alpha", "max_prompts", "max_eval_batches", "block_errors", "look_every"}
+# a plan's own keys; a workload adds its evaluation maxima, `max_<kind>` (`Workload.sequential_fields`)
+SEQUENTIAL_KEYS = ("max_replicates", "alpha", "block_errors", "look_every")
 
 
 def parse_responses(raw: dict, registry, problems: list[str]) -> dict[str, dict[str, Any]]:
@@ -170,17 +171,19 @@ def parse_timing(raw: dict, problems: list[str]) -> dict[str, int]:
 
 def parse_sequential(raw: dict, spec: "SweepSpec", problems: list[str]) -> dict[str, Any]:
     """The sequential plan, declared before the first look: the most replicate blocks the
-    sweep may grow to, its familywise alpha, and the most prompts (or held-out batches) a
-    re-evaluation may reach, which fixes the information scale alpha is spent on."""
+    sweep may grow to, its familywise alpha, and the most items of each kind a re-evaluation
+    may reach (the workload's `sequential_fields`: DSpark's prompts and held-out batches),
+    which fixes the information scale alpha is spent on."""
     given = raw.get("sequential")
     if given is None:
         return {}
-    if not isinstance(given, dict) or set(given) - SEQUENTIAL_KEYS or "max_replicates" not in given:
-        problems.append("sequential: {max_replicates: N, alpha: A, max_prompts: P, max_eval_batches: B, "
+    caps = [k for k in spec.wl.sequential_fields if k not in SEQUENTIAL_KEYS]
+    if not isinstance(given, dict) or set(given) - {*SEQUENTIAL_KEYS, *caps} or "max_replicates" not in given:
+        problems.append("sequential: {max_replicates: N, alpha: A, " + "".join(f"{k}: N, " for k in caps) +
                         "block_errors: own|pooled, look_every: L} (max_replicates required)")
         return {}
     out: dict[str, Any] = {}
-    for key in ("max_replicates", "max_prompts", "max_eval_batches", "look_every"):
+    for key in ("max_replicates", *caps, "look_every"):
         v = given.get(key)
         if v is None:
             continue

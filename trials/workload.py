@@ -48,8 +48,13 @@ use them through the same door as any workload: nothing else is looked for):
                          name of `metrics` needs a row (default: a row per `metrics` entry)
     variant(config), variant_field
                          which row set of the registry a trial measures (default: one)
-    unmeasured(config, name), config_problems(config), sequential_fields
+    unmeasured(config, name), config_problems(config)
                          more checks of a spec (default: none)
+    sequential_fields    {max_<kind>: config field}: the evaluation maxima a spec's
+                         `sequential:` plan may declare (say {"max_prompts": "n_prompts"}:
+                         the most prompts a re-evaluation may reach, at least the trials'
+                         n_prompts; <kind> is the evaluation's count, `split/<kind>`;
+                         default: none, a plan caps blocks alone)
     smoke()              the overrides that make a trial seconds long (`--smoke-test`;
                          default: none, and the flag says so)
     checkpoint_file, final_checkpoint, checkpoint_bytes(config), checkpoint_problem(folder),

@@ -109,6 +109,7 @@ class Loaded:
                               ("questions", {}), ("reeval_counts", {}), ("reeval_limits", {}), ("checkpoint_file", ""),
                               ("final_checkpoint", "")):
             setattr(self, attr, getattr(obj, attr, default))
+        self._check_sequential()
         self.shared = SharedView(self, obj.shared) if getattr(obj, "shared", None) is not None else None
         self._hooks = {h: getattr(obj, h) for h in HOOKS if getattr(obj, h, None) is not None}
         wrong = [h for h, f in self._hooks.items() if not callable(f)]
@@ -119,6 +120,17 @@ class Loaded:
         self.registry = Registry(self.metrics, self.variant_field)
         self._check_reeval()
         self._check_timing()
+
+    def _check_sequential(self) -> None:
+        """`sequential_fields`: {max_<kind>: the config field counting that kind now}."""
+        given = self.sequential_fields
+        if not isinstance(given, dict):
+            raise WorkloadError(f"workload {self.name!r}: sequential_fields must map max_<kind> to a config field")
+        for key, field_name in given.items():
+            if not isinstance(key, str) or not key.startswith("max_") or key == "max_replicates" or \
+                    field_name not in self.fields:
+                raise WorkloadError(f"workload {self.name!r}: sequential_fields: {str(key)[:60]!r} -> "
+                                    f"{str(field_name)[:60]!r}: max_<kind> (not max_replicates) -> a config field")
 
     def _metric_rows(self, obj: Any) -> None:
         """`metric_rows`, where a workload gives them: registry rows richer than `metrics` says

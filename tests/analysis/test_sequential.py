@@ -13,8 +13,10 @@ design is balanced). A vectorised twin computes the contrasts and the jackknife 
 thousands of sweeps at once; the first test pins it to the product's own split and
 `fit_response` on one simulated sweep."""
 
+import dataclasses
 import functools
 import itertools
+import json
 import math
 
 import numpy as np
@@ -228,6 +230,30 @@ def test_a_look_is_the_data_it_saw():
     assert Plan(6, ALPHA, block_errors="test").block_errors == "own"  # an older plan's rule reads as today's
     with pytest.raises(ValueError, match="exceed"):
         plan.look("eee", 7, {}, 1.0)
+
+
+def test_a_plans_evaluation_maxima_are_its_specs_max_kind_keys():
+    """A plan caps each evaluation kind a spec names (`max_<kind>`, the workload's
+    `sequential_fields`), any kind alike; its record keeps the spec's keys, and a record made
+    with both of DSpark's keys (one of them null) reads as the one it caps."""
+    plan = Plan(6, ALPHA, max_prompts=96, max_examples=400, max_eval_batches=None)
+    assert plan.max_items == {"prompts": 96, "examples": 400}
+    kept = json.loads(plan.to_json())
+    assert kept["max_prompts"] == 96 and kept["max_examples"] == 400 and "max_eval_batches" not in kept
+    assert Plan.from_json(plan.to_json()).max_items == plan.max_items
+    old = {"max_replicates": 6, "alpha": 0.05, "max_prompts": 96, "max_eval_batches": None, "declared": True,
+           "looks": []}
+    assert Plan.from_json(json.dumps(old)).max_items == {"prompts": 96}
+    t = information_fraction(plan, 2, {"examples": 100}, {"r": ("examples", 0.5)})  # a user's kind, as prompts are
+    assert t == pytest.approx((2 / 6) * (0.5 + 0.5 * 100 / 400), abs=0.005)
+    assert plan.departs_from(Plan(6, ALPHA, max_prompts=64, max_examples=400)) == \
+        "its max_prompts is 96, the declared plan's 64"
+    cut = dataclasses.replace(plan, looks=[])  # as a record check cuts a plan to its first looks
+    assert cut.max_items == plan.max_items and cut.looks == [] and cut.rule == plan.rule
+    with pytest.raises(TypeError, match="no argument 'prompts'"):
+        Plan(6, ALPHA, prompts=96)
+    with pytest.raises(ValueError, match="max_prompts: an integer >= 1, got 0"):
+        Plan(6, ALPHA, max_prompts=0)
 
 
 def test_information_counts_prompts_as_information():

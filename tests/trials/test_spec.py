@@ -476,3 +476,21 @@ def test_a_run_name_names_the_factors_whose_level_names_are_shared():
         assert t.run_name.startswith(f"dropout={t.levels['dropout']}·warmup={t.levels['warmup']}·{t.levels['D1']} ")
     plain = parse({**raw, "factors": {k: v for k, v in raw["factors"].items() if k != "warmup"}})
     assert {t.run_name for t in plain.trials} >= {"off·shifted r0", "on·aligned r1"}
+
+
+def test_a_plans_evaluation_maxima_are_the_workloads_own():
+    """The keys a `sequential:` plan may cap are the workload's `sequential_fields`: the toy
+    counts held-out batches, not prompts, so `max_prompts` is refused naming the toy's keys, and
+    its `max_eval_batches` is checked against its trials' eval_batches."""
+    toy = {"workload": "tests.toy.workload:WORKLOAD", "name": "capped", "replicates": 2,
+           "factors": {"D1": {"a": {"norm": "none"}, "b": {"norm": "layer"}}},
+           "responses": {"val/loss": {"margin": 0.01}}}
+    ok = parse({**toy, "sequential": {"max_replicates": 4, "max_eval_batches": 64}})
+    assert ok.sequential == {"max_replicates": 4, "max_eval_batches": 64, "alpha": 0.05}
+    with pytest.raises(SpecError) as e:
+        parse({**toy, "sequential": {"max_replicates": 4, "max_prompts": 64}})
+    assert "sequential: {max_replicates: N, alpha: A, max_eval_batches: N, block_errors: own|pooled, look_every: L} " \
+        "(max_replicates required)" in e.value.problems
+    with pytest.raises(SpecError) as e:
+        parse({**toy, "sequential": {"max_replicates": 4, "max_eval_batches": 1}})
+    assert any(p.startswith("sequential.max_eval_batches: 1 is fewer than the trials' eval_batches") for p in e.value.problems)

@@ -102,6 +102,20 @@ def test_a_train_that_would_miss_its_context_is_refused_as_it_loads(train, says)
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("fields, says", [
+    ({"max_replicates": "steps"}, "sequential_fields: 'max_replicates' -> 'steps': max_<kind> (not max_replicates)"),
+    ({"prompts": "steps"}, "sequential_fields: 'prompts' -> 'steps'"),
+    ({"max_prompts": "n_prompts"}, "sequential_fields: 'max_prompts' -> 'n_prompts': max_<kind>"),
+    (["max_steps"], "sequential_fields must map max_<kind> to a config field"),
+])
+def test_a_plans_evaluation_maxima_are_checked_as_the_workload_loads(fields, says):
+    obj = type("Capped", (Core,), {"sequential_fields": fields})()
+    with pytest.raises(WorkloadError) as e:
+        Loaded(obj, "core")
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert Loaded(type("Fine", (Core,), {"sequential_fields": {"max_steps": "steps"}})(), "core")
+
+
 def test_a_report_with_items_it_cannot_take_fails_naming_the_response():
     context = TrainContext(lambda m, c: None)
     with pytest.raises(ValueError, match="val/loss"):
