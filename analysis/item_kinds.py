@@ -1,19 +1,22 @@
-"""Which evaluation a response's items are drawn on, and the run's column that counts them:
-the decoded prompts, the held-out batches, or the prompts of the timing pass; and the curves a
-report plots. A workload's
-registry row says it (`Registry.item_count`); a registry recorded before rows declared it is
-read by the names' prefixes, as those sweeps were analysed. Plain Python: the readers
-(`analysis.sweep_reader`) check a run's item counts with it before any statistics load.
+"""Which evaluation a response's items are drawn on (its kind), and the run's column that
+counts them: an evaluation's own count `split/<kind>` (DSpark's decoded prompts, its held-out
+batches, a user's examples), or the prompts of the timing pass (`timing/prompts`, kind
+`timing_prompts`); and the curves a report plots. A workload's registry row says it
+(`Registry.item_count`); a registry recorded before rows declared it is read by the names'
+prefixes, as those sweeps were analysed. Plain Python: the readers (`analysis.sweep_reader`)
+check a run's item counts with it before any statistics load.
 """
 
 from __future__ import annotations
 
 from trials.registry import UNKNOWN, Registry, at_filled
-from trials.store.items import count_name
+from trials.store.items import SPLIT_PREFIX, count_name
 
-COUNTS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_prompts": "timing/prompts"}
-KINDS = {column: kind for kind, column in COUNTS.items()}
-WHAT = {"prompts": "prompts", "eval_batches": "held-out batches", "timing_prompts": "prompts of the timing pass"}
+from .sequential import EVALUATION_COLUMNS
+
+TIMING_COUNT = ("timing_prompts", "timing/prompts")  # (kind, column): the timing pass's prompts
+# a kind's words where its name is not them (a user's `split/examples`: "examples")
+WHAT = {"eval_batches": "held-out batches", "timing_prompts": "prompts of the timing pass"}
 DECODED = ("spec/", "conf/", "sched/")  # before rows declared it: the decoded prompts' responses
 # before the jackknife: the responses whose runs kept each prompt group's own value (`split/`),
 # a mean's, so that the group values are its pseudo-values
@@ -33,15 +36,34 @@ ITEM_SECONDS = {"split/prompts": "split/decode_s_per_prompt"}
 CURVES = {"spec/accept@": "per-slot acceptance"}
 
 
+def kind_column(kind: str) -> str:
+    """The run's column counting the items of a kind."""
+    return TIMING_COUNT[1] if kind == TIMING_COUNT[0] else SPLIT_PREFIX + kind
+
+
+def column_kind(column: str) -> str:
+    """The kind a count column counts ("" where it is none: not `split/<kind>` or the timing pass's)."""
+    if column == TIMING_COUNT[1]:
+        return TIMING_COUNT[0]
+    kind = column[len(SPLIT_PREFIX):] if column.startswith(SPLIT_PREFIX) else ""
+    return kind if kind and "@" not in kind and "/" not in kind else ""
+
+
+def what(kind: str) -> str:
+    """A kind's items in words ("held-out batches", "examples")."""
+    return WHAT.get(kind, kind.replace("_", " "))
+
+
 def kind_of(response: str, rules: Registry | None = None) -> str:
-    """What a re-evaluation adds to a response: prompts, held-out batches, or (a timed
-    response of the timing pass) the prompts the pass decodes."""
+    """What a re-evaluation adds to a response: the kind its row's count counts, or (a timed
+    response of the timing pass) the prompts the pass decodes; for a row that declares no
+    count, prompts or held-out batches by its name, as those sweeps were analysed."""
     rules = rules or UNKNOWN
-    declared = rules.item_count(response)
-    if declared in KINDS:
-        return KINDS[declared]
+    kind = column_kind(rules.item_count(response))
+    if kind:
+        return kind
     if rules.is_timed(response):
-        return "timing_prompts"
+        return TIMING_COUNT[0]
     return "prompts" if response.startswith(DECODED) else "eval_batches"
 
 
@@ -51,15 +73,25 @@ def count_column(response: str, rules: Registry | None = None) -> str:
     rules = rules or UNKNOWN
     if rules.item_count(response):
         return rules.item_count(response)
-    return COUNTS[kind_of(response, rules)] if rules.lookup(response) is not None else ""
+    return kind_column(kind_of(response, rules)) if rules.lookup(response) is not None else ""
 
 
 def count_in(data, response: str, rules: Registry | None = None) -> str:
     """The column of these runs counting a response's items: the evaluation count its row
     declares (the names' kind where it declares none), else the response's own `jack/<r>@n`
     (a workload's own items)."""
-    column = count_column(response, rules) or COUNTS[kind_of(response, rules)]
+    column = count_column(response, rules) or kind_column(kind_of(response, rules))
     return column if column in data.columns else count_name(response)
+
+
+def evaluation_counts(columns, rules: Registry | None = None) -> dict[str, str]:
+    """{kind: column} of the evaluation counts among these columns that rows declare beyond
+    the engine's own (`sequential.EVALUATION_COLUMNS`): a look's fingerprint and evaluation
+    hold them too, so that more of a workload's own items is new data, and information."""
+    rules, known = rules or UNKNOWN, set(EVALUATION_COLUMNS.values())
+    present = {c for c in columns if isinstance(c, str)}
+    declared = {rules.item_count(c) for c in present if "/" in c}
+    return {column_kind(c): c for c in sorted(declared) if c in present and c not in known and column_kind(c)}
 
 
 def flat_rule(response: str, rules: Registry | None = None) -> dict | None:
@@ -92,7 +124,7 @@ def curves(columns, rules: Registry | None = None) -> dict[str, list[str]]:
 def seconds_column(kind: str, rules: Registry | None = None) -> str:
     """The run's column of the seconds one item of a kind costs (its count's row's
     `item_seconds`; for a registry recorded before rows declared it, the one priced then)."""
-    count = COUNTS[kind]
+    count = kind_column(kind)
     return (rules or UNKNOWN).item_seconds(count) or ITEM_SECONDS.get(count, "")
 
 
@@ -100,8 +132,8 @@ def more_items_command(kind: str, name: str, rules: Registry | None = None) -> s
     """The `trials` command (after `trials`, before its count) that adds items of a kind: the
     timing pass's prompts, or a re-evaluation raising the count's field (its row's `raised_by`;
     for a registry recorded before rows declared it, the field it was then)."""
-    if kind == "timing_prompts":
+    if kind == TIMING_COUNT[0]:
         return f"time {name} --prompts"
-    count = COUNTS[kind]
-    field = (rules or UNKNOWN).raised_by(count) or RAISED_BY[count]
+    count = kind_column(kind)
+    field = (rules or UNKNOWN).raised_by(count) or RAISED_BY.get(count) or kind  # a count no row says raises
     return f"reeval {name} --{field.replace('_', '-')}"

@@ -28,7 +28,7 @@ from .text import wrap_text
 from .boundary_table import boundary_lines
 from .looks import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
-from .item_kinds import WHAT, more_items_command, seconds_column
+from .item_kinds import more_items_command, seconds_column, what
 from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
 from .margins import margins_for
 from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, response_models
@@ -203,12 +203,12 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
                                     f" trials: trials augment {name} --replicates {v.blocks}) would decide it", 1)
             k = prompts_to_decide(v, alpha_at=alpha_items, most=most) if sp else None
             if sp:
-                what = WHAT[sp.kind]
-                step += (f"; or {k}x the {what} ({k * sp.items}) on the existing checkpoints: "
+                words = what(sp.kind)
+                step += (f"; or {k}x the {words} ({k * sp.items}) on the existing checkpoints: "
                          f"trials {more_items_command(sp.kind, name, rules)} {k * sp.items}" if k
                          else f"; {why_not_items(v, most)}")
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
-                step += f"; {new_study(v, d.family, prices.alpha, what=WHAT[sp.kind] if sp else None, name=name)}"
+                step += f"; {new_study(v, d.family, prices.alpha, what=what(sp.kind) if sp else None, name=name)}"
                 # the cheaper route: that question alone, two arms
                 step += f"; or that question alone: analysis plan {name} --confirm {shlex.quote(v.term)} --response {r}"
             lines.append(f"    {v.term}: {step}")

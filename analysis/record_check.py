@@ -27,7 +27,9 @@ from collections.abc import Callable
 
 from .anova import AnalysisError
 from trials.export import SweepFrame
+from .item_kinds import evaluation_counts
 from .sequential import Look, Plan, fingerprint, plan_of, timed_digest
+from trials.registry import Registry
 
 CHECKED = ("estimate", "ci_low", "ci_high")  # what a decision says beside its verdict
 
@@ -41,15 +43,14 @@ def checked(sweep: SweepFrame, build: Callable) -> tuple[SweepFrame, list[str]]:
     if not plan.planned or not plan.looks:
         return sweep, []
     order = sorted(sweep.runs["replicate"].unique())
-    timed = sweep.registry.timed()
     lines = []
     for j, look in enumerate(plan.looks):
-        kind, why = compare_data(look, _first(sweep, order, look.blocks), timed, len(order))
+        kind, why = compare_data(look, _first(sweep, order, look.blocks), sweep.registry, len(order))
         if kind == "wrong" and (b := _blocks_of(sweep, order, look.data)) not in (None, look.blocks):
             lines.append(f"look {j + 1} records {look.blocks} replicate block(s), but its data fingerprint is that of "
                          f"the first {b}: read at {b}")
             look.blocks = b
-            kind, why = compare_data(look, _first(sweep, order, b), timed, len(order))
+            kind, why = compare_data(look, _first(sweep, order, b), sweep.registry, len(order))
         if kind == "wrong" and not look.decided:  # it decided nothing: its record is said to be wrong
             lines.append(f"look {j + 1} does not match its runs ({why}); it recorded no decision")
         if not look.decided or kind == "superseded":
@@ -76,17 +77,18 @@ def _first(sweep: SweepFrame, order: list, blocks: int):
 
 def _blocks_of(sweep: SweepFrame, order: list, data: str) -> int | None:
     """How many first blocks give the data fingerprint `data` (None: no count does)."""
-    return next((b for b in range(1, len(order) + 1) if fingerprint(_first(sweep, order, b))[0] == data), None)
+    counts = evaluation_counts(sweep.runs.columns, sweep.registry)
+    return next((b for b in range(1, len(order) + 1) if fingerprint(_first(sweep, order, b), counts)[0] == data), None)
 
 
-def compare_data(look: Look, runs, timed: tuple[str, ...], blocks_now: int) -> tuple[str, str]:
+def compare_data(look: Look, runs, rules: Registry, blocks_now: int) -> tuple[str, str]:
     """("same", "") where `runs` are the data `look` saw; ("superseded", why) where they are
     its runs evaluated again with more items or timed again since; ("wrong", why) otherwise."""
     if look.blocks > blocks_now:
         return "wrong", f"it names {look.blocks} replicate blocks, the sweep holds {blocks_now}"
-    key, _, evaluation = fingerprint(runs)
+    key, _, evaluation = fingerprint(runs, evaluation_counts(runs.columns, rules))
     if key == look.data:
-        if look.timed and timed_digest(runs, timed) != look.timed:
+        if look.timed and timed_digest(runs, rules.timed()) != look.timed:
             return "superseded", "timed again since"
         return "same", ""
     then = {k: float(v) for k, v in look.evaluation.items() if isinstance(v, (int, float))}

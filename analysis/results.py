@@ -18,7 +18,9 @@ from .anova import AnalysisError
 from .sweep_reader import read_parquet
 from trials.export import to_parquet
 from .record_check import decisions_at
+from .item_kinds import evaluation_counts
 from .sequential import fingerprint, plan_of, timed_digest
+from trials.registry import Registry
 
 RUNS = "runs.parquet"
 SUMMARY = "summary.txt"
@@ -69,7 +71,6 @@ def replay(sweep, force: bool = False):
     if not plan.planned or len(plan.looks) < 2 or (not force and any(x.decided for x in plan.looks)):
         return sweep
     order = sorted(sweep.runs["replicate"].unique())
-    timed = sweep.registry.timed()
     margins = {}
     build = lambda sub: _kept(build_report(sub, None, check=False), margins)  # noqa: E731
     for j, look in enumerate(plan.looks if force else plan.looks[:-1]):
@@ -77,7 +78,7 @@ def replay(sweep, force: bool = False):
         if j == 0:
             look.margins = {}
         runs = sweep.runs[sweep.runs["replicate"].isin(order[:look.blocks])]
-        if (why := _not_replayed(look, runs, timed)):
+        if (why := _not_replayed(look, runs, sweep.registry)):
             look.note = f"not replayed: {why}"
             continue
         try:
@@ -98,15 +99,15 @@ def _kept(rep, margins: dict):
     return rep
 
 
-def _not_replayed(look, runs, timed: tuple[str, ...]) -> str:
+def _not_replayed(look, runs, rules: Registry) -> str:
     """Why these runs are not the data `look` saw ("" where they are)."""
     if not look.data:
         return "recorded without its data's fingerprint"
-    key, _, evaluation = fingerprint(runs)
+    key, _, evaluation = fingerprint(runs, evaluation_counts(runs.columns, rules))
     if key != look.data:
         what = ", ".join(f"{k.replace('_', ' ')} {look.evaluation.get(k, 0):g} then, {v:g} now"
                          for k, v in evaluation.items() if look.evaluation.get(k) != v)
         return f"its runs were evaluated again after it ({what or 'other runs'})"
-    if look.timed and timed_digest(runs, timed) != look.timed:
+    if look.timed and timed_digest(runs, rules.timed()) != look.timed:
         return "its runs were timed again after it (a later timing pass): the values it saw are not kept"
     return ""

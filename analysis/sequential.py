@@ -352,10 +352,11 @@ def _int_or_none(v) -> int | None:
     return None if v is None else int(v)
 
 
-def fingerprint(data: pd.DataFrame) -> tuple[str, int, dict]:
+def fingerprint(data: pd.DataFrame, counts: dict[str, str] | None = None) -> tuple[str, int, dict]:
     """(the data's fingerprint, its replicate blocks, its evaluation): which runs, and each
-    run's evaluation (prompts, held-out batches, timing rounds)."""
-    cols = {k: c for k, c in EVALUATION_COLUMNS.items() if c in data.columns}
+    run's evaluation (prompts, held-out batches, timing rounds, and the workload's own
+    `counts`, {kind: column}, after them: `item_kinds.evaluation_counts`)."""
+    cols = {k: c for k, c in {**EVALUATION_COLUMNS, **(counts or {})}.items() if c in data.columns}
     # column by column (a row at a time costs seconds at thousands of runs), each value as
     # str() of its Python value, which is what a row's value prints as
     parts = [data["cell"].astype(object).map(str), data["replicate"].astype(object).map(str)]

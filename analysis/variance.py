@@ -60,7 +60,7 @@ from scipy import stats
 from trials.store.items import jack_groups, jack_name, split_name
 from trials.registry import Registry
 
-from .item_kinds import GROUP_MEANS, count_in, kind_of
+from .item_kinds import GROUP_MEANS, count_in, kind_of, what
 from .model import Fit, block_interaction
 from .power import p_decided
 from .result_types import BLOCK_ERRORS, DECISION_POWER, BlockTest, TermNoise, Verdict
@@ -365,7 +365,7 @@ def why_not_items(v: Verdict, most: float | None = None) -> str:
 class Split:
     """One response's noise, split."""
     response: str
-    kind: str  # "prompts" or "eval_batches": what a re-evaluation adds
+    kind: str  # what a re-evaluation adds (`item_kinds.kind_of`: prompts, eval_batches, a workload's own)
     method: str
     groups: int
     items: int
@@ -392,10 +392,8 @@ class Split:
         return tuple((1 - s) + s / k for s in (self.share, self.share_low, self.share_high))
 
     def text(self) -> str:
-        what = {"prompts": "prompts", "eval_batches": "held-out batches",
-                "timing_prompts": "prompts of the timing pass"}[self.kind]
         head = (f"{self.response}: residual sigma {self.sigma:.3g}; the evaluation's share of its variance "
-                f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what}, "
+                f"{self.share:.0%} [95% CI {self.share_low:.0%}, {self.share_high:.0%}] ({self.items} {what(self.kind)}, "
                 f"{self.method}); evaluation sigma {self.sigma_eval:.3g}, between seeds {self.sigma_seed:.3g}")
         big = {t: s for t, s in self.item_term_share.items() if s >= 0.05}
         if big:

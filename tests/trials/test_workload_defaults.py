@@ -260,6 +260,37 @@ def test_the_command_that_adds_items_is_the_one_the_counts_row_names():
     assert more_items_command("timing_prompts", "s", dspark) == "time s --prompts"
 
 
+def test_a_workloads_own_count_is_a_kind_of_items_end_to_end():
+    """A user's workload counts its items as `split/examples` (a row's `items`): the statistics
+    read it as a kind of its own, in words, raised by its own field, capped by the plan's
+    `max_examples`; a look's fingerprint holds it, so more examples are new data. DSpark's
+    counts are the engine's own, so its looks' fingerprints are what they were."""
+    import pandas as pd
+
+    from analysis.item_kinds import count_column, evaluation_counts, kind_of, more_items_command, what
+    from analysis.sequential import Plan, fingerprint, information_fraction
+    from trials.registry import from_record
+    from trials.workload import load_workload
+
+    rows = {"val/loss": {"name": "val/loss", "better": "lower", "items": "split/examples"},
+            "split/examples": {"name": "split/examples", "raised_by": "n_examples"}}
+    mine = from_record({"metrics": rows})
+    assert kind_of("val/loss", mine) == "examples" and what("examples") == "examples"
+    assert count_column("val/loss", mine) == "split/examples"
+    assert more_items_command("examples", "s", mine) == "reeval s --n-examples"
+    runs = pd.DataFrame({"cell": ["a", "b"], "replicate": [0, 0], "val/loss": [1.0, 2.0], "split/examples": [50, 50]})
+    counts = evaluation_counts(runs.columns, mine)
+    assert counts == {"examples": "split/examples"}
+    key, _, evaluation = fingerprint(runs, counts)
+    assert evaluation == {"examples": 50.0}
+    assert fingerprint(runs.assign(**{"split/examples": 200}), counts)[0] != key  # re-evaluated: new data
+    t = information_fraction(Plan(4, 0.05, max_examples=200), 2, evaluation, {"val/loss": ("examples", 0.5)})
+    assert t == pytest.approx(0.5 * (0.5 + 0.5 * 50 / 200), abs=0.005)
+    dspark = load_workload("dspark").registry
+    names = ["spec/tau", "val/bpb", "split/prompts", "split/eval_batches", "split/decode_s_per_prompt"]
+    assert evaluation_counts(names, dspark) == {}  # the engine's own columns: fingerprints as before
+
+
 def test_what_an_item_costs_is_the_column_the_counts_row_names():
     """A plan prices more prompts by the seconds per item its count's row names (`item_seconds`):
     a user's workload's column as DSpark's; a registry recorded before rows said it, by DSpark's."""
