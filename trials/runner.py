@@ -33,7 +33,7 @@ from .failfast import FailFast
 from .cluster import check_gcs_reachable, check_local_resources, check_resources, init_ray, kill_local_ray
 from .identity import check_same_sweep, claim, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
-from .progress import ProgressLines, clock, failure_lines
+from .progress import ProgressLines, clock, failure_lines, quiet_slow_warnings
 from . import layout, shared_artifacts
 from .recover import missing_records, replay
 from .run_settings import RunSettings
@@ -326,22 +326,6 @@ def _unfinished(spec: SweepSpec, ledger: Ledger, exp_dir: Path) -> tuple[list, d
 
 
 _AUTO_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
-
-
-class _NotSlowWarnings(logging.Filter):
-    """Drops Tune's "... took 0.8 s, which may be a performance bottleneck" warnings: they
-    time the driver's own callbacks (this sweep's MLflow writes and progress lines) on a busy
-    machine, which a user cannot act on; `bench/sweep_overhead.py` measures that cost."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "performance bottleneck" not in record.getMessage()
-
-
-def quiet_slow_warnings() -> None:
-    """Tune's slow-operation warnings out of a quiet sweep's output (once per process)."""
-    log = logging.getLogger("ray.tune.utils.util")  # where Tune's warn_if_slow logs
-    if not any(isinstance(f, _NotSlowWarnings) for f in log.filters):
-        log.addFilter(_NotSlowWarnings())
 
 
 def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbacks: list[Callback],
