@@ -3,8 +3,8 @@ counts them: an evaluation's own count `split/<kind>` (DSpark's decoded prompts,
 batches, a user's examples), or the prompts of the timing pass (`timing/prompts`, kind
 `timing_prompts`); and the curves a report plots. A workload's registry row says it
 (`Registry.item_count`); a registry recorded before rows declared it is read by the names'
-prefixes, as those sweeps were analysed. Plain Python: the readers (`analysis.sweep_reader`)
-check a run's item counts with it before any statistics load.
+prefixes, as those sweeps were analysed. No statistics: the readers (`analysis.sweep_reader`)
+check a run's item counts with it before any model is fitted.
 """
 
 from __future__ import annotations
@@ -131,9 +131,10 @@ def seconds_column(kind: str, rules: Registry | None = None) -> str:
 def more_items_command(kind: str, name: str, rules: Registry | None = None) -> str:
     """The `trials` command (after `trials`, before its count) that adds items of a kind: the
     timing pass's prompts, or a re-evaluation raising the count's field (its row's `raised_by`;
-    for a registry recorded before rows declared it, the field it was then)."""
+    for a registry recorded before rows declared it, the field it was then); "" where no row
+    names one."""
     if kind == TIMING_COUNT[0]:
         return f"time {name} --prompts"
     count = kind_column(kind)
-    field = (rules or UNKNOWN).raised_by(count) or RAISED_BY.get(count) or kind  # a count no row says raises
-    return f"reeval {name} --{field.replace('_', '-')}"
+    field = (rules or UNKNOWN).raised_by(count) or RAISED_BY.get(count, "")
+    return f"reeval {name} --{field.replace('_', '-')}" if field else ""  # "": no row says what raises it

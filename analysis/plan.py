@@ -125,7 +125,7 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
         lines.append(f"every primary term decided by blocks alone (80% each, if the effects are as estimated): "
                      f"{blocks_all} more replicate block(s) = {blocks_all * per_block} trials{price}: "
                      f"trials augment {record.experiment} --replicates {blocks_all}")
-    lines += _items_lines(d.noise, item_multiples, len(df), decode, record.experiment, sweep.registry)
+    lines += _items_lines(d.noise, item_multiples, len(df), df, record.experiment, sweep.registry)
     lines += [f"not planned: {'; '.join(skipped)}"] if skipped and responses else []  # of those asked
     return "\n".join(fitted(lines)), look
 
@@ -150,11 +150,12 @@ def _within(look: LookResult, prices: PlanPrices | None) -> str:
     return f"within the plan: {prices.blocks_left} more block(s){items}, each look at the alpha the plan gives it"
 
 
-def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float | None,
+def _items_lines(noise: dict, item_multiples: dict, n_runs: int, df: pd.DataFrame,
                  name: str = "NAME", rules: Registry | None = None) -> list[str]:
     """The re-evaluation that would decide every undecided primary term with a jackknife,
-    where one would. Terms of a response without one (timed, or older runs) are not priced
-    in items: their own lines say so."""
+    where one would, priced where the runs say what an item costs (`seconds_column`). Terms
+    of a response without one (timed, or older runs) are not priced in items: their own
+    lines say so."""
     if not item_multiples:
         return []
     if None in item_multiples.values():
@@ -165,9 +166,11 @@ def _items_lines(noise: dict, item_multiples: dict, n_runs: int, decode: float |
         items = max(noise[r].items for r, _ in item_multiples if noise[r].kind == kind)
         flag = more_items_command(kind, name, rules)
         # `trials reeval` evaluates the whole new set in every run, not only the added items
-        price = (f", about {k * items * n_runs * decode:.0f} worker-minutes of decoding"
-                 if decode and kind == "prompts" else "")
-        out.append(f"every primary term decided by items alone: trials {flag} {k * items}{price}")
+        each = median_minutes(df, seconds_column(kind, rules))
+        price = (f", about {k * items * n_runs * each:.0f} worker-minutes of "
+                 f"{'decoding' if kind == 'prompts' else 'evaluation'}" if each else "")
+        how = f"trials {flag} {k * items}" if flag else f"{k * items} {what(kind)} (no row names what raises its count)"
+        out.append(f"every primary term decided by items alone: {how}{price}")
     return out
 
 
@@ -204,9 +207,9 @@ def _undecided_lines(d, rules: Registry, prices: PlanPrices | None, every: bool,
             k = prompts_to_decide(v, alpha_at=alpha_items, most=most) if sp else None
             if sp:
                 words = what(sp.kind)
-                step += (f"; or {k}x the {words} ({k * sp.items}) on the existing checkpoints: "
-                         f"trials {more_items_command(sp.kind, name, rules)} {k * sp.items}" if k
-                         else f"; {why_not_items(v, most)}")
+                cmd = more_items_command(sp.kind, name, rules)
+                step += (f"; or {k}x the {words} ({k * sp.items}) on the existing checkpoints"
+                         + (f": trials {cmd} {k * sp.items}" if cmd else "") if k else f"; {why_not_items(v, most)}")
             if v.in_family and v.blocks is None and prices is not None and not k and v.noise is not None:
                 step += f"; {new_study(v, d.family, prices.alpha, what=what(sp.kind) if sp else None, name=name)}"
                 # the cheaper route: that question alone, two arms

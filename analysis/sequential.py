@@ -102,16 +102,18 @@ class Plan:
     block_errors: str = "own"  # how block x term enters a term's error (analysis.result_types.BLOCK_ERRORS)
     look_every: int | None = None  # blocks `trials augment --until-decided` adds between looks (None: one)
 
-    def __init__(self, max_replicates: int | None, alpha: float = 0.05, declared: bool = True, post_hoc: str = "",
+    def __init__(self, max_replicates: int | None, alpha: float = 0.05, *, declared: bool = True, post_hoc: str = "",
                  block_errors: str = "own", look_every: int | None = None, **more):
-        """`more`: `max_<kind>=N` each, or `max_items` whole; `looks` and `rule` (as
-        `dataclasses.replace` gives them)."""
-        looks, rule, items = more.pop("looks", None), more.pop("rule", RULE), dict(more.pop("max_items", None) or {})
+        """`more`: `max_<kind>=N` each, or `max_items` whole (a dict: no kind is called
+        "items"); `looks` and `rule` (as `dataclasses.replace` gives them)."""
+        looks, rule, items = more.pop("looks", None), more.pop("rule", RULE), more.pop("max_items", None) or {}
+        if not isinstance(items, dict):
+            raise TypeError(f"Plan: max_items is every kind's maximum, a dict, not {type(items).__name__}")
         not_caps = [k for k in more if not k.startswith(CAP_PREFIX) or k == "max_replicates"]
         if not_caps:
             raise TypeError(f"Plan: no argument {not_caps[0]!r} (an evaluation's maximum is max_<kind>)")
         self.max_replicates, self.alpha, self.declared, self.post_hoc = max_replicates, alpha, declared, post_hoc
-        self.max_items = {**items, **{k[len(CAP_PREFIX):]: v for k, v in more.items() if v is not None}}
+        self.max_items = {**dict(items), **{k[len(CAP_PREFIX):]: v for k, v in more.items() if v is not None}}
         self.looks, self.rule, self.block_errors, self.look_every = list(looks or []), rule, block_errors, look_every
         self.__post_init__()
 
@@ -284,7 +286,8 @@ class Plan:
             raise ValueError("not a JSON object")
         legacy = "declared" not in d
         reps = d.get("max_replicates")
-        caps = {k: _int_or_none(v) for k, v in d.items() if k.startswith(CAP_PREFIX) and k != "max_replicates"}
+        caps = {k: _int_or_none(v) for k, v in d.items() if k.startswith(CAP_PREFIX) and k not in ("max_replicates",
+                                                                                                    "max_items")}
         plan = cls(int(reps) if reps is not None else None, float(d.get("alpha", 0.05)),
                    declared=bool(d.get("declared", False)), post_hoc=str(d.get("post_hoc") or (LEGACY if legacy else "")),
                    block_errors=str(d.get("block_errors") or "test"), look_every=_int_or_none(d.get("look_every")),

@@ -82,7 +82,7 @@ def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:
 @dataclass
 class Items:
     """A response's per-item records: each run's pseudo-value per item group."""
-    kind: str  # prompts | eval_batches | timing_prompts
+    kind: str  # `item_kinds.kind_of`: prompts, eval_batches, timing_prompts, a workload's own
     method: str
     items: int
     pseudo: np.ndarray  # (n, G), the runs in the model's row order

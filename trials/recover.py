@@ -25,7 +25,7 @@ from pathlib import Path
 
 from trials.store.keys import (DONE_KEY, GIT_COMMIT_TAG, KILLED_REASON_TAG, RECOVERED_FROM_TAG, TRIAL_KEY_TAG,
                                is_metric, sweep_trials)
-from trials.store.runs import finite, git_commit, log_run_files
+from trials.store.runs import finite, git_commit, log_run_files, loggable
 
 from . import layout, shared_artifacts
 from .layout import read_results
@@ -92,8 +92,7 @@ def _log_missing(ledger, run_id: str, results: list[dict]) -> int:
     n = 0
     for result in results:
         step = int(result.get("step", 0) or 0)
-        metrics = {k: float(v) for k, v in result.items()
-                   if is_metric(k) and finite(v) and step > last.get(k, -1)}
+        metrics = {k: float(v) for k, v in loggable(result, step, last).items()}
         if metrics:
             ledger.log_metrics(run_id, metrics, step)
             last.update({k: step for k in metrics})

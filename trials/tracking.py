@@ -19,7 +19,7 @@ from trials.store.client import STORE_RETRY_S, one_http_attempt, retrying
 from trials.store.keys import DONE_KEY, TRAINER_ERROR_FILE, ERROR_KEY, NODE_KEY, RAY_NODES_TAG, RESTARTS_TAG, is_metric
 from trials.spec import Trial
 from trials.ledger import Ledger
-from trials.store.runs import finite, log_run_files
+from trials.store.runs import finite, log_run_files, loggable
 
 from trials.expand import columns
 from trials.spec import SweepSpec
@@ -129,9 +129,8 @@ class SweepTracker(Callback):
         last = self._steps(run_id)
         # a metric is logged once per step: a trial resumed from a checkpoint older than
         # what was logged, or a final report repeating the last evaluation, adds nothing
-        # (NaN is Tune's "not measured yet", see trials.trainable.TABLE_METRICS: never logged)
-        metrics = {k: v for k, v in result.items()
-                   if is_metric(k) and finite(v) and step > last.get(k, -1)}
+        # (NaN is Tune's "not measured yet": never logged, but for an item's, `loggable`)
+        metrics = loggable(result, step, last)
         self._log_once(run_id, metrics, step)
         node = result.get(NODE_KEY)
         if node and self._nodes.get(run_id) != node:

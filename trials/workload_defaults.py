@@ -127,10 +127,11 @@ class Loaded:
         if not isinstance(given, dict):
             raise WorkloadError(f"workload {self.name!r}: sequential_fields must map max_<kind> to a config field")
         for key, field_name in given.items():
-            if not isinstance(key, str) or not key.startswith("max_") or key == "max_replicates" or \
+            if not isinstance(key, str) or not key.startswith("max_") or key in ("max_replicates", "max_items") or \
                     field_name not in self.fields:
                 raise WorkloadError(f"workload {self.name!r}: sequential_fields: {str(key)[:60]!r} -> "
-                                    f"{str(field_name)[:60]!r}: max_<kind> (not max_replicates) -> a config field")
+                                    f"{str(field_name)[:60]!r}: max_<kind> (not max_replicates or max_items) -> a "
+                                    "config field")
 
     def _metric_rows(self, obj: Any) -> None:
         """`metric_rows`, where a workload gives them: registry rows richer than `metrics` says

@@ -252,6 +252,10 @@ def test_a_plans_evaluation_maxima_are_its_specs_max_kind_keys():
     assert cut.max_items == plan.max_items and cut.looks == [] and cut.rule == plan.rule
     with pytest.raises(TypeError, match="no argument 'prompts'"):
         Plan(6, ALPHA, prompts=96)
+    with pytest.raises(TypeError):
+        Plan(6, ALPHA, 96)  # nothing after alpha by position: a maximum is named
+    with pytest.raises(TypeError, match="max_items is every kind's maximum, a dict"):
+        Plan(6, ALPHA, max_items=400)
     with pytest.raises(ValueError, match="max_prompts: an integer >= 1, got 0"):
         Plan(6, ALPHA, max_prompts=0)
 

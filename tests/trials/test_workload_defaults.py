@@ -103,7 +103,8 @@ def test_a_train_that_would_miss_its_context_is_refused_as_it_loads(train, says)
 
 
 @pytest.mark.parametrize("fields, says", [
-    ({"max_replicates": "steps"}, "sequential_fields: 'max_replicates' -> 'steps': max_<kind> (not max_replicates)"),
+    ({"max_replicates": "steps"}, "sequential_fields: 'max_replicates' -> 'steps': max_<kind> (not max_replicates"),
+    ({"max_items": "steps"}, "sequential_fields: 'max_items' -> 'steps': max_<kind> (not max_replicates or max_items)"),
     ({"prompts": "steps"}, "sequential_fields: 'prompts' -> 'steps'"),
     ({"max_prompts": "n_prompts"}, "sequential_fields: 'max_prompts' -> 'n_prompts': max_<kind>"),
     (["max_steps"], "sequential_fields must map max_<kind> to a config field"),
@@ -278,6 +279,8 @@ def test_a_workloads_own_count_is_a_kind_of_items_end_to_end():
     assert kind_of("val/loss", mine) == "examples" and what("examples") == "examples"
     assert count_column("val/loss", mine) == "split/examples"
     assert more_items_command("examples", "s", mine) == "reeval s --n-examples"
+    unraised = from_record({"metrics": {**rows, "split/examples": {"name": "split/examples"}}})
+    assert more_items_command("examples", "s", unraised) == ""  # no row says what raises it: no command guessed
     runs = pd.DataFrame({"cell": ["a", "b"], "replicate": [0, 0], "val/loss": [1.0, 2.0], "split/examples": [50, 50]})
     counts = evaluation_counts(runs.columns, mine)
     assert counts == {"examples": "split/examples"}

@@ -73,7 +73,7 @@ def _number(response: str, v) -> float:
 def encode(items: dict, metrics: dict) -> dict[str, float]:
     """The columns of a report's `items` ({response: per-item values, or {"items": n,
     "without": G values}}); ValueError, naming the response, where they cannot be (fewer than
-    2 items, a count that does not give len(without) groups, a mean that is not the response's
+    2 items, a 'without' of fewer than 2 or more than items values, a mean that is not the response's
     reported value)."""
     if not isinstance(items, dict):
         raise ValueError(f"items: a dict of response -> values, not {type(items).__name__}")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .items import FORMAT, ITEMS_FILE, ITEMS_TAG, document, is_item_column, responses_of
 
-from .keys import ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING, store_key
+from .keys import ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING, is_metric, store_key
 from .client import tracking_client
 from .reader import run_item_document
 
@@ -56,6 +56,15 @@ def log_params(client, run_id: str, params: dict[str, str]) -> None:
     batch = [Param(k, v) for k, v in params.items()]
     for i in range(0, len(batch), 90):
         client.log_batch(run_id, params=batch[i:i + 90])
+
+
+def loggable(result: dict, step: int, last: dict[str, int]) -> dict:
+    """What of a trial's result to log at `step`: its metrics (`is_metric`) not logged at this
+    step or a later one (`last`: each name's last step; a resumed trial repeats older steps),
+    a NaN left out (not measured yet) but an item column's kept (a group its removal left
+    undefined: the items keep every group, so that a reader counts them all)."""
+    return {k: v for k, v in result.items()
+            if is_metric(k) and (finite(v) or is_item_column(k)) and step > last.get(k, -1)}
 
 
 def log_metrics(client, run_id: str, metrics: dict, step: int) -> None:

@@ -17,7 +17,7 @@ from analysis.variance import item_records
 from trials.store.items import FORMAT, ITEMS_FILE, ITEMS_TAG, columns, document, encode
 from trials.store.keys import StoreReadError, SWEEP_PARENT_TAG, TRIAL_KEY_TAG
 from trials.store.reader import run_items
-from trials.store.runs import log_metrics
+from trials.store.runs import log_metrics, loggable
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -53,6 +53,24 @@ def test_a_workloads_own_grouping_is_kept_whole():
     assert [k for k in back if "@g" in k] == [f"jack/val/ece@g{g}" for g in range(4)] and math.isnan(back["jack/val/ece@g1"])
     with pytest.raises(ValueError, match="5 jackknife groups for 4 items"):
         columns({**doc, "jackknife": {"val/ece": [0.1] * 5}, "items": {"val/ece": 4}})
+
+
+def test_a_last_group_left_undefined_reaches_the_store_and_counts(tmp_path):
+    """A trial's report whose last group's removal left the response undefined (NaN): what the
+    tracker and `trials recover` log keeps that column (`loggable`), so the run's items hold
+    every group and a reader counts G = 4, not 3; a metric's NaN (not measured yet) and a step
+    already logged are left out."""
+    from analysis.variance import groups_of
+
+    cols = encode({"val/ece": {"items": 40, "without": [0.7, 0.71, 0.69, None]}}, {})
+    result = {"step": 3, "val/ece": 0.7, "val/acc": float("nan"), "old/x": 1.0, **cols}
+    got = loggable(result, 3, {"old/x": 3})
+    assert "val/acc" not in got and "old/x" not in got and math.isnan(got["jack/val/ece@g3"])
+    client = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}")
+    _, (a, _) = _sweep(client)
+    log_metrics(client, a, got, 3)
+    read = run_items(client, client.get_run(a))
+    assert groups_of(pd.DataFrame([read]), "val/ece") == 4 and math.isnan(read["jack/val/ece@g3"])
 
 
 def test_the_artifact_holds_every_item_column_and_gives_them_back():
