@@ -12,7 +12,7 @@ from __future__ import annotations
 from trials.registry import UNKNOWN, Registry, at_filled
 from trials.store.items import SPLIT_PREFIX, count_name
 
-from .sequential import EVALUATION_COLUMNS
+from .sequential import EVALUATION_COLUMNS, fingerprint
 
 TIMING_COUNT = ("timing_prompts", "timing/prompts")  # (kind, column): the timing pass's prompts
 # a kind's words where its name is not them (a user's `split/examples`: "examples")
@@ -92,6 +92,12 @@ def evaluation_counts(columns, rules: Registry | None = None) -> dict[str, str]:
     present = {c for c in columns if isinstance(c, str)}
     declared = {rules.item_count(c) for c in present if "/" in c}
     return {column_kind(c): c for c in sorted(declared) if c in present and c not in known and column_kind(c)}
+
+
+def data_seen(runs, rules: Registry | None = None) -> tuple[str, int, dict]:
+    """`sequential.fingerprint` of these runs with the counts their rows declare: the one
+    identity of the data a look saw, for recording a look and for checking one."""
+    return fingerprint(runs, evaluation_counts(runs.columns, rules))
 
 
 def flat_rule(response: str, rules: Registry | None = None) -> dict | None:

@@ -11,9 +11,8 @@ from trials.export import SweepFrame
 
 from .anova import AnalysisError
 from .boundaries import MIN_STEP, nominal_levels
-from .item_kinds import evaluation_counts
-from .sequential import (TIMING, Look, Plan, fingerprint, information_fraction, information_fractions, plan_of,
-                         timed_digest)
+from .item_kinds import data_seen
+from .sequential import TIMING, Look, Plan, information_fraction, information_fractions, plan_of, timed_digest
 
 
 def retimed_since(last: Look, key: str, blocks: int, evaluation: dict) -> bool:
@@ -173,7 +172,7 @@ def look_for(sweep: SweepFrame, shares: dict[str, tuple[str, float]], alpha: flo
     makes it a what-if: computed as the look would be, tested at the given alpha, never
     recorded."""
     plan = plan_of(sweep.record.sequential)
-    key, blocks, evaluation = fingerprint(sweep.runs, evaluation_counts(sweep.runs.columns, sweep.registry))
+    key, blocks, evaluation = data_seen(sweep.runs, sweep.registry)
     timed = timed_digest(sweep.runs, sweep.registry.timed())
     sealed = any(x.data == key and not x.timed for x in plan.looks) and bool(timed)
     last = plan.looks[-1] if plan.planned and plan.looks else None

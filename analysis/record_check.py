@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 from .anova import AnalysisError
 from trials.export import SweepFrame
-from .item_kinds import evaluation_counts
-from .sequential import Look, Plan, fingerprint, plan_of, timed_digest
+from .item_kinds import data_seen
+from .sequential import Look, Plan, plan_of, timed_digest
 from trials.registry import Registry
 
 CHECKED = ("estimate", "ci_low", "ci_high")  # what a decision says beside its verdict
@@ -77,8 +77,8 @@ def _first(sweep: SweepFrame, order: list, blocks: int):
 
 def _blocks_of(sweep: SweepFrame, order: list, data: str) -> int | None:
     """How many first blocks give the data fingerprint `data` (None: no count does)."""
-    counts = evaluation_counts(sweep.runs.columns, sweep.registry)
-    return next((b for b in range(1, len(order) + 1) if fingerprint(_first(sweep, order, b), counts)[0] == data), None)
+    return next((b for b in range(1, len(order) + 1) if data_seen(_first(sweep, order, b), sweep.registry)[0] == data),
+                None)
 
 
 def compare_data(look: Look, runs, rules: Registry, blocks_now: int) -> tuple[str, str]:
@@ -86,7 +86,7 @@ def compare_data(look: Look, runs, rules: Registry, blocks_now: int) -> tuple[st
     its runs evaluated again with more items or timed again since; ("wrong", why) otherwise."""
     if look.blocks > blocks_now:
         return "wrong", f"it names {look.blocks} replicate blocks, the sweep holds {blocks_now}"
-    key, _, evaluation = fingerprint(runs, evaluation_counts(runs.columns, rules))
+    key, _, evaluation = data_seen(runs, rules)
     if key == look.data:
         if look.timed and timed_digest(runs, rules.timed()) != look.timed:
             return "superseded", "timed again since"

@@ -18,8 +18,8 @@ from .anova import AnalysisError
 from .sweep_reader import read_parquet
 from trials.export import to_parquet
 from .record_check import decisions_at
-from .item_kinds import evaluation_counts
-from .sequential import fingerprint, plan_of, timed_digest
+from .item_kinds import data_seen
+from .sequential import plan_of, timed_digest
 from trials.registry import Registry
 
 RUNS = "runs.parquet"
@@ -103,7 +103,7 @@ def _not_replayed(look, runs, rules: Registry) -> str:
     """Why these runs are not the data `look` saw ("" where they are)."""
     if not look.data:
         return "recorded without its data's fingerprint"
-    key, _, evaluation = fingerprint(runs, evaluation_counts(runs.columns, rules))
+    key, _, evaluation = data_seen(runs, rules)
     if key != look.data:
         what = ", ".join(f"{k.replace('_', ' ')} {look.evaluation.get(k, 0):g} then, {v:g} now"
                          for k, v in evaluation.items() if look.evaluation.get(k) != v)
