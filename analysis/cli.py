@@ -10,7 +10,8 @@ from pathlib import Path
 
 from trials.store.client import DEFAULT_TRACKING_URI, absolute_uri, check_store, run_command
 from trials.store.ui import default_ui_url, exact_options
-from trials.store.reader import probe_store, reading_client
+from trials.store.probe import probe_store
+from trials.store.reader import reading_client
 
 from .text import wrap_text
 from . import links

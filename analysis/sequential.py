@@ -48,6 +48,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from trials.store.items import SPLIT_PREFIX
+
 from .boundaries import MIN_STEP, nominal_levels, spent, t_levels
 
 MAX_LOOKS_PAST_BLOCKS = 20  # looks a plan may record beyond one per block: re-evaluations with more items
@@ -56,9 +58,12 @@ MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.result_type
 RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information scale; group-sequential boundaries "
         "for the t statistics on their df (simulated calibration; exact for normal statistics); binding looks")
 CAP_PREFIX = "max_"  # a plan's `max_<kind>`: the most items of that kind a re-evaluation may reach
-# the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame)
-EVALUATION_COLUMNS = {"prompts": "split/prompts", "eval_batches": "split/eval_batches", "timing_rounds": "timing/rounds",
-                      "timing_prompts": "timing/prompts"}
+# the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame):
+# the engine's two standing kinds of evaluation item, decoded prompts and held-out batches
+# (each counted in `split/<kind>`), then the timing pass's; a workload's own kinds follow
+# (`fingerprint`'s counts). Fixed, in this order: every recorded look's fingerprint hashes them.
+EVALUATION_COLUMNS = {**{kind: SPLIT_PREFIX + kind for kind in ("prompts", "eval_batches")},
+                      "timing_rounds": "timing/rounds", "timing_prompts": "timing/prompts"}
 TIMING = ("timing_rounds", "timing_prompts")  # the timing pass's part of a run's evaluation: no re-evaluation raises it
 LEGACY = ("a plan recorded by trials augment after the sweep had been analysed, before plans were declared in "
           "specs")

@@ -3,8 +3,8 @@
 Columns: `run_id`, `run_name`, `cell`, `replicate`, `seed`, `arm`, one ordered categorical
 per factor (from the `factor.<name>` tags, levels in the spec's order), every trainer
 config field under its own name (MLflow params are strings; they are typed here, once),
-every final metric under the trainer's name (`tf/accept@3`: the store holds
-`tf/accept:3`, since MLflow refuses '@'), and a finished run's evaluation items (its
+every final metric under the trainer's name (`val/acc@3`: the store holds
+`val/acc:3`, since MLflow refuses '@'), and a finished run's evaluation items (its
 `items.json`, `trials.store.items`) as their columns. Runs that failed, were killed or never finished
 are not dropped silently: the frame's `incomplete_runs()` lists them, and reports name them.
 The table travels in a `SweepFrame` (`trials.export`) with the factors and the sweep's

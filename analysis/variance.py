@@ -58,9 +58,9 @@ import pandas as pd
 from scipy import stats
 
 from trials.store.items import jack_groups, jack_name, split_name
-from trials.registry import Registry
+from trials.registry import UNKNOWN, Registry
 
-from .item_kinds import GROUP_MEANS, count_in, kind_of, what
+from .item_kinds import count_in, kind_of, what
 from .model import Fit, block_interaction
 from .power import p_decided
 from .result_types import BLOCK_ERRORS, DECISION_POWER, BlockTest, TermNoise, Verdict
@@ -96,14 +96,14 @@ def item_records(data: pd.DataFrame, response: str, rules: Registry | None = Non
     """The runs' pseudo-values of a response, or None where they carry no usable record of
     their evaluation (no jackknife, runs evaluated on different counts, a reeval unfinished).
     Runs recorded before the jackknife keep each prompt group's own value (`split/`), which
-    are its pseudo-values for a mean response only (`item_kinds.GROUP_MEANS`)."""
+    are its pseudo-values for a mean over its items only (its row's `mean_of_items`)."""
     kind, count = kind_of(response, rules), count_in(data, response, rules)
     if count not in data.columns or data[count].isna().any() or data[count].nunique() != 1:
         return None
     G, n_items = groups_of(data, response), int(data[count].iloc[0])
     if G > n_items:  # runs whose items were metrics: a smaller reeval left older groups' values behind
         G = jack_groups(n_items)
-    legacy = G < 2 and response in GROUP_MEANS
+    legacy = G < 2 and (rules or UNKNOWN).mean_of_items(response)
     if legacy:
         G = groups_of(data, response, split_name)
     name = split_name if legacy else jack_name

@@ -19,7 +19,7 @@ from trials.store.client import absolute_uri, run_command
 from trials.store.ui import ui_url
 from trials.store.runs import TrainRun, git_commit
 from trials.store.items import encode as item_columns
-from trials.store.reader import probe_store
+from trials.store.probe import probe_store
 
 
 def load_config_file(path: str) -> dict:

@@ -50,6 +50,9 @@ class Metric:
     curve: str = ""  # a family the report plots as one curve over its slots: the curve's title
     raised_by: str = ""  # an evaluation count's row: the config field `trials reeval --FIELD N` raises it with
     item_seconds: str = ""  # an evaluation count's row: the metric of the seconds one of its items costs a run
+    # a mean over its items: the prompt groups' own values that runs kept before the jackknife
+    # (`split/<name>@g<i>`) are its pseudo-values
+    mean_of_items: bool = False
 
     def __post_init__(self):
         if self.better not in ("higher", "lower", ""):
@@ -99,7 +102,8 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("tf/conf_auroc", "higher", "probability", BOTH, "confidence AUROC against c* > 0.5",
            degenerate_in=_TF_DEGENERATE),
     Metric("spec/tau", "higher", "tokens", DRAFTER,
-           "mean tokens committed per speculative round at temperature 1, bonus included", headline=True),
+           "mean tokens committed per speculative round at temperature 1, bonus included", headline=True,
+           mean_of_items=True),
     Metric("spec/tau_se", "", "tokens", DRAFTER, "standard error of spec/tau over the run's prompts"),
     Metric("spec/tau_p10", "higher", "tokens", DRAFTER,
            "10th percentile of the per-prompt tau: how the run's hardest prompts fare"),

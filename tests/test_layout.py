@@ -3,6 +3,7 @@ only its interface and the store, and no renderer where it only computes (`plan`
 imports `analysis` only where it decides (augment's looks)."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,22 @@ def test_the_engine_and_the_statistics_import_no_workload():
             if name in interface and module.split(".")[0] in ("analysis", "dspark") or \
                     name in interface and module.startswith("trials") and module not in interface + RECORD:
                 bad.append(where)
+    assert not bad, bad
+
+
+def test_the_engine_and_the_statistics_name_no_metric_of_the_workload():
+    """What the statistics need of a metric (its item count, decoded, timed, re-evaluable,
+    degenerate, plotted) is its registry row's declaration, never its name: no source file of
+    `trials` or `analysis` names one of DSpark's metrics or metric families (the engine's own
+    columns aside: the timing pass's `timing/...`, the items' `jack/...`)."""
+    from dspark.metrics import REGISTRY
+
+    engine = ("timing/", "jack/")
+    stems = {m.name.split("@")[0] + ("@" if "@" in m.name else "") for m in REGISTRY if not m.name.startswith(engine)}
+    found = re.compile("|".join(re.escape(s) + r"(?![\w/])" for s in sorted(stems, key=len, reverse=True)))
+    bad = [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, hit.start()) + 1} names {hit[0]}"
+           for name, path in _modules().items() if name.startswith(("trials", "analysis"))
+           for text in [path.read_text()] for hit in found.finditer(text)]
     assert not bad, bad
 
 

@@ -19,7 +19,7 @@ from .spec_summary import cmd_validate, never_decides, own_error_line
 from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, retrying,
                                  run_command, tracking_client)
 from trials.store.ui import default_ui_url, exact_options, ui_url
-from trials.store.reader import probe_store
+from trials.store.probe import probe_store
 from trials.store.keys import TRIAL_KEY_TAG, sweep_trials
 
 
@@ -368,9 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
                 cmd_reeval)
     rv.usage = "trials reeval NAME --FIELD N [--FIELD N ...] [options]"
     rv.epilog = ("counts: each --FIELD N raises one of the workload's re-evaluation counts (`reeval_counts`, "
-                 "config fields with _ written -) to N >= 2. The default workload's: --spec-prompts N (prompts "
-                 "per speculative evaluation, drafter stage), --eval-batches N (held-out batches for val/bpb and "
-                 "tf/*, any stage; the trial's own batches first).")
+                 "config fields with _ written -) to N >= 2; a flag the workload does not name is refused, "
+                 "naming those it has.")
     _add_time(sub)
     _store_flags(_named(sub, "status", "cells finished / running / failed / pending", cmd_status, address=False),
                  retry=False)

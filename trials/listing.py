@@ -7,7 +7,8 @@ from pathlib import Path
 
 from . import layout, saved, spec as specmod
 from trials.store.client import absolute_uri, check_store, is_store_error, store_error
-from trials.store.reader import probe_store, reading_client
+from trials.store.probe import probe_store
+from trials.store.reader import reading_client
 from trials.store.keys import sweep_parent
 from trials.store.ui import RUNS_VIEW_TAG, default_ui_url, ui_url
 

@@ -12,7 +12,12 @@ sibling columns that say a response cannot rank the runs at hand (`flat_problem`
 `curve`: a family (`x@1`, `x@2`, ...) the report plots as one curve, under this title, and
 on an evaluation count's own row `raised_by`: the config field `trials reeval --FIELD N`
 raises that count with (one of the workload's `reeval_counts`), and `item_seconds`: the
-column of the seconds one of its items costs a run (a plan prices more items with it).
+column of the seconds one of its items costs a run (a plan prices more items with it), and
+`mean_of_items`: the response is a mean over its items, so that the value of each item group
+a run keeps as `split/<name>@g<i>` (runs recorded before the jackknife) is a pseudo-value.
+A sweep's record keeps the rows as data (`recorded`); a record kept before rows carried some
+of these declarations (`DECLARATIONS`) takes them from the workload's current rows
+(`with_declarations`), so that the statistics read declarations only, never names.
 
 An evaluation's item records are not metrics: a workload reports them as `items`
 (`trials.store.items`, where their column names live).
@@ -22,7 +27,7 @@ Plain Python: importing it loads no workload, torch or MLflow.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trials.store.record import margin_problem
 
@@ -101,9 +106,15 @@ class Registry:
 
     def raised_by(self, count: str) -> str:
         """The config field a re-evaluation raises an evaluation count (a column such as
-        `split/prompts`) with, as its row declares it; "" where none does."""
+        `split/examples`) with, as its row declares it; "" where none does."""
         m = self.lookup(count)
         return str(getattr(m, "raised_by", "") or "") if m is not None else ""
+
+    def mean_of_items(self, name: str) -> bool:
+        """A mean over its items (its row's `mean_of_items`): its item groups' own values are
+        its pseudo-values."""
+        m = self.lookup(name)
+        return bool(m is not None and getattr(m, "mean_of_items", False))
 
     def item_seconds(self, count: str) -> str:
         """The column holding what one item of an evaluation count costs a run, in seconds (its
@@ -188,7 +199,10 @@ class Registry:
 
 
 ROW_FIELDS = ("name", "better", "unit", "stages", "meaning", "degenerate_in", "constant_in", "headline", "timed",
-              "break_even", "below", "items", "degenerate_when", "curve", "raised_by", "item_seconds")
+              "break_even", "below", "items", "degenerate_when", "curve", "raised_by", "item_seconds", "mean_of_items")
+# what a row declares for the statistics (read by no name): a record kept before rows carried
+# one of them reads it from the workload's current row (`with_declarations`)
+DECLARATIONS = ("items", "degenerate_when", "curve", "raised_by", "item_seconds", "mean_of_items")
 FLAT_KEYS = ("flag", "same", "why")  # a row's `degenerate_when`
 
 
@@ -211,17 +225,20 @@ class Row:
     curve: str = ""
     raised_by: str = ""
     item_seconds: str = ""
+    mean_of_items: bool = False
 
 
 class RecordedMetrics:
     """A workload's registry as a sweep's record keeps it (`recorded`): each metric name the
     runs hold, resolved to its row, so that a parquet export is analysed without importing
-    any workload. `lookup` is by exact name: the names were resolved when it was recorded."""
+    any workload. `lookup` is by exact name: the names were resolved when it was recorded.
+    `declares`: the declarations (`DECLARATIONS`) its rows carry, every one they could."""
 
-    def __init__(self, rows: dict[str, Row], default_responses: dict[str, tuple]):
+    def __init__(self, rows: dict[str, Row], default_responses: dict[str, tuple], declares: tuple = DECLARATIONS):
         self._rows = rows
         self.REGISTRY = tuple(rows.values())
         self.DEFAULT_RESPONSES = default_responses
+        self.declares = declares
 
     def lookup(self, name: str):
         return self._rows.get(name)
@@ -260,7 +277,7 @@ def recorded(rules: Registry, names) -> dict:
             rows[name]["name"] = name
     defaults = {k: list(v) for k, v in getattr(rules.metrics, "DEFAULT_RESPONSES", {}).items()}
     return {"variant_field": rules.variant_field, "default_responses": defaults, "metrics": rows,
-            "names": sorted(n for n in names if isinstance(n, str))}
+            "names": sorted(n for n in names if isinstance(n, str)), "declares": list(DECLARATIONS)}
 
 
 def from_record(data: dict) -> Registry:
@@ -272,7 +289,7 @@ def from_record(data: dict) -> Registry:
     for name, row in data["metrics"].items():
         if not isinstance(row, dict) or set(row) - set(ROW_FIELDS) or row.get("better", "") not in ("higher", "lower", "") \
                 or not all(isinstance(row.get(k, ""), str) for k in ("items", "curve", "raised_by", "item_seconds")) \
-                or flat_problem(row.get("degenerate_when")):
+                or not isinstance(row.get("mean_of_items", False), bool) or flat_problem(row.get("degenerate_when")):
             raise ValueError(f"registry.metrics.{str(name)[:60]}: a metric row ({', '.join(ROW_FIELDS)})")
         try:
             rows[str(name)] = Row(**{**row, "name": str(name), "stages": tuple(row.get("stages") or ())})
@@ -280,7 +297,28 @@ def from_record(data: dict) -> Registry:
             raise ValueError(f"registry.metrics.{str(name)[:60]}: {e}") from None
     defaults = {str(k): tuple(map(str, v)) for k, v in data.get("default_responses", {}).items()
                 if isinstance(v, (list, tuple))}
-    return Registry(RecordedMetrics(rows, defaults), data.get("variant_field", ""))
+    declares = data.get("declares", [])  # none listed: a record kept before rows declared any
+    if not isinstance(declares, list) or not all(isinstance(d, str) for d in declares):
+        raise ValueError("registry.declares: the list of declarations its rows carry")
+    return Registry(RecordedMetrics(rows, defaults, tuple(declares)), data.get("variant_field", ""))
+
+
+def lacks_declarations(rules: Registry) -> bool:
+    """A recorded registry kept before its rows carried every declaration (`DECLARATIONS`)."""
+    return not set(DECLARATIONS) <= set(getattr(rules.metrics, "declares", DECLARATIONS))
+
+
+def with_declarations(kept: Registry, current: Registry) -> Registry:
+    """A recorded registry whose rows predate some declarations, each row given those it
+    could not carry from the workload's current row of its name (`current`): how the
+    statistics read a sweep recorded before rows said what they needed."""
+    missing = [f for f in DECLARATIONS if f not in getattr(kept.metrics, "declares", DECLARATIONS)]
+    rows = {}
+    for m in kept.metrics.REGISTRY:
+        now = current.lookup(m.name)
+        given = {f: v for f in missing if now is not None and (v := getattr(now, f, None)) not in (None, "", False)}
+        rows[m.name] = replace(m, **{f: v for f, v in given.items() if getattr(m, f) in (None, "", False)})
+    return Registry(RecordedMetrics(rows, kept.metrics.DEFAULT_RESPONSES), kept.variant_field)
 
 
 class _NoMetrics:

@@ -26,7 +26,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from trials.store.client import retrying, tracking_client
 from trials.store.kept import write_atomic
-from trials.store.reader import probe_store
+from trials.store.probe import probe_store
 
 from . import spec as specmod
 from .failfast import FailFast

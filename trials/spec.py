@@ -3,19 +3,19 @@ through `trials.validate` (every check, one line per problem), the design's alge
 `trials.fraction`, and `trials.expand` resolves a spec into its trials.
 
 ```yaml
-name: d1-d2-d9
-base: {preset: tiny, parallel_stage: drafter, block_size: 7}
+name: warmup-and-clip
+base: {preset: tiny, steps: 200}
 factors:
-  D1: {shifted: {window: shifted}, aligned: {window: aligned}}
-  D2: {const4: {decay_gamma: 4.0}, block: {decay_gamma: block}}
+  W: {none: {warmup: 0}, some: {warmup: 50}}
+  C: {off: {grad_clip: 0.0}, on: {grad_clip: 1.0}}
 replicates: 3                       # seeds per cell
 design: full                        # or {generators: {D: ABC}} for a 2^(k-p) fraction
-controls: {aux0: {aux_weight: 0.0}} # optional extra arms outside the factorial
+controls: {lr0: {lr: 0.0}}          # optional extra arms outside the factorial
 responses:                          # the primary responses, each with its margin
-  spec/tau: {better: higher, margin: 0.1}
+  val/loss: {better: lower, margin: 0.02}
 contrasts:                          # optional: two settings of some factors, each averaged over the rest
-  diagonal: {from: {D1: shifted, D2: const4}, to: {D1: aligned, D2: block}}
-primary_terms: [D1, D2, aux0]       # the family's terms (default: every main effect, contrast and control)
+  diagonal: {from: {W: none, C: off}, to: {W: some, C: on}}
+primary_terms: [W, C, lr0]          # the family's terms (default: every main effect, contrast and control)
 sequential: {max_replicates: 6}     # looks planned before the first one (alpha 0.05 unless given;
                                     # look_every: blocks between looks, 1 unless given)
 confirms: {...}                     # a confirmation's screening study and estimate (analysis plan --confirm)
@@ -28,7 +28,7 @@ max_failures: 2
 Each factor maps level names to trainer-config overrides. A fraction's generated factor
 takes, in every run, the product of the coded levels (-1 = first level listed, +1 = the
 second) of the factors in its generator. A named contrast compares two settings of some
-factors (e.g. the operating point "K 7 with decay 7" against "K 4 with decay 4"): the mean
+factors (e.g. the recipe "warm-up with clipping" against "neither"): the mean
 of the cells at `to` minus the mean of the cells at `from`, each averaged over the other
 factors, which every side must hold equally often. A primary response's margin is the smallest
 effect of practical interest: the analysis calls a term negligible only where equivalence

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 
-from trials.registry import PRIMARY_FORM, Registry, from_record, recorded
+from trials.registry import PRIMARY_FORM, Registry, from_record, lacks_declarations, recorded, with_declarations
 from trials.store.keys import (BASE_PARAM, CONFIRMS_TAG, CONTRASTS_TAG, DESCRIPTION_TAG, DESIGN_PARAM, FACTORS_PARAM,
                                PLAN_PARAM, PRIMARY_TERMS_TAG, REGISTRY_TAG, REPLICATES_PARAM, RESPONSES_TAG,
                                SEQUENTIAL_TAG, STORAGE_TAG, SUMMARY_TAG, WORKLOAD_TAG, read_split_tag, split_tag)
@@ -62,10 +62,17 @@ class SweepRecord:
 
     def rules(self) -> Registry:
         """The rules over the swept workload's metrics: the record's own copy where it keeps
-        one (no workload imported), else the installed or allowed workload's."""
-        if self.registry:
-            return from_record(self.registry)
-        return load_workload(self.workload).registry  # the one name lookup: installed or allowed only
+        one (no workload imported unless its rows predate a declaration: `with_declarations`,
+        read as they are where the workload is gone), else the installed or allowed workload's."""
+        if not self.registry:
+            return load_workload(self.workload).registry  # the one name lookup: installed or allowed only
+        kept = from_record(self.registry)
+        if not lacks_declarations(kept):
+            return kept
+        try:  # kept before its rows declared what the statistics read: the workload's current rows say it
+            return with_declarations(kept, load_workload(self.workload).registry)
+        except WorkloadError:
+            return kept
 
     def timing_summary(self) -> dict:
         """The last timing pass's summary (its settings, response and busy count), {} for none."""

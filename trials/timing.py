@@ -1,5 +1,5 @@
 """`trials time NAME`: the interleaved timing pass, which measures a sweep's timed responses
-(`spec/speedup` in a drafter-stage sweep, `train/step_ms` in a backbone-stage one).
+(a workload's wall-clock rows: `timed` in its registry).
 
 Inside a sweep each trial times itself beside whatever else the machine runs (two trials at
 a time, the driver, other users), so every run carries a timing error common to the whole
@@ -12,8 +12,8 @@ round alike, so it cancels in the contrasts; the random orders keep a drift with
 from siding with one arm.
 
 What a repetition is, and how the timed response follows from the raw times, is the
-workload's (`Workload.timing`; DSpark: `dspark.timed`): DSpark's drafter stage decodes P
-prompts both ways (`spec/speedup`), its backbone stage times S training steps (`train/step_ms`).
+workload's (`Workload.timing`; DSpark's is `dspark.timed`: a decoding speed-up timed over P
+prompts both ways, or S training steps).
 
 Each run is timed once: a pass times the blocks that hold a run no pass has timed, every arm
 of such a block in the same pass (so the load a block met is common to its arms and the

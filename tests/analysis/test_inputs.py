@@ -378,6 +378,7 @@ def test_a_flat_response_is_what_its_row_declares_not_a_name_the_statistics_know
     it was analysed with; a malformed declaration is refused as the record is read."""
     from analysis.diagnostics import why_degenerate
     from trials.registry import Registry, Row, from_record, recorded
+    from trials.sweep_record import SweepRecord
     from trials.workload import load_workload
 
     class Own:
@@ -400,9 +401,12 @@ def test_a_flat_response_is_what_its_row_declares_not_a_name_the_statistics_know
     # a registry recorded before rows declared it: read with the rule it was analysed with
     data = recorded(load_workload("dspark").registry, ["sched/alg1_throughput@R16"])
     data["metrics"]["sched/alg1_throughput@R16"].pop("degenerate_when")
+    data.pop("declares")
     old = named.rename(columns=lambda c: c.replace("@B8", "@R16"))
+    kept = SweepRecord(workload="dspark", registry=data).rules()  # its rows read with the workload's current ones
     assert "verifies 64 token(s) for every request of every run at R16" in \
-        why_degenerate(old, "drafter", "sched/alg1_throughput@R16", from_record(data))
+        why_degenerate(old, "drafter", "sched/alg1_throughput@R16", kept)
+    assert why_degenerate(old, "drafter", "sched/alg1_throughput@R16", from_record(data)) is None
     data["metrics"]["sched/alg1_throughput@R16"]["degenerate_when"] = {"flag": "x"}
     with pytest.raises(ValueError, match="sched/alg1_throughput@R16"):
         from_record(data)

@@ -34,6 +34,7 @@ from analysis.verdicts import decide, decide_all, response_models
 from dspark import calibration
 from dspark.metrics import jack_groups
 from trials.store.items import jack_name
+from trials.workload import load_workload
 
 G = 16
 
@@ -77,6 +78,7 @@ def as_response(df, name):
 
 K, ROUNDS, PROMPTS, REPS = 3, 4, 64, 4
 RESPONSES = ("spec/tau", "conf/ece_mean", "conf/auroc_mean")
+RULES = load_workload("dspark").registry  # the rows that say which count each response's items are in
 
 
 def _latents(rng):
@@ -181,7 +183,7 @@ def test_the_model_holds_for_a_mean_a_nonlinear_and_a_ranked_response():
 
 def a_noise(df, response="spec/tau", tests=True):
     """A's contrast, its variance by source, and the response's split."""
-    ms = response_models(df, [response], ["A", "B"])
+    ms = response_models(df, [response], ["A", "B"], RULES)
     m = ms.models[response]
     if tests:
         variance.add_tests(m, [("A",)])
@@ -283,9 +285,7 @@ def test_a_term_with_block_by_term_variation_is_judged_against_it():
 
 
 def test_without_records_or_for_a_timed_response_there_is_no_split():
-    from trials.workload import load_workload
-
-    rules = load_workload("dspark").registry  # spec/speedup is DSpark's timed response
+    rules = RULES  # spec/speedup is DSpark's timed response
 
     def split(df, r):
         return response_models(df, [r], ["A", "B"], rules).split(r)
@@ -305,10 +305,12 @@ def test_older_prompt_group_records_serve_a_mean_response_only():
     legacy = df.drop(columns=[jack_name("spec/tau", g) for g in range(G)])
     for g in range(4):  # a group's own value: what older evaluations recorded
         legacy[f"split/spec/tau@g{g}"] = df["spec/tau"] + np.random.default_rng(g).normal(0, 0.01, len(df))
-    sp = response_models(legacy, ["spec/tau"], ["A", "B"]).split("spec/tau")
+    sp = response_models(legacy, ["spec/tau"], ["A", "B"], RULES).split("spec/tau")
     assert sp is not None and "prompt-group values" in sp.method
+    # a name is no declaration: rules without spec/tau's row (`mean_of_items`) use no group values
+    assert response_models(legacy, ["spec/tau"], ["A", "B"]).split("spec/tau") is None
     other = legacy.rename(columns=lambda c: c.replace("spec/tau", "conf/ece_mean"))
-    assert response_models(other, ["conf/ece_mean"], ["A", "B"]).split("conf/ece_mean") is None
+    assert response_models(other, ["conf/ece_mean"], ["A", "B"], RULES).split("conf/ece_mean") is None
 
 
 def test_each_group_is_fitted_as_its_own_pseudo_values_would_be():
@@ -316,7 +318,7 @@ def test_each_group_is_fitted_as_its_own_pseudo_values_would_be():
     group's contrast is that of fitting its column as the response, and their variance over
     groups / G is the delete-a-group jackknife's (G - 1) / G sum (c_(-g) - mean)^2."""
     df = sweep(0.05, 0.3, replicates=3, seed=4)
-    ms = response_models(df, ["spec/tau"], ["A", "B"])
+    ms = response_models(df, ["spec/tau"], ["A", "B"], RULES)
     c = next(c for c in term_contrasts(ms.fits["spec/tau"], ms.rows["spec/tau"], ["A", "B"]) if c.term == "A")
     per_group = c.L @ ms.models["spec/tau"].group_params
     loo = []
@@ -422,7 +424,7 @@ def test_plan_prices_more_prompts_against_more_blocks():
     from analysis.plan import _items_lines
 
     noise = {"val/bpb": SimpleNamespace(kind="eval_batches", items=8)}
-    assert _items_lines(noise, {("val/bpb", "D1"): 2, ("val/bpb", "D9"): 4}, 10, None, "seedq") == [
+    assert _items_lines(noise, {("val/bpb", "D1"): 2, ("val/bpb", "D9"): 4}, 10, None, "seedq", RULES) == [
         "every primary term decided by items alone: trials reeval seedq --eval-batches 32"]
     assert "more items alone would not" in next(line for line in joined.splitlines() if line.startswith("    B: "))
     assert "no sequential plan declared: a next look would be post hoc" in text
@@ -476,17 +478,17 @@ def test_the_groups_are_the_workloads_read_back_from_the_runs():
 
     df = sweep(0.05, 0.8, prompts=32, groups=5)
     assert groups_of(df, "spec/tau") == 5
-    rec = item_records(df, "spec/tau")
+    rec = item_records(df, "spec/tau", RULES)
     assert rec.groups == 5 and rec.method == "jackknife over 5 groups" and rec.items == 32
     full = df["spec/tau"].to_numpy()[:, None]
     jack = df[[f"jack/spec/tau@g{g}" for g in range(5)]].to_numpy()
     assert np.allclose(rec.pseudo, 5 * full - 4 * jack)
     df["jack/spec/tau@g4"] = math.nan  # its removal left the response undefined in every run
-    assert groups_of(df, "spec/tau") == 5 and item_records(df, "spec/tau") is None
+    assert groups_of(df, "spec/tau") == 5 and item_records(df, "spec/tau", RULES) is None
     assert "lack a group's value" in items_unused(df, "spec/tau") and "group 4" in items_unused(df, "spec/tau")
     stale = sweep(0.05, 0.8, prompts=32)  # runs whose items were metrics: a reeval on 8 prompts left g8..g15
     stale["split/prompts"] = 8.0
-    assert item_records(stale, "spec/tau").groups == 8
+    assert item_records(stale, "spec/tau", RULES).groups == 8
 
 
 def test_item_records_a_run_lacks_are_named_not_dropped_silently():

@@ -242,10 +242,11 @@ def test_dspark_comes_through_the_same_door_with_the_same_configs():
 
 def test_the_command_that_adds_items_is_the_one_the_counts_row_names():
     """The plan prints the re-evaluation a count's own row says raises it (`raised_by`), a
-    user's workload's field as DSpark's; a registry recorded before rows said it prints what it
-    did then (DSpark's fields)."""
+    user's workload's field as DSpark's; a registry recorded before rows said it prints what the
+    workload's current rows say."""
     from analysis.item_kinds import more_items_command
     from trials.registry import from_record, recorded
+    from trials.sweep_record import SweepRecord
     from trials.workload import load_workload
 
     row = {"name": "split/eval_batches", "raised_by": "held_out", "better": ""}
@@ -255,9 +256,12 @@ def test_the_command_that_adds_items_is_the_one_the_counts_row_names():
     kept = recorded(dspark, ["split/prompts", "split/eval_batches"])
     assert kept["metrics"]["split/prompts"]["raised_by"] == "spec_prompts"
     assert more_items_command("prompts", "s", from_record(kept)) == "reeval s --spec-prompts"
-    for r in kept["metrics"].values():
+    for r in kept["metrics"].values():  # a record kept before rows declared raised_by
         r.pop("raised_by", None)
-    assert more_items_command("eval_batches", "s", from_record(kept)) == "reeval s --eval-batches"
+    kept.pop("declares")
+    assert more_items_command("eval_batches", "s", from_record(kept)) == ""  # no row says it
+    old = SweepRecord(workload="dspark", registry=kept).rules()  # read with the workload's current rows
+    assert more_items_command("eval_batches", "s", old) == "reeval s --eval-batches"
     assert more_items_command("timing_prompts", "s", dspark) == "time s --prompts"
 
 
@@ -296,9 +300,11 @@ def test_a_workloads_own_count_is_a_kind_of_items_end_to_end():
 
 def test_what_an_item_costs_is_the_column_the_counts_row_names():
     """A plan prices more prompts by the seconds per item its count's row names (`item_seconds`):
-    a user's workload's column as DSpark's; a registry recorded before rows said it, by DSpark's."""
+    a user's workload's column as DSpark's; a registry recorded before rows said it, by the
+    workload's current rows."""
     from analysis.item_kinds import seconds_column
     from trials.registry import from_record, recorded
+    from trials.sweep_record import SweepRecord
     from trials.workload import load_workload
 
     row = {"name": "split/prompts", "item_seconds": "eval/s_per_prompt", "better": ""}
@@ -306,7 +312,10 @@ def test_what_an_item_costs_is_the_column_the_counts_row_names():
     kept = recorded(load_workload("dspark").registry, ["split/prompts"])
     assert kept["metrics"]["split/prompts"]["item_seconds"] == "split/decode_s_per_prompt"
     kept["metrics"]["split/prompts"].pop("item_seconds")
-    assert seconds_column("prompts", from_record(kept)) == "split/decode_s_per_prompt"
-    assert seconds_column("eval_batches", from_record(kept)) == ""  # nothing prices a held-out batch
+    kept.pop("declares")
+    assert seconds_column("prompts", from_record(kept)) == ""  # read as recorded: no row says it
+    old = SweepRecord(workload="dspark", registry=kept).rules()
+    assert seconds_column("prompts", old) == "split/decode_s_per_prompt"
+    assert seconds_column("eval_batches", old) == ""  # nothing prices a held-out batch
     with pytest.raises(ValueError, match="registry.metrics.split/prompts"):
         from_record({"metrics": {"split/prompts": {**row, "item_seconds": 3}}})

@@ -2,8 +2,8 @@
 key the engine writes and the statistics read, and the two queries that find a sweep's runs.
 Plain names and string functions: importing it loads neither MLflow nor torch.
 
-- Metric names: MLflow refuses '@', so a trainer's `tf/accept@3` is stored as
-  `tf/accept:3`; `metric_name` maps it back. Tune's results keep the trainer's names.
+- Metric names: MLflow refuses '@', so a trainer's `val/acc@3` is stored as
+  `val/acc:3`; `metric_name` maps it back. Tune's results keep the trainer's names.
 - Tags: `mlflow.parentRunId` links a trial's run to its sweep's parent run (tagged
   `sweep_parent=true`); `factor.<name>` holds each factor's level.
 """
@@ -64,12 +64,12 @@ MODEL_TRAINING = "custom_model_development"
 
 
 def store_key(name: str) -> str:
-    """The stored name of a trainer metric (`tf/accept@3` -> `tf/accept:3`)."""
+    """The stored name of a trainer metric (`val/acc@3` -> `val/acc:3`)."""
     return name.replace("@", ":")
 
 
 def metric_name(stored: str) -> str:
-    """The trainer's name of a stored metric (`tf/accept:3` -> `tf/accept@3`)."""
+    """The trainer's name of a stored metric (`val/acc:3` -> `val/acc@3`)."""
     return stored.replace(":", "@")
 
 
@@ -105,7 +105,7 @@ def sweep_parent(client, experiment_id: str):
 
 
 def is_metric(key: str) -> bool:
-    return "/" in key  # the trainer's names: val/loss, train/step_ms, acc@3, ...
+    return "/" in key  # the trainer's names: val/loss, train/ms, acc@3, ...
 
 
 def reeval_tag(field: str) -> str:

@@ -182,7 +182,7 @@ def test_the_committed_exports_still_carry_their_item_records():
     statistics read the same records from them (the seed's questions: a jackknife over the
     held-out batches for val/bpb)."""
     sweep = read_parquet(ROOT / "results" / "seed-questions" / "runs.parquet")
-    got = item_records(sweep.runs, "val/bpb")
+    got = item_records(sweep.runs, "val/bpb", sweep.registry)  # its record's rows say where its items are
     assert got is not None and got.groups >= 2 and got.pseudo.shape[0] == len(sweep.runs)
     full = pd.to_numeric(sweep.runs["val/bpb"]).to_numpy()
     assert np.allclose(got.pseudo.mean(axis=1), full, rtol=1e-6)  # pseudo-values average to the response
@@ -271,6 +271,6 @@ def test_a_registry_row_declares_the_count_its_items_are_drawn_on():
     assert from_record(kept).item_count("spec/tau") == "split/prompts"
     own = from_record({"metrics": {"spec/x": {"better": "higher", "items": "split/eval_batches"}}})
     assert kind_of("spec/x", own) == "eval_batches" and kind_of("spec/x", Registry(own.metrics)) == "eval_batches"
-    assert kind_of("spec/y", own) == "prompts"  # undeclared: the name's prefix, as records before rows declared it
+    assert kind_of("spec/y", own) == ""  # undeclared: its own items; a name says nothing
     with pytest.raises(ValueError, match="registry.metrics.spec/x: a metric row"):
         from_record({"metrics": {"spec/x": {"items": 3}}})
