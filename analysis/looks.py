@@ -12,7 +12,8 @@ from trials.export import SweepFrame
 from .anova import AnalysisError
 from .boundaries import MIN_STEP, nominal_levels
 from .item_kinds import data_seen
-from .sequential import TIMING, Look, Plan, information_fraction, information_fractions, plan_of, timed_digest
+from .look_record import Look, timed_digest
+from .sequential import TIMING, Plan, information_fraction, information_fractions, plan_of
 
 
 def retimed_since(last: Look, key: str, blocks: int, evaluation: dict) -> bool:

@@ -31,7 +31,8 @@ from .result_types import DECISION_POWER, UNDECIDED, UNSURE
 from .item_kinds import more_items_command, seconds_column, what
 from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
 from .margins import margins_for
-from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look, response_models
+from .fits import response_models
+from .verdicts import MAX_BLOCKS, blocks_to_decide, control_cells, decide_look
 
 
 def check_arguments(effect: float | None, alpha: float, target_power: float) -> None:

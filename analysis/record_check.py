@@ -28,7 +28,8 @@ from collections.abc import Callable
 from .anova import AnalysisError
 from trials.export import SweepFrame
 from .item_kinds import data_seen
-from .sequential import Look, Plan, plan_of, timed_digest
+from .look_record import Look, timed_digest
+from .sequential import Plan, plan_of
 from trials.registry import Registry
 
 CHECKED = ("estimate", "ci_low", "ci_high")  # what a decision says beside its verdict

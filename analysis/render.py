@@ -18,7 +18,8 @@ from .boundary_table import boundary_lines
 from .looks import LookResult
 from .text import BRIEF_WIDTH, wrap_text
 from .report_types import Report, ResponseResult
-from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Decision
+from .decision import Decision
+from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE
 from .coded_design import factorial_rows, without_value
 from .diagnostics import DRIFT_ALPHA
 from trials.export import SweepFrame

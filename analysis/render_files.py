@@ -15,7 +15,8 @@ from trials.store.kept import write_atomic
 from trials.store.ui import UI_URL, run_url
 from . import plots
 from .report_types import Report, ResponseResult
-from .result_types import BEYOND, NEGLIGIBLE, UNSURE, Decision
+from .decision import Decision
+from .result_types import BEYOND, NEGLIGIBLE, UNSURE
 from .coded_design import alias_structure, design_matrix, factorial_rows
 from .diagnostics import cell_means, centred_order, model_fit_table, residuals
 from .item_kinds import curves

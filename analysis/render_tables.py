@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 
 from trials.store.ui import md_text
-from .result_types import NEGLIGIBLE, Decision
+from .decision import Decision
+from .result_types import NEGLIGIBLE
 from .render import fmt
 
 

@@ -31,7 +31,8 @@ from .looks import look_for, look_shares, plan_prices
 from .report_types import Report
 from .variance import residuals
 from .margins import margins_for
-from .verdicts import control_cells, decide_look, response_models
+from .fits import response_models
+from .verdicts import control_cells, decide_look
 
 
 def _refuse_empty(sweep: SweepFrame) -> None:

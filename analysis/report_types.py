@@ -13,7 +13,7 @@ import pandas as pd
 
 from .anova import ModelFit
 from .looks import LookResult
-from .result_types import Decision
+from .decision import Decision
 
 
 @dataclass

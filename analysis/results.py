@@ -19,7 +19,8 @@ from .sweep_reader import read_parquet
 from trials.export import to_parquet
 from .record_check import decisions_at
 from .item_kinds import data_seen
-from .sequential import plan_of, timed_digest
+from .look_record import timed_digest
+from .sequential import plan_of
 from trials.registry import Registry
 
 RUNS = "runs.parquet"

@@ -51,6 +51,7 @@ import pandas as pd
 from trials.store.items import SPLIT_PREFIX
 
 from .boundaries import MIN_STEP, nominal_levels, spent, t_levels
+from .look_record import Look, as_number
 
 MAX_LOOKS_PAST_BLOCKS = 20  # looks a plan may record beyond one per block: re-evaluations with more items
 MIN_DF = 3  # a term's own error on fewer df tests nothing (analysis.result_types.MIN_DF)
@@ -67,27 +68,6 @@ EVALUATION_COLUMNS = {**{kind: SPLIT_PREFIX + kind for kind in ("prompts", "eval
 TIMING = ("timing_rounds", "timing_prompts")  # the timing pass's part of a run's evaluation: no re-evaluation raises it
 LEGACY = ("a plan recorded by trials augment after the sweep had been analysed, before plans were declared in "
           "specs")
-
-
-@dataclass
-class Look:
-    """One look: the data it saw (a fingerprint), its blocks and evaluation, the information
-    fraction reached and the alpha it tested at."""
-    data: str
-    blocks: int
-    evaluation: dict = field(default_factory=dict)
-    t: float = 1.0
-    alpha: float = 0.05
-    post_hoc: bool = False
-    timed: str = ""  # a digest of the timed responses' values: a timing pass again is new data
-    fractions: dict = field(default_factory=dict)  # each primary response's own information fraction
-    decided: dict = field(default_factory=dict)  # "response|term" -> the verdict decided at this look (binding)
-    note: str = ""  # why it decides nothing though it was taken ("not replayed: ..."), "" where it decides
-    margins: dict = field(default_factory=dict)  # response -> its margin as resolved at the plan's first look
-
-    def describe(self) -> str:
-        ev = ", ".join(f"{v:g} {k.replace('_', ' ')}" for k, v in self.evaluation.items())
-        return f"{self.blocks} block(s)" + (f", {ev}" if ev else "")
 
 
 @dataclass(init=False)
@@ -304,13 +284,7 @@ class Plan:
                 t = n / plan.max_replicates
                 plan.looks.append(Look("", n, {}, t, spent(t, plan.alpha) - spent(before, plan.alpha), True))
             else:
-                plan.looks.append(Look(str(look.get("data", "")), int(look["blocks"]), dict(look.get("evaluation", {})),
-                                       float(look.get("t", 1.0)), float(look["alpha"]), bool(look.get("post_hoc")),
-                                       str(look.get("timed", "")),
-                                       {str(k): float(v) for k, v in dict(look.get("fractions") or {}).items()},
-                                       {str(k): dict(v) for k, v in dict(look.get("decided") or {}).items()},
-                                       str(look.get("note") or ""),
-                                       {str(k): float(v) for k, v in dict(look.get("margins") or {}).items()}))
+                plan.looks.append(Look.from_record(look))
             last = plan.looks[-1]
             if not (last.blocks >= 1 and 0 <= last.t <= 1 and 0 <= last.alpha <= 1
                     and all(0 <= f <= 1 for f in last.fractions.values())):
@@ -368,7 +342,7 @@ def fingerprint(data: pd.DataFrame, counts: dict[str, str] | None = None) -> tup
     # column by column (a row at a time costs seconds at thousands of runs), each value as
     # str() of its Python value, which is what a row's value prints as
     parts = [data["cell"].astype(object).map(str), data["replicate"].astype(object).map(str)]
-    parts += [data[c].astype(object).map(lambda v: f"{_num(v):g}") for c in cols.values()]
+    parts += [data[c].astype(object).map(lambda v: f"{as_number(v):g}") for c in cols.values()]
     rows = sorted("|".join(r) for r in zip(*parts))
     digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
     evaluation = {}
@@ -378,26 +352,6 @@ def fingerprint(data: pd.DataFrame, counts: dict[str, str] | None = None) -> tup
             evaluation[k] = float(v.median())
     blocks = int(data["replicate"].nunique()) if "replicate" in data.columns else 1
     return digest, blocks, evaluation
-
-
-def timed_digest(data: pd.DataFrame, timed: tuple[str, ...]) -> str:
-    """A digest of the timed responses' values (the timing pass's; `timed`: the workload's,
-    `Registry.timed`): a pass run again with the same settings gives other numbers, so the
-    analysis after it is a new look."""
-    cols = sorted(c for c in timed if c in data.columns)
-    if not cols:
-        return ""
-    parts = [data["cell"].astype(object).map(str), data["replicate"].astype(object).map(str)]
-    parts += [data[c].astype(object).map(lambda v: repr(_num(v))) for c in cols]
-    return hashlib.sha256("\n".join(sorted("|".join(r) for r in zip(*parts))).encode()).hexdigest()[:16]
-
-
-def _num(v) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return float("nan")
-    return f
 
 
 def information_fraction(plan: Plan, blocks: int, evaluation: dict, shares: dict[str, tuple[str, float]]) -> float:

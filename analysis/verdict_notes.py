@@ -15,7 +15,8 @@ from trials.registry import Registry
 
 from . import power, variance
 from .model import Fit
-from .result_types import DECISION_POWER, MIN_DF, UNDECIDED, WIDE, Decision, ResponseCheck, Verdict
+from .decision import Decision
+from .result_types import DECISION_POWER, MIN_DF, UNDECIDED, WIDE, ResponseCheck, Verdict
 
 
 POOLED_CAVEAT = ("its terms are judged against the pooled residual (the plan declares block_errors: pooled): a seed "

@@ -57,14 +57,14 @@ from trials.registry import UNKNOWN, Registry
 
 from . import power, variance
 from .anova import AnalysisError
-from .coded_design import factorial_rows, with_value
-from .model import (Fit, control_contrast, fit_response, named_contrast, own_error_terms, simple_effects,
-                    term_contrasts)
+from .coded_design import with_value
+from .control_noise import control_noise
+from .fits import DecideSettings, Models, default_terms, response_models
+from .model import Fit, control_contrast, named_contrast, own_error_terms, simple_effects, term_contrasts
 from .power import p_decided
-from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Contrast, Decision,
-                           SimpleEffect, Verdict)
+from .decision import Decision
+from .result_types import (BEYOND, DECISION_POWER, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE, Contrast, SimpleEffect, Verdict)
 from .looks import LookResult, PlanPrices
-from .variance import Split
 from .verdict_notes import IDENTICAL, mark_identical, noise_and_caveats, response_check, response_scale, say_few
 
 ADJUSTMENTS = ("bonferroni", "none")
@@ -148,64 +148,6 @@ def blocks_to_decide(v: Verdict, replicates: int, n_cells: int, target: float = 
             return k
         k = k + 1 if k < 16 else int(k * 1.25)
     return None
-
-
-def default_terms(factors: list[str], control: str | None, contrasts: dict | None = None) -> list[str]:
-    """The family's terms when a spec names none: every main effect, every named contrast and
-    the control."""
-    return list(factors) + list(contrasts or {}) + ([control.split("=", 1)[-1]] if control else [])
-
-
-@dataclass
-class Models:
-    """Every response's runs, OLS and variance model (`analysis.variance`), fitted once for
-    the look (whose information fraction needs the noise split) and the verdicts."""
-    data: pd.DataFrame  # the factorial runs
-    block: str | None
-    rows: dict[str, pd.DataFrame]  # each response on the runs that hold it
-    fits: dict[str, Fit]
-    models: dict[str, variance.Model]
-
-    def split(self, response: str) -> Split | None:
-        return variance.split_of(self.models[response]) if response in self.models else None
-
-
-def response_models(df: pd.DataFrame, responses: list[str], factors: list[str],
-                    rules: Registry | None = None) -> Models:
-    """The responses' fits and variance models, before any block-by-term test."""
-    data = factorial_rows(df, factors)
-    block = "replicate" if "replicate" in data.columns and data["replicate"].nunique() > 1 else None
-    rows = {r: with_value(data, r) for r in responses}
-    fits = {r: fit_response(rows[r], r, factors, block) for r in responses}
-    models = {r: variance.build(rows[r], r, fits[r], [], rules, block_tests=False) for r in responses}
-    return Models(data, block, rows, fits, models)
-
-
-@dataclass(frozen=True)
-class DecideSettings:
-    """How `decide_all` decides, beyond the runs, responses, factors, margins and alpha.
-    `adjust`: bonferroni or none. The family's terms: `primary_terms`, or every main effect,
-    named contrast (`contrasts`: the spec's, `named_contrast`) and the `control`. Errors:
-    each response's variance model (`analysis.variance`: own block x term, or pooled where
-    `block_errors` says so, plus items x term); `block_tests` False: pooled run-level errors.
-    `rules`: the workload's registry; `models`: fitted already (`response_models`); `plan`:
-    what the sweep's plan still allows, which next steps are priced within (`PlanPrices`).
-    `levels(response, alpha*)`: this look's nominal two- and one-sided levels and their look
-    (`LookResult.levels`; alpha* where None); `binding`: what earlier looks decided
-    ("response|term" -> the verdict), which stands; `frozen`: why this analysis tests nothing
-    left open (a look shown as recorded, re-timed since)."""
-    adjust: str = "bonferroni"
-    control: str | None = None
-    primary_terms: list[str] | None = None
-    block_tests: bool = True
-    rules: Registry | None = None
-    contrasts: dict | None = None
-    models: Models | None = None
-    plan: PlanPrices | None = None
-    block_errors: str = "own"
-    levels: Callable[[str, float], tuple[float, float, int]] | None = None
-    binding: dict[str, dict] | None = None
-    frozen: str = ""
 
 
 @dataclass(frozen=True)
@@ -394,7 +336,7 @@ def _every_contrast(fit: Fit, rows: pd.DataFrame, runs: pd.DataFrame, response: 
     if how.control is not None:
         c = control_contrast(runs, response, how.control, "replicate")
         own = how.block_errors != "pooled" and how.block_tests
-        noise = variance.control_noise(runs, response, how.control, how.rules) if own else None
+        noise = control_noise(runs, response, how.control, how.rules) if own else None
         found.append(replace(c, noise=noise, errors="") if noise is not None else c)
     return found
 

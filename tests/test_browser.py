@@ -69,7 +69,7 @@ def mlflow_ui(tmp_path):
 def test_the_printed_link_opens_the_runs_view(mlflow_ui, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from trials.cli import mlflow_link
+    from trials.store.ui import mlflow_link
 
     base, uri, spec = mlflow_ui
     client = MlflowClient(uri)

@@ -18,7 +18,7 @@ from .run_settings import RunSettings
 from .spec_summary import cmd_validate, never_decides, own_error_line
 from trials.store.client import (DEFAULT_TRACKING_URI, STORE_RETRY_S, STORE_TIMEOUT_S, absolute_uri, retrying,
                                  run_command, tracking_client)
-from trials.store.ui import default_ui_url, exact_options, ui_url
+from trials.store.ui import exact_options, mlflow_link
 from trials.store.probe import probe_store
 from trials.store.keys import TRIAL_KEY_TAG, sweep_trials
 
@@ -63,16 +63,6 @@ def _run(spec, settings: RunSettings, ui: str | None = None) -> int:
             print(line)
     print(mlflow_link(uri, result.get("experiment_id", "?"), result.get("parent_run_id", "?"), ui))
     return 0 if result["failed"] == 0 and not result.get("stopped_early") else 1
-
-
-def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None = None) -> str:
-    """Where to look: the sweep's runs view, on the server itself for an HTTP store, else on
-    `mlflow ui` over this store (or on `ui`, the UI's address given)."""
-    link = ui_url(experiment_id, ui or default_ui_url(uri), view=True)
-    if uri.startswith(("http://", "https://")) or ui:
-        return f"MLflow: experiment {experiment_id} (parent run {parent_run_id}): {link}"
-    return (f"MLflow: experiment {experiment_id} (parent run {parent_run_id}); browse with:\n"
-            f"  mlflow ui --backend-store-uri {uri} --workers 1\n  then open {link}")
 
 
 def cmd_run(args) -> int:

@@ -136,3 +136,13 @@ def exact_options(parser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 exact_options(sub)
+
+
+def mlflow_link(uri: str, experiment_id: str, parent_run_id: str, ui: str | None = None) -> str:
+    """Where to look: the sweep's runs view, on the server itself for an HTTP store, else on
+    `mlflow ui` over this store (or on `ui`, the UI's address given)."""
+    link = ui_url(experiment_id, ui or default_ui_url(uri), view=True)
+    if uri.startswith(("http://", "https://")) or ui:
+        return f"MLflow: experiment {experiment_id} (parent run {parent_run_id}): {link}"
+    return (f"MLflow: experiment {experiment_id} (parent run {parent_run_id}); browse with:\n"
+            f"  mlflow ui --backend-store-uri {uri} --workers 1\n  then open {link}")
