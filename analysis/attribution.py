@@ -131,7 +131,7 @@ def control_contrast(df: pd.DataFrame, response: str, control: str, block: str |
                      alpha: float = 0.05) -> dict:
     """Every factorial arm pooled against the control arm: the mean difference (factorial
     minus control), its CI and p from the cell-means OLS with the replicate as a block and HC2 errors
-    (`analysis.verdicts.control_contrast`), and the difference relative to the control
+    (`analysis.model.control_contrast`), and the difference relative to the control
     mean. With a pure-CE control in the backbone stage this is "what the aux head costs or
     buys", whatever its D1/D2/D9 levels."""
     c = contrast(df, response, control, block)

@@ -87,7 +87,7 @@ def boundary_text(look: LookResult, response: str, per_test: float, df: float | 
 
 def boundary_lines(decision, look: LookResult | None) -> list[str]:
     """The plan's boundary table for each primary response of `decision` (an
-    `analysis.result_types.Decision`), at the df of its first family term still open (or its
+    `analysis.decision.Decision`), at the df of its first family term still open (or its
     first family term): what `analysis plan` and the verbose report print."""
     out = []
     if look is None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .power import MAX_REPLICATES
-from .looks import LookResult
 from .sequential import MIN_DF  # MIN_DF: a term's error on fewer df says too little
 
 

@@ -61,7 +61,8 @@ RULE = ("Lan-DeMets alpha spending, Pocock-type, on each response's information 
 CAP_PREFIX = "max_"  # a plan's `max_<kind>`: the most items of that kind a re-evaluation may reach
 # the run's evaluation: what a re-evaluation or a timing pass changes (columns of the frame):
 # the engine's two standing kinds of evaluation item, decoded prompts and held-out batches
-# (each counted in `split/<kind>`), then the timing pass's; a workload's own kinds follow
+# (each counted in `split/<kind>`: the kinds, not metric names, so that a workload's count of
+# either kind is read as one), then the timing pass's; a workload's own kinds follow
 # (`fingerprint`'s counts). Fixed, in this order: every recorded look's fingerprint hashes them.
 EVALUATION_COLUMNS = {**{kind: SPLIT_PREFIX + kind for kind in ("prompts", "eval_batches")},
                       "timing_rounds": "timing/rounds", "timing_prompts": "timing/prompts"}

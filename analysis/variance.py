@@ -81,7 +81,7 @@ def groups_of(df: pd.DataFrame, response: str, name=jack_name) -> int:
 @dataclass
 class Items:
     """A response's per-item records: each run's pseudo-value per item group."""
-    kind: str  # `item_kinds.kind_of`: prompts, eval_batches, timing_prompts, a workload's own
+    kind: str  # `item_kinds.kind_of`: prompts, eval_batches, timing_prompts, a workload's own; "": the response's own
     method: str
     items: int
     pseudo: np.ndarray  # (n, G), the runs in the model's row order
@@ -323,7 +323,7 @@ def why_not_items(v: Verdict, most: float | None = None) -> str:
 class Split:
     """One response's noise, split."""
     response: str
-    kind: str  # what a re-evaluation adds (`item_kinds.kind_of`: prompts, eval_batches, a workload's own)
+    kind: str  # what a re-evaluation adds (`item_kinds.kind_of`: prompts, eval_batches, a workload's own, or "")
     method: str
     groups: int
     items: int

@@ -46,8 +46,11 @@ from analysis.sequential import Plan, information_fraction, information_fraction
 from analysis.result_types import NEGLIGIBLE, UNDECIDED
 from analysis.verdicts import decide_all, response_models
 from trials.store.items import jack_groups, jack_name
+from trials.workload import load_workload
 
 RESPONSE = "spec/tau"
+# its row: which count its items are drawn on (`split/prompts`), as the statistics read it
+RULES = load_workload("dspark").registry
 PROMPTS = 32
 G = jack_groups(PROMPTS)  # the groups the trainer keeps for this many prompts
 SIGMA_PROMPT = 1.0  # per prompt of a run (a run's mean over 32 prompts: sd 0.18)
@@ -131,14 +134,14 @@ def run_plan(rng, design: str, scenario: tuple, rule: str = "own") -> tuple[bool
     wrong, final = False, {}
     for blocks in looks:
         df = frame(d, codes, factors, blocks)
-        models = response_models(df, [RESPONSE], list(factors))
+        models = response_models(df, [RESPONSE], list(factors), RULES)
         sp = models.split(RESPONSE)
         shares = {RESPONSE: (sp.kind, sp.share) if sp is not None else ("", 0.0)}
         evaluation = {"prompts": PROMPTS}
         look, new = plan.look(f"{blocks}", blocks, evaluation, information_fraction(plan, blocks, evaluation, shares),
                               fractions=information_fractions(plan, blocks, evaluation, shares))
         result = LookResult(look.alpha, look, plan.looks.index(look) + 1, new, plan)
-        dec = decide_all(df, [RESPONSE], list(factors), margins, result.family_alpha, models=models,
+        dec = decide_all(df, [RESPONSE], list(factors), margins, result.family_alpha, models=models, rules=RULES,
                          block_errors=rule, levels=result.levels, binding=result.binding())
         result.record(dec.verdicts)
         fam = dec.family_verdicts()

@@ -46,8 +46,9 @@ class SweepFrame:
     @property
     def registry(self) -> Registry:
         """The rules over the swept workload's metrics (better direction, degenerate, timed):
-        the record's own copy where it keeps one (a parquet export: no workload imported),
-        else the installed or allowed workload's (`trials.workload.load_workload`)."""
+        the record's own copy where it keeps one (no workload imported, unless it was kept before
+        its rows declared what the statistics read), else the installed or allowed workload's
+        (`trials.workload.load_workload`)."""
         return self.record.rules()
 
     def with_runs(self, runs: pd.DataFrame) -> SweepFrame:

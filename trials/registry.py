@@ -262,6 +262,17 @@ def flat_problem(rule) -> str | None:
     return None
 
 
+def declaration_problem(row) -> str | None:
+    """Why a workload's row declares what the statistics read in a form no record keeps (the
+    count, curve and columns as text, `mean_of_items` true or false, a `degenerate_when`), or None."""
+    wrong = [f for f in ("items", "curve", "raised_by", "item_seconds") if not isinstance(getattr(row, f, "") or "", str)]
+    if wrong:
+        return f"{wrong[0]}: text, got {getattr(row, wrong[0])!r}"
+    if not isinstance(getattr(row, "mean_of_items", False), bool):
+        return f"mean_of_items: true or false, got {getattr(row, 'mean_of_items')!r}"
+    return flat_problem(getattr(row, "degenerate_when", None))
+
+
 def recorded(rules: Registry, names) -> dict:
     """The part of `rules` a sweep's record keeps: the rows of `names` (the runs' metric
     columns, resolved by the workload's own lookup), its default responses and variant field,

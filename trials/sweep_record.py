@@ -6,13 +6,15 @@ lives in:
 
 - the sweep's MLflow parent run: `to_parent` gives the tags and params `trials run` writes,
   `from_parent` reads them back, checked; the registry rides in a tag (`keep_registry`
-  adds the rows of the names a sweep's runs report), so that no reader imports a workload;
+  adds the rows of the names a sweep's runs report, with the declarations they carry), so
+  that no reader imports a workload (but to give a record kept before its rows declared what
+  the statistics read those declarations: `trials.registry.with_declarations`);
 - a parquet export's metadata: `to_metadata`, `from_metadata` (checked);
 - the declared sequential plan, as both media keep it before any look: `declared_plan`.
 
 The statistics read a record only through here (and `analysis.sequential` reads the plan's
 JSON). Plain Python: importing it loads neither MLflow nor pandas, and no workload until a record
-without its registry is read.
+without its registry, or with one kept before its rows' declarations, is read.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import re
 from typing import Any
 
 from .store.items import encode as encode_items
-from .registry import Registry, Row, flat_problem
+from .registry import Registry, Row, declaration_problem
 from .store.record import margin_problem
 from .workload_config import ConfigView, SharedView, field_types, own, plain_values, type_problem
 
@@ -146,8 +146,7 @@ class Loaded:
         unknown = [m for m in self.metrics.names() if given.lookup(m) is None]
         if unknown:
             raise WorkloadError(f"workload {self.name!r}: metrics names {unknown[0]!r}, which its metric_rows lack")
-        bad = next(((m.name, why) for m in given.REGISTRY if (why := flat_problem(getattr(m, "degenerate_when", None)))),
-                   None)
+        bad = next(((m.name, why) for m in given.REGISTRY if (why := declaration_problem(m))), None)
         if bad:
             raise WorkloadError(f"workload {self.name!r}: metric_rows' {bad[0]}: {bad[1]}")
         self.metrics = given

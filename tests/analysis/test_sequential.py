@@ -28,6 +28,7 @@ from analysis.sequential import LEGACY, Plan, fingerprint, information_fraction,
 from analysis.result_types import BEYOND, NEGLIGIBLE, UNDECIDED, UNSURE
 from analysis.model import fit_response, term_contrasts
 from analysis.verdicts import classify, response_models
+from trials.workload import load_workload
 from trials.store.items import jack_name
 
 ALPHA = 0.05
@@ -174,7 +175,7 @@ def test_the_twin_is_the_product_on_one_simulated_sweep():
     for k, term in enumerate(("A", "B", "C")):
         assert ours[term].estimate == pytest.approx(est[0, k], abs=1e-12)
         assert ours[term].se == pytest.approx(se[0, 0], rel=1e-9) and ours[term].df == df_resid
-    sp = response_models(df, ["spec/tau"], list("ABC")).split("spec/tau")
+    sp = response_models(df, ["spec/tau"], list("ABC"), load_workload("dspark").registry).split("spec/tau")
     assert sp is not None and sp.groups == G and sp.items == PROMPTS
     assert sp.share == pytest.approx(jackknife_share(y, jack, s2)[0], rel=1e-9)
 

@@ -307,8 +307,11 @@ def test_older_prompt_group_records_serve_a_mean_response_only():
         legacy[f"split/spec/tau@g{g}"] = df["spec/tau"] + np.random.default_rng(g).normal(0, 0.01, len(df))
     sp = response_models(legacy, ["spec/tau"], ["A", "B"], RULES).split("spec/tau")
     assert sp is not None and "prompt-group values" in sp.method
-    # a name is no declaration: rules without spec/tau's row (`mean_of_items`) use no group values
-    assert response_models(legacy, ["spec/tau"], ["A", "B"]).split("spec/tau") is None
+    # a name is no declaration: a row that declares spec/tau's count but not `mean_of_items` uses no group values
+    from trials.registry import from_record
+
+    counted = from_record({"metrics": {"spec/tau": {"items": "split/prompts", "better": "higher"}}})
+    assert response_models(legacy, ["spec/tau"], ["A", "B"], counted).split("spec/tau") is None
     other = legacy.rename(columns=lambda c: c.replace("spec/tau", "conf/ece_mean"))
     assert response_models(other, ["conf/ece_mean"], ["A", "B"], RULES).split("conf/ece_mean") is None
 

@@ -38,6 +38,14 @@ def test_the_core_four_load_with_no_reevaluation():
         "REGISTRY": (type("R", (), {"name": "val/loss", "degenerate_when": {"flag": "x"}})(),),
         "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
      "workload 'core': metric_rows' val/loss: degenerate_when: {flag, same, why}, each text"),
+    ({"metric_rows": type("Rows", (), {
+        "REGISTRY": (type("R", (), {"name": "val/loss", "mean_of_items": "yes"})(),),
+        "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
+     "workload 'core': metric_rows' val/loss: mean_of_items: true or false, got 'yes'"),
+    ({"metric_rows": type("Rows", (), {
+        "REGISTRY": (type("R", (), {"name": "val/loss", "items": 3})(),),
+        "DEFAULT_RESPONSES": {}, "lookup": lambda self, n: object()})()},
+     "workload 'core': metric_rows' val/loss: items: text, got 3"),
     ({"reevaluate": lambda self, c, k, n: ({}, {}), "reeval_counts": {"steps": "evaluation steps"},
       "metric_rows": type("Rows", (), {
           "REGISTRY": (type("R", (), {"name": "split/steps", "raised_by": "lr"})(),),

@@ -1,5 +1,5 @@
 """Reading an MLflow store for the commands that only read (`trials list` of a store, the
-analysis' loader, the probe every command makes first), through MLflow's public interfaces
+analysis' loader, `probe.py`'s check before any work), through MLflow's public interfaces
 only: nothing here names MLflow's SQL tables.
 
 `reading_client(uri)` returns an object with the reading methods of MLflow's `MlflowClient`
