@@ -19,7 +19,7 @@ from .anova import AnalysisError
 from .margins import parse_margins
 from .sweep_reader import load_runs, read_parquet
 from trials.export import check_writable, to_parquet
-from .notebook import answer, execute
+from .rendering.notebook import answer, execute
 from .results import rebuild, study_folders
 
 
@@ -150,7 +150,7 @@ def _recap(args) -> int:
     """Each sweep's question in a line, its verdicts and a sentence per primary response."""
     import textwrap
 
-    from .render import BRIEF_WIDTH, answer_lines, next_command
+    from .rendering.words import BRIEF_WIDTH, answer_lines, next_command
     from .report import build_report
 
     probe_store(args.tracking_uri)

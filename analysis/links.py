@@ -2,7 +2,7 @@
 
 A confirmation (`analysis plan NAME --confirm TERM`) carries `confirms:` in its spec, kept
 on its parent run and in its parquet export: the screening study, the term, the response
-and the estimate it started from. Its report names them (`analysis.render.confirms_line`). The screening
+and the estimate it started from. Its report names them (`analysis.rendering.words.confirms_line`). The screening
 study's report lists the confirmations found for it, each with its own verdict
 (`confirmation_lines`): in the same MLflow store (`in_store`), or, for the committed studies,
 in the sibling folders of `results/` (`in_folders`).

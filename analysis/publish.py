@@ -18,7 +18,7 @@ from trials.store.keys import ALPHA_TAG, LOOK_PREFIX, MARGINS_TAG, NOTE_TAG, SEQ
 from . import links
 from .anova import AnalysisError
 from trials.export import SweepFrame
-from .render import parent_note
+from .rendering.words import parent_note
 from .report import build_report
 from .sweep_reader import load_runs
 from .report_types import Report

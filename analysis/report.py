@@ -1,6 +1,6 @@
 """The attribution report of a sweep: `build_report` runs the statistics (`analysis.attribution`,
 `analysis.verdicts`, `analysis.diagnostics`) and hands the results to the renderer
-(`analysis.render`: terminal, Markdown, HTML). It leads with the answer: every term of every
+(`analysis.rendering.words`: terminal, Markdown, HTML). It leads with the answer: every term of every
 primary response ends "matters", "negligible" or "undecided", with the estimate and the
 interval the decision used, and for an undecided term what would decide it.
 
@@ -23,9 +23,9 @@ from .coded_design import factorial_rows
 from .diagnostics import DRIFT_ALPHA, against_control, analysable, choose_responses, drift_check, fraction_note
 from trials.export import SweepFrame
 from .sweep_reader import report_incomplete
-from .answer_grid import verdict_table_text
-from .render import brief_text, header_text, notes, summarise
-from .render_files import write_html, write_markdown
+from .rendering.answer_grid import verdict_table_text
+from .rendering.words import brief_text, header_text, notes, summarise
+from .rendering.files import write_html, write_markdown
 from .record_check import checked
 from .looks import look_for, look_shares, plan_prices
 from .report_types import Report

@@ -57,7 +57,7 @@ def test_the_reading_side_loads_no_ray_torch_or_renderer():
     loads no MLflow; `analysis plan` imports statistics only (no matplotlib, no renderer)."""
     code = ("import sys; import trials.saved, trials.cli, analysis.plan, analysis.sweep_reader, trials.store.reader\n"
             "import trials.workload; trials.workload.load_workload('dspark').registry\n"
-            "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.render', 'analysis.render_files', 'analysis.plots') "
+            "print(sorted(m for m in ('ray', 'torch', 'mlflow', 'matplotlib', 'analysis.rendering') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout
@@ -193,6 +193,21 @@ def test_every_module_is_on_the_map():
                if name.startswith(("trials", "analysis", "dspark")) and path.name != "__init__.py"
                and not re.search(r"(?<![\w/])" + re.escape(path.name) + r"\b", parts.get(name.split(".")[0], ""))]
     assert not missing, f"not in docs/extending.md's Layout: {missing}"
+
+
+# the statistics' modules that hand results to the rendering: the report's builder, the parent
+# run's note (the store side) and the CLI
+CALLS_RENDERING = ("analysis.report", "analysis.publish", "analysis.cli")
+
+
+def test_the_rendering_is_a_room_the_statistics_do_not_enter():
+    """`analysis/rendering/` renders what the statistics computed; no statistic imports it,
+    so that a plan, a look or a verdict is computed alike with no renderer installed."""
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {module}" for name, path in _modules().items()
+           if name.startswith("analysis") and not name.startswith("analysis.rendering") and name not in CALLS_RENDERING
+           for module, _, line in _imports(name, path) if module.startswith("analysis.rendering")]
+    assert not bad, bad
+    assert (ROOT / "analysis" / "rendering" / "__init__.py").is_file()
 
 
 # the engine calls the statistics in one place, `trials augment`'s looks

@@ -416,7 +416,7 @@ def test_the_model_fit_is_stated_per_response_as_statsmodels_fits_it():
 
 def test_the_pareto_line_names_the_level_it_is_drawn_at():
     """At a late look's level (0.0007 two-sided) the legend read "t crit (100%)"."""
-    from analysis.plots import critical_label
+    from analysis.rendering.plots import critical_label
 
     assert critical_label(0.000693) == "t crit (two-sided alpha 0.000693)"
     assert critical_label(0.05) == "t crit (two-sided alpha 0.05)"

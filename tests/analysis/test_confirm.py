@@ -127,7 +127,7 @@ def test_a_confirmation_names_its_screening_study_and_the_screening_report_lists
     ledger.finish(ledger.parent_id, "FINISHED")
     conf = load_runs("screen-confirm-d2", uri)
     assert conf.record.confirms == link
-    from analysis.render import confirms_line
+    from analysis.rendering.words import confirms_line
 
     assert (confirms_line(conf.record) == "confirms D2 on spec/tau of the screening study screen, which "
             "estimated it +0.01 [-0.05, +0.07] (undecided there)")

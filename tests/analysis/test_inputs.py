@@ -261,7 +261,7 @@ def test_deep_metadata_a_nan_replicate_and_non_finite_responses_are_named(tmp_pa
 
 
 def test_a_long_description_is_cut_in_the_reports(tmp_path):
-    from analysis.render import DESCRIPTION_SHOWN
+    from analysis.rendering.words import DESCRIPTION_SHOWN
 
     rep = build_report(read_parquet(_crafted(tmp_path, meta=_set(description="d" * 50_000))), tmp_path / "rep")
     cut = f"{'d' * DESCRIPTION_SHOWN} [... cut: {50_000 - DESCRIPTION_SHOWN} more characters not shown]"

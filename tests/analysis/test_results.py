@@ -136,7 +136,7 @@ def test_every_committed_study_names_its_cheapest_next_command():
     the planner where none do or the plan is spent, the report's detail where all is decided."""
     import math
 
-    from analysis.render import next_command, next_step
+    from analysis.rendering.words import next_command, next_step
 
     for folder in study_folders(ROOT / "results"):
         sweep = read_parquet(folder / "runs.parquet")

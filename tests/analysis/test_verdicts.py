@@ -324,7 +324,7 @@ def test_margins_come_from_the_spec_and_the_command_line():
 
 
 def test_a_term_that_matters_is_coloured_by_the_way_it_moves_the_response():
-    from analysis.answer_grid import VERDICT_COLOURS, verdict_colour
+    from analysis.rendering.answer_grid import VERDICT_COLOURS, verdict_colour
     from analysis.result_types import Verdict
 
     def v(verdict, estimate, better):
@@ -398,7 +398,7 @@ def test_the_caveats_stand_beside_the_verdicts_they_qualify(tmp_path):
     report's first table and the parent run's note say so beside the verdicts."""
     from trials.export import SweepFrame
     from trials.sweep_record import SweepRecord
-    from analysis.render import parent_note
+    from analysis.rendering.words import parent_note
     from analysis.report import build_report
 
     df = design({"A": 0.2, "B": 0.0}, sigma=0.01, replicates=6, seed=4)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .decision import Decision
-from .result_types import BEYOND, MIN_DF
+from ..decision import Decision
+from ..result_types import BEYOND, MIN_DF
 
 
 def verdict_table_text(decision: Decision) -> str:

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 
 from trials.store.ui import md_text
-from .decision import Decision
-from .result_types import NEGLIGIBLE
-from .render import fmt
+from ..decision import Decision
+from ..result_types import NEGLIGIBLE
+from .words import fmt
 
 
 def table_html(df: pd.DataFrame) -> str:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from trials.store.client import absolute_uri, check_store
 
-from .anova import AnalysisError
+from ..anova import AnalysisError
 
-NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # analysis/notebooks
 
 
 def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=None, timeout: int = 600,

@@ -14,8 +14,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from .coded_design import levels  # noqa: E402
-from .effects import lenth  # noqa: E402
+from ..coded_design import levels  # noqa: E402
+from ..effects import lenth  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:

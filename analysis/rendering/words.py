@@ -1,8 +1,8 @@
 """The report's words: the terminal summary, the sentences that answer the question, the
 notes, the next step and its command, the header and the parent run's note, from the results
-`analysis.report.build_report` assembles. The verdict grid is `analysis.answer_grid`; a
-response's own tables `analysis.render_tables`; the HTML and Markdown files
-`analysis.render_files`."""
+`analysis.report.build_report` assembles. The verdict grid is `analysis.rendering.answer_grid`; a
+response's own tables `analysis.rendering.tables`; the HTML and Markdown files
+`analysis.rendering.files`."""
 
 from __future__ import annotations
 
@@ -14,18 +14,18 @@ import pandas as pd
 
 from trials.store.ui import TRAINING_VIEW, md_text
 from .answer_grid import answer_columns
-from .boundary_table import boundary_lines
-from .looks import LookResult
-from .text import BRIEF_WIDTH, wrap_text
-from .report_types import Report, ResponseResult
-from .decision import Decision
-from .result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE
-from .coded_design import factorial_rows, without_value
-from .diagnostics import DRIFT_ALPHA
+from ..boundary_table import boundary_lines
+from ..looks import LookResult
+from ..text import BRIEF_WIDTH, wrap_text
+from ..report_types import Report, ResponseResult
+from ..decision import Decision
+from ..result_types import BEYOND, MIN_DF, NEGLIGIBLE, UNDECIDED, UNSURE
+from ..coded_design import factorial_rows, without_value
+from ..diagnostics import DRIFT_ALPHA
 from trials.export import SweepFrame
-from .item_kinds import count_column
-from .sweep_reader import report_incomplete
-from .variance import items_unused
+from ..item_kinds import count_column
+from ..sweep_reader import report_incomplete
+from ..variance import items_unused
 
 
 def fmt(x, digits=4):

@@ -1,5 +1,5 @@
 """The report's files: one self-contained HTML file (plots embedded) and the Markdown file,
-from a built report, its words (`analysis.render`) and tables (`analysis.render_tables`)."""
+from a built report, its words (`analysis.rendering.words`) and tables (`analysis.rendering.tables`)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ import pandas as pd
 from trials.store.kept import write_atomic
 from trials.store.ui import UI_URL, run_url
 from . import plots
-from .report_types import Report, ResponseResult
-from .decision import Decision
-from .result_types import BEYOND, NEGLIGIBLE, UNSURE
-from .coded_design import alias_structure, design_matrix, factorial_rows
-from .diagnostics import cell_means, centred_order, model_fit_table, residuals
-from .item_kinds import curves
+from ..report_types import Report, ResponseResult
+from ..decision import Decision
+from ..result_types import BEYOND, NEGLIGIBLE, UNSURE
+from ..coded_design import alias_structure, design_matrix, factorial_rows
+from ..diagnostics import cell_means, centred_order, model_fit_table, residuals
+from ..item_kinds import curves
 from trials.export import SweepFrame
 from .answer_grid import VERDICT_COLOURS, verdict_colour, verdict_grid, verdict_rows
-from .render import header_text, next_command, notes
-from .render_tables import (EFFECTS_LEGEND, col_note, effects_table, errors_table, margin_table, md_table, pct_text,
+from .words import header_text, next_command, notes
+from .tables import (EFFECTS_LEGEND, col_note, effects_table, errors_table, margin_table, md_table, pct_text,
                             run_table, simple_table, table_html)
 
 
