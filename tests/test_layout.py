@@ -141,6 +141,8 @@ def test_the_engine_and_the_statistics_import_no_workload():
     nothing of the project outside it; the interface, of the engine, only the sweep record."""
     allowed_in_analysis = ("trials.store", "trials.workload", "trials.registry", "trials.workload_defaults", "trials.export",
                            "trials.sweep_record", "trials.fraction", "trials.timing_settings")
+    # and the looks of `--until-decided` (DRIVES_THE_ENGINE), the engine's augment that adds blocks
+    drives = ("trials.augment", "trials.run_settings")
     bad = []
     for name, path in _modules().items():
         for module, _, line in _imports(name, path):
@@ -150,7 +152,8 @@ def test_the_engine_and_the_statistics_import_no_workload():
             if name.startswith("dspark") and module.split(".")[0] in ("trials", "analysis") and not (
                     name == "dspark.cli" and module.startswith("trials.store")):
                 bad.append(where)
-            if name.startswith("analysis") and module.startswith("trials") and not module.startswith(allowed_in_analysis):
+            if name.startswith("analysis") and module.startswith("trials") and not module.startswith(allowed_in_analysis) \
+                    and not (name == DRIVES_THE_ENGINE and module in drives):
                 bad.append(where)
             if name.startswith("trials.store") and module.split(".")[0] in ("trials", "analysis", "dspark") and \
                     not module.startswith("trials.store"):
@@ -210,15 +213,25 @@ def test_the_rendering_is_a_room_the_statistics_do_not_enter():
     assert (ROOT / "analysis" / "rendering" / "__init__.py").is_file()
 
 
-# the engine calls the statistics in one place, `trials augment`'s looks
-ENGINE_CALLS_STATISTICS = ("trials.augment",)
+# the one module of the statistics that drives the engine: `trials augment --until-decided`'s
+# looks, which add blocks through `trials.augment` (the engine reaches it by an entry point)
+DRIVES_THE_ENGINE = "analysis.until_decided"
 
 
-def test_the_engine_calls_the_statistics_only_where_it_decides():
-    bad = [f"{path.relative_to(ROOT)}:{line} imports {module}" for name, path in _modules().items()
-           if name.startswith("trials") and name not in ENGINE_CALLS_STATISTICS
-           for module, _, line in _imports(name, path) if module.split(".")[0] == "analysis"]
-    assert not bad, bad
+def test_no_arrow_points_back_up_from_the_engine_to_the_statistics():
+    """No module of the engine imports the statistics, at any depth; the looks of
+    `--until-decided` are the statistics', found through the entry point group
+    `dspark_sweeps.deciders`, and only they import the engine's augment."""
+    up = [f"{path.relative_to(ROOT)}:{line} imports {module}" for name, path in _modules().items()
+          if name.startswith("trials") for module, _, line in _imports(name, path) if module.split(".")[0] == "analysis"]
+    assert not up, up
+    driving = [f"{path.relative_to(ROOT)}:{line} imports {module}" for name, path in _modules().items()
+               if name.startswith("analysis") and name != DRIVES_THE_ENGINE
+               for module, _, line in _imports(name, path) if module in ("trials.augment", "trials.run_settings")]
+    assert not driving, driving
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '[project.entry-points."dspark_sweeps.deciders"]' in pyproject
+    assert f'= "{DRIVES_THE_ENGINE}:until_decided"' in pyproject
 
 
 def test_no_import_cycle():

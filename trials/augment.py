@@ -3,13 +3,14 @@ until every primary term is decided.
 
 - `--replicates N` adds N blocks (new seeds, each block in its own randomised order, the
   shared target reused) and runs them.
-- `--until-decided` repeats looks: analyse the runs (`analysis`; each analysis is a look of
-  the sweep's sequential plan, identified by the data it saw, recorded on the parent run),
-  stop when every term of the family (primary responses x primary terms) is decided, at the
-  plan's maximum of blocks, or when the next block would pass `--budget-minutes`; otherwise
-  add one block and look again. Each look tests at the alpha `analysis.sequential`'s
-  spending rule gives it on the information scale, so repeated looks do not inflate false
-  verdicts.
+- `--until-decided` repeats looks: the statistics analyse the runs (each analysis a look of
+  the sweep's sequential plan), stop when every term of the family is decided, at the plan's
+  maximum of blocks, or when the next block would pass `--budget-minutes`; otherwise they add
+  the plan's blocks with this module's `add_block` and look again. The looks are the
+  statistics' (`analysis.until_decided`, reached through the entry point group
+  `dspark_sweeps.deciders`): the engine imports no statistics. Each look tests at the alpha
+  the plan's spending rule gives it on the information scale, so repeated looks do not
+  inflate false verdicts.
 
 The plan is the spec's (`sequential:`, recorded at `trials run`). A sweep without one gets
 a plan here only before its first look; after a look, adding one is post hoc and is
@@ -40,32 +41,15 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from importlib.metadata import entry_points
 from typing import Any
 
-from trials.store.keys import PLAN_PARAM, SEQUENTIAL_TAG, read_split_tag, sweep_parent
-from trials.store.client import set_tags, tracking_client
 from trials.store.kept import keep_parent_record, sweep_storage
 
 from . import expand, saved
 from .block_evaluation import evaluate_like_the_rest, unevenly_measured
 from trials.store.kept import write_atomic
 from .run_settings import RunSettings
-
-
-@dataclass
-class Look:
-    replicates: int
-    alpha: float
-    counts: dict[str, int]
-    action: str
-    label: str = ""  # the look as the report names it
-
-    def text(self) -> str:
-        c = [self.counts.get(k, 0) for k in ("matters, beyond the margin", "matters, size unsure", "negligible",
-                                             "undecided")]
-        told = (f"{c[0]} matter beyond the margin, {c[1]} matter (size unsure), {c[2]} negligible, "
-                f"{c[3]} undecided")
-        return f"look at {self.replicates} replicate blocks (alpha {self.alpha:.3g}): {told} -> {self.action}"
 
 
 @dataclass(frozen=True)
@@ -119,7 +103,21 @@ def augment(name: str, storage: str | None, tracking_uri: str | None = None, add
                           extend=True, command=f"trials augment {name} {how}")
     if settings.replicates is not None:
         return _add_blocks(spec, settings.replicates, pending, exp_dir, running, settings.say)
-    return _until_decided(spec, running, settings, pending)
+    return _decider()(spec, running, settings, pending)
+
+
+DECIDERS = "dspark_sweeps.deciders"  # the entry point group of what decides a sweep's looks (pyproject)
+
+
+def _decider() -> Callable[..., dict]:
+    """What looks until decided (`--until-decided`): the installed statistics' entry point of
+    the group `dspark_sweeps.deciders` (`analysis.until_decided.until_decided`), so that the
+    engine imports no statistics; one line where none is installed."""
+    found = list(entry_points(group=DECIDERS))
+    if not found:
+        raise ValueError(f"augment --until-decided: nothing installed decides a sweep's looks (no entry point in "
+                         f"{DECIDERS}; `make install` installs the analysis package's)")
+    return found[0].load()
 
 
 TARGET_FILE = "augment.json"  # in the sweep's storage folder while an `augment --replicates` is under way
@@ -171,66 +169,7 @@ def _add_blocks(spec, replicates: int, pending: dict | None, exp_dir, running: R
     return {"looks": [], "stopped": done, "replicates": spec.replicates, "run": out, "ok": out["failed"] == 0}
 
 
-@dataclass(frozen=True)
-class _Watch:
-    """What every look of one `--until-decided` shares: the store, the parent run, the plan,
-    when it started (for the budget), and the looks so far."""
-    uri: str
-    client: Any
-    parent: str
-    plan: Any
-    started: float
-    looks: list[Look]
-
-
-def _until_decided(spec, running: RunSettings, settings: AugmentSettings, pending: dict | None = None) -> dict:
-    from analysis.anova import AnalysisError
-    from analysis.sweep_reader import load_runs
-
-    started = time.monotonic()
-    block_s: float | None = None
-    uri, say = running.tracking_uri, settings.say
-    client = tracking_client(uri)
-    exp = client.get_experiment_by_name(spec.name)
-    found = [p for p in [sweep_parent(client, exp.experiment_id)] if p is not None] if exp else []
-    # refused before any work
-    plan = _plan(found[0].data.tags if found else {}, spec.replicates, settings.max_replicates, settings.alpha,
-                 settings.post_hoc, settings.look_every)
-    spec, out, wait = _finish_first(spec, running, pending, say)
-    parent = out["parent_run_id"]
-    watch = _Watch(uri, client, parent, plan, started, looks=[])
-    looks = watch.looks
-    _keep_on_parent(client, parent, spec.name, "plan", {SEQUENTIAL_TAG: plan.to_json()})
-    set_tags(client, parent, {SEQUENTIAL_TAG: plan.to_json()})
-    if not plan.looks and PLAN_PARAM not in client.get_run(parent).data.params:  # a plan this augment adds
-        client.log_param(parent, PLAN_PARAM, plan.to_json())
-    while True:
-        if wait:  # no binding look on timed values the tool calls busy
-            return {"looks": looks, "stopped": f"stop: {wait}", "replicates": spec.replicates, "ok": False}
-        sweep = load_runs(spec.name, uri)
-        block_s = block_s or _block_estimate_s(sweep.runs, spec)
-        try:
-            rep, why_not = _report(sweep), ""
-        except AnalysisError as e:
-            rep, why_not = None, str(e)
-        if rep is None:  # not a look: nothing is decided, and no alpha is spent
-            if spec.replicates >= plan.max_replicates:
-                return {"looks": looks, "stopped": f"stop: cannot analyse at the maximum of {plan.max_replicates} "
-                        f"blocks ({why_not})", "replicates": spec.replicates, "ok": False}
-            say(f"{spec.name}: {spec.replicates} replicate block(s) cannot be analysed yet ({why_not}) "
-                f"-> add {_step(plan, spec.replicates)} replicate block(s)")
-        else:
-            stop = _look(rep, sweep, spec, block_s, watch, settings)
-            if stop:
-                return {"looks": looks, "stopped": stop, "replicates": spec.replicates, "ok": True}
-        step = _step(plan, spec.replicates)
-        spec, out, took, wait = _add_block(spec, running, step)
-        block_s = took / step
-        if out["failed"]:
-            return _failed(out, looks, spec)
-
-
-def _finish_first(spec, running: RunSettings, pending: dict | None, say):
+def finish_first(spec, running: RunSettings, pending: dict | None, say):
     """Before the first look: the blocks an interrupted `--replicates` asked for, whatever an
     interrupted augment left unrun, evaluated and timed like the rest (a confirmation of a
     timed response is timed here for its first look). Returns (spec, the run's result, why a
@@ -250,30 +189,7 @@ def _finish_first(spec, running: RunSettings, pending: dict | None, say):
     return spec, out, wait
 
 
-def _look(rep, sweep, spec, block_s: float | None, watch: _Watch, settings: AugmentSettings) -> str:
-    """One look: its verdicts counted, recorded on the parent (when new) and said; returns
-    why to stop, or ""."""
-    from analysis.publish import log_to_parent, record_look
-
-    counts = rep.decision.counts()
-    step = _step(watch.plan, spec.replicates)
-    stop = _stop_reason(rep.decision.undecided(), spec.replicates, watch.plan.max_replicates, settings.budget_minutes,
-                        watch.started, None if block_s is None else block_s * step,
-                        counts.get("matters, size unsure", 0))
-    more = "add one replicate block" if step == 1 else f"add {step} replicate blocks (the plan looks every {step})"
-    look = Look(spec.replicates, rep.look.alpha, counts, stop or more, rep.look.label())
-    watch.looks.append(look)
-    if rep.look.new or rep.look.sealed:
-        record_look(sweep, watch.uri, rep.look.plan.to_json(), json.dumps({**look.__dict__}), rep.look.index)
-        log_to_parent(rep, sweep, watch.uri)  # the parent's description is this look's answer (and a screening's link)
-    _keep_on_parent(watch.client, watch.parent, spec.name, "look", {},
-                    {"augment/undecided": rep.decision.undecided()}, rep.look.index)
-    watch.client.log_metric(watch.parent, "augment/undecided", rep.decision.undecided(), step=rep.look.index)
-    settings.say(f"{spec.name}: {look.text()}")
-    return stop
-
-
-def _keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metrics: dict | None = None,
+def keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metrics: dict | None = None,
                     step: int = 0) -> None:
     """What is about to be written to the parent, kept in the sweep's storage first
     (`trials.store.kept`), so that `trials recover` rebuilds it."""
@@ -282,18 +198,18 @@ def _keep_on_parent(client, parent: str, name: str, kind: str, tags: dict, metri
         keep_parent_record(exp_dir, kind, tags, metrics, step)
 
 
-def _failed(out: dict, looks: list, spec) -> dict:
+def failed(out: dict, looks: list, spec) -> dict:
     return {"looks": looks, "stopped": f"stop: {out['failed']} trial(s) failed; fix and rerun augment",
             "replicates": spec.replicates, "ok": False}
 
 
-def _step(plan, replicates: int) -> int:
+def blocks_before_look(plan, replicates: int) -> int:
     """The blocks to add before the next look: the plan's `look_every` (one where it names
     none), never past its maximum."""
     return max(1, min(plan.look_every or 1, plan.max_replicates - replicates))
 
 
-def _add_block(spec, running: RunSettings, step: int = 1):
+def add_block(spec, running: RunSettings, step: int = 1):
     """`step` more replicate blocks, saved with the sweep and run as one, evaluated and timed
     like the rest; returns (spec, run's result, seconds, why a look must wait or "")."""
     from . import runner
@@ -305,70 +221,3 @@ def _add_block(spec, running: RunSettings, step: int = 1):
     return spec, out, time.monotonic() - t0, wait
 
 
-def _plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool,
-          look_every: int | None = None):
-    """The sweep's plan (from its parent run), or one fixed now: before the first look a plan
-    made here counts as declared; after one it is post hoc, refused unless `post_hoc`. A
-    `look_every` given here fills a plan that names none (when the looks fall depends on no
-    result); it cannot change one that does."""
-    plan = _recorded_plan(tags, replicates, max_replicates, alpha, post_hoc)
-    if look_every is not None and plan.look_every not in (None, look_every):
-        raise ValueError(f"--look-every: this sweep's plan looks every {plan.look_every} blocks; it cannot change")
-    plan.look_every = plan.look_every or look_every
-    return plan
-
-
-def _recorded_plan(tags: dict, replicates: int, max_replicates: int | None, alpha: float, post_hoc: bool):
-    from analysis.sequential import Plan, plan_of
-
-    plan = plan_of(read_split_tag(tags, SEQUENTIAL_TAG), alpha)
-    if plan.planned:
-        if max_replicates is not None and max_replicates != plan.max_replicates:
-            raise ValueError(f"--max-replicates: this sweep's plan allows {plan.max_replicates} blocks; "
-                             "a plan cannot change between looks")
-        if alpha != plan.alpha:
-            raise ValueError(f"--alpha: this sweep's plan spends alpha {plan.alpha}; it cannot change between looks")
-        return plan
-    reps = max_replicates or max(3 * replicates, replicates + 2)
-    if not plan.looks:
-        return Plan(reps, alpha, declared=True, post_hoc="")
-    seen = "; ".join(look.describe() for look in plan.looks)
-    if not post_hoc:
-        raise ValueError(f"augment: this sweep declared no sequential plan and has been analysed ({len(plan.looks)} "
-                         f"look(s): {seen}); a plan added now is post hoc: rerun with --post-hoc to add one anyway "
-                         "(every report will say so), or declare sequential: in the spec of a new sweep")
-    return Plan(reps, alpha, declared=False,
-                post_hoc=f"added by trials augment --post-hoc after {len(plan.looks)} look(s) ({seen})")
-
-
-def _block_estimate_s(df, spec) -> float | None:
-    """One block's time before any block ran here: the median trial's wall time times the
-    trials of a block (as if they ran one at a time: an upper estimate)."""
-    from analysis.plan import median_minutes
-
-    minutes = median_minutes(df, "run_s")
-    return None if minutes is None else 60.0 * minutes * sum(1 for t in spec.trials if t.replicate == 0)
-
-
-def _report(sweep):
-    """The analysis of the primary responses at this data: a look of the sweep's plan."""
-    from analysis.report import build_report
-
-    return build_report(sweep, None, responses=list(sweep.record.responses))
-
-
-def _stop_reason(undecided: int, replicates: int, max_replicates: int, budget_minutes: float | None,
-                 started: float, block_s: float | None, unsure: int = 0) -> str:
-    if undecided == 0:
-        sized = (f" ({unsure} of them {'matters with its' if unsure == 1 else 'matter with their'} size unsure: "
-                 "whether beyond the margin is still open)"
-                 if unsure else "")
-        return f"stop: every term of the family is decided{sized}"
-    if replicates >= max_replicates:
-        return f"stop: {max_replicates} replicate blocks, the plan's maximum"
-    if budget_minutes is not None and block_s is not None:
-        used = (time.monotonic() - started) / 60.0
-        if used + block_s / 60.0 > budget_minutes:
-            return (f"stop: another block (about {block_s / 60:.1f} min) would pass the {budget_minutes:g}-minute "
-                    f"budget ({used:.1f} min used)")
-    return ""

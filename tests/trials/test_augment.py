@@ -110,7 +110,7 @@ def test_augment_until_decided_records_each_look_on_the_parent(ray_local, tmp_pa
 def test_a_plan_added_after_a_look_is_post_hoc_and_refused_unless_asked():
     from analysis.sequential import Plan, plan_of
 
-    from trials.augment import _plan
+    from analysis.until_decided import plan_for as _plan
 
     fixed = plan_of("", 0.05)
     fixed.look("abc", 2, {"prompts": 32})  # the sweep was analysed once without a plan
@@ -219,7 +219,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
 
 
 def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_the_next_run(tmp_path):
-    """What `_until_decided` checks after finishing an interrupted block: runs that differ in
+    """What `until_decided` checks after finishing an interrupted block: runs that differ in
     their re-evaluation counts, or that lack the sweep's last timing pass."""
     from trials.block_evaluation import unevenly_measured
     from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
@@ -310,7 +310,8 @@ def test_a_plan_that_looks_every_few_blocks_adds_them_between_looks(ray_local, t
     first blocks and again at its maximum (two levels from the spending rule), not after
     every block. A --look-every fills a plan that names none and cannot change one that does."""
     from analysis.sequential import Plan, spent
-    from trials.augment import _plan, _step
+    from analysis.until_decided import plan_for as _plan
+    from trials.augment import blocks_before_look as _step
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     storage = str(tmp_path / "st")

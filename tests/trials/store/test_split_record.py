@@ -10,7 +10,7 @@ from analysis.publish import record_look
 from analysis.sequential import Plan
 from analysis.sweep_reader import load_runs
 from tests.analysis.conftest import synthetic_sweep
-from trials.augment import _recorded_plan
+from analysis.until_decided import recorded_plan as _recorded_plan
 from trials.store.client import tracking_client
 from trials.store.keys import PART_CHARS, SEQUENTIAL_TAG, read_split_tag, split_tag, sweep_parent
 
