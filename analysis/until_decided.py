@@ -104,7 +104,7 @@ def _look(rep, sweep, spec, block_s: float | None, watch: _Watch, settings: Augm
 
     counts = rep.decision.counts()
     step = blocks_before_look(watch.plan, spec.replicates)
-    stop = _stop_reason(rep.decision.undecided(), spec.replicates, watch.plan.max_replicates, settings.budget_minutes,
+    stop = stop_reason(rep.decision.undecided(), spec.replicates, watch.plan.max_replicates, settings.budget_minutes,
                         watch.started, None if block_s is None else block_s * step,
                         counts.get("matters, size unsure", 0))
     more = "add one replicate block" if step == 1 else f"add {step} replicate blocks (the plan looks every {step})"
@@ -169,7 +169,7 @@ def _report(sweep):
     return build_report(sweep, None, responses=list(sweep.record.responses))
 
 
-def _stop_reason(undecided: int, replicates: int, max_replicates: int, budget_minutes: float | None,
+def stop_reason(undecided: int, replicates: int, max_replicates: int, budget_minutes: float | None,
                  started: float, block_s: float | None, unsure: int = 0) -> str:
     if undecided == 0:
         sized = (f" ({unsure} of them {'matters with its' if unsure == 1 else 'matter with their'} size unsure: "

@@ -172,16 +172,16 @@ def test_a_confirms_record_that_is_not_one_is_refused_in_one_line():
 def test_decided_is_not_said_of_a_term_whose_size_is_unsure(capsys):
     """'every primary term is decided' beside a term that matters with its size unsure read as
     if nothing were open: the planner and augment's stop line say how many are unsure."""
-    from trials.augment import _stop_reason
+    from analysis.until_decided import stop_reason
 
     assert main(["plan", "seed-questions", "--parquet", str(PARQUET)]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert ("train/step_ms (primary): every primary term is decided (1 matters with its size unsure: whether beyond "
             "the margin is open)") in said, said
-    assert _stop_reason(0, 4, 6, None, 0.0, None, unsure=2) == (
+    assert stop_reason(0, 4, 6, None, 0.0, None, unsure=2) == (
         "stop: every term of the family is decided (2 of them matter with their size unsure: whether beyond the "
         "margin is still open)")
-    assert _stop_reason(0, 4, 6, None, 0.0, None) == "stop: every term of the family is decided"
+    assert stop_reason(0, 4, 6, None, 0.0, None) == "stop: every term of the family is decided"
 
 
 def test_a_confirmation_name_stays_within_what_trials_run_accepts():
