@@ -19,7 +19,6 @@ from .anova import AnalysisError, check_design
 from .attribution import control_contrast, dunnett_vs_control, stage_of
 from .report_types import ResponseResult
 from .coded_design import alias_structure, design_matrix, factorial_rows, with_value
-from .item_kinds import flat_rule
 from .sweep_reader import responses as metric_columns
 
 
@@ -125,7 +124,7 @@ def why_degenerate(df: pd.DataFrame, stage: str | None, r: str, rules: Registry 
     its `same` column one value: a scheduler's throughput where every request of every run
     was given one length ranks the acceptance, not the scheduler)."""
     reason = (rules or UNKNOWN).degenerate_reason(stage, r)
-    rule = None if reason else flat_rule(r, rules)
+    rule = None if reason else (rules or UNKNOWN).flat_rule(r)
     if rule is None or rule["flag"] not in df.columns or rule["same"] not in df.columns:
         return reason
     flags, same = pd.to_numeric(df[rule["flag"]], errors="coerce"), pd.to_numeric(df[rule["same"]], errors="coerce")

@@ -1,7 +1,7 @@
 """Which evaluation a response's items are drawn on (its kind), and the run's column that
 counts them: an evaluation's own count `split/<kind>` (DSpark's decoded prompts, its held-out
 batches, a user's examples), or the prompts of the timing pass (`timing/prompts`, kind
-`timing_prompts`); and the curves a report plots. A workload's registry row declares it
+`timing_prompts`). A workload's registry row declares it
 (`Registry.item_count`); nothing here reads a metric's name (a record kept before rows
 declared it is read with the workload's current rows: `trials.registry.with_declarations`).
 No statistics: the readers (`analysis.sweep_reader`) check a run's item counts with it before
@@ -52,9 +52,8 @@ def kind_of(response: str, rules: Registry | None = None) -> str:
 def count_column(response: str, rules: Registry | None = None) -> str:
     """The run's column counting the evaluation items a response is drawn on, as its row
     declares it (the timing pass's prompts for a timed one; "" where it declares none)."""
-    declared = (rules or UNKNOWN).item_count(response)
-    kind = "" if declared else kind_of(response, rules)
-    return declared or (kind_column(kind) if kind else "")
+    rules = rules or UNKNOWN
+    return rules.item_count(response) or (TIMING_COUNT[1] if rules.is_timed(response) else "")
 
 
 def count_in(data, response: str, rules: Registry | None = None) -> str:
@@ -78,16 +77,6 @@ def data_seen(runs, rules: Registry | None = None) -> tuple[str, int, dict]:
     """`sequential.fingerprint` of these runs with the counts their rows declare: the one
     identity of the data a look saw, for recording a look and for checking one."""
     return fingerprint(runs, evaluation_counts(runs.columns, rules))
-
-
-def flat_rule(response: str, rules: Registry | None = None) -> dict | None:
-    """A response's `degenerate_when`, {at} filled in (`Registry.flat_rule`)."""
-    return (rules or UNKNOWN).flat_rule(response)
-
-
-def curves(columns, rules: Registry | None = None) -> dict[str, list[str]]:
-    """The curves a report plots (`Registry.curves`)."""
-    return (rules or UNKNOWN).curves(columns)
 
 
 def seconds_column(kind: str, rules: Registry | None = None) -> str:

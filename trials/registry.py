@@ -314,16 +314,18 @@ def from_record(data: dict) -> Registry:
     return Registry(RecordedMetrics(rows, defaults, tuple(declares)), data.get("variant_field", ""))
 
 
-def lacks_declarations(rules: Registry) -> bool:
-    """A recorded registry kept before its rows carried every declaration (`DECLARATIONS`)."""
-    return not set(DECLARATIONS) <= set(getattr(rules.metrics, "declares", DECLARATIONS))
+def lacks_declarations(rules: Registry) -> list[str]:
+    """The declarations (`DECLARATIONS`) a recorded registry's rows could not carry when it was
+    kept ([] for one kept since, or a workload's own rules)."""
+    declares = getattr(rules.metrics, "declares", DECLARATIONS)
+    return [f for f in DECLARATIONS if f not in declares]
 
 
 def with_declarations(kept: Registry, current: Registry) -> Registry:
     """A recorded registry whose rows predate some declarations, each row given those it
     could not carry from the workload's current row of its name (`current`): how the
     statistics read a sweep recorded before rows said what they needed."""
-    missing = [f for f in DECLARATIONS if f not in getattr(kept.metrics, "declares", DECLARATIONS)]
+    missing = lacks_declarations(kept)
     rows = {}
     for m in kept.metrics.REGISTRY:
         now = current.lookup(m.name)

@@ -19,7 +19,6 @@ from ..decision import Decision
 from ..result_types import BEYOND, NEGLIGIBLE, UNSURE
 from ..coded_design import alias_structure, design_matrix, factorial_rows
 from ..diagnostics import cell_means, centred_order, model_fit_table, residuals
-from ..item_kinds import curves
 from trials.export import SweepFrame
 from .answer_grid import VERDICT_COLOURS, verdict_colour, verdict_grid, verdict_rows
 from .words import header_text, next_command, notes
@@ -120,7 +119,7 @@ def write_html(sweep: SweepFrame, rep: Report, factors: list[str], out: Path, ui
         img = Path(tmp)
         for i, (r, res) in enumerate(rep.results.items()):
             parts += _response_html(data, r, res, rep, factors, img, f"r{i}")
-        for i, (title, columns) in enumerate(curves(df.columns, sweep.registry).items()):
+        for i, (title, columns) in enumerate(sweep.registry.curves(df.columns).items()):
             # the first keeps the file name reports have always given it
             p = plots.curves(df, img / f"acceptance_curves{f'_{i + 1}' if i else ''}.png", columns, title)
             parts.append(f"<h2>{esc(title[:1].upper() + title[1:])}</h2>{_img(p)}")

@@ -95,7 +95,6 @@ def test_the_parent_keeps_the_registry_and_a_reader_imports_no_workload(tmp_path
 
 
 def test_a_declared_curve_is_plotted_by_its_row_and_an_old_record_keeps_the_one_it_had():
-    from analysis.item_kinds import curves
     from trials.registry import from_record
 
     rules = load_workload("dspark").registry
@@ -106,13 +105,13 @@ def test_a_declared_curve_is_plotted_by_its_row_and_an_old_record_keeps_the_one_
     assert from_record(json.loads(json.dumps(kept))).curves(columns) == want  # through the record, as data
     for row in kept["metrics"].values():  # a registry recorded before rows declared curves
         row.pop("curve", None)
-    assert curves(columns, from_record(kept)) == {}  # kept since: its rows say no curve
+    assert from_record(kept).curves(columns) == {}  # kept since: its rows say no curve
     kept.pop("declares")
-    assert curves(columns, from_record(kept)) == {}  # read as it is, a row's name says nothing
+    assert from_record(kept).curves(columns) == {}  # read as it is, a row's name says nothing
     old = sweep_record.SweepRecord(workload="dspark", registry=kept).rules()
-    assert curves(columns, old) == want and curves(["val/bpb"], old) == {}  # the workload's rows say it now
+    assert old.curves(columns) == want and old.curves(["val/bpb"]) == {}  # the workload's rows say it now
     gone = sweep_record.SweepRecord(workload="no_such_workload_here", registry=kept).rules()
-    assert curves(columns, gone) == {}  # the workload gone: the rows as recorded
+    assert gone.curves(columns) == {}  # the workload gone: the rows as recorded
 
 
 def test_a_damaged_registry_tag_is_read_past_and_written_anew(tmp_path, corpus_dir):
