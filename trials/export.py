@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -43,7 +44,7 @@ class SweepFrame:
     incomplete: list[dict] = field(default_factory=list)  # the failed, killed, unfinished runs (META_COLUMNS)
     local_rows: list[dict] = field(default_factory=list)  # `trials run --local`'s rows: what a rerun resumes from
 
-    @property
+    @cached_property  # read per response and per look: the rows are read once (a record is frozen)
     def registry(self) -> Registry:
         """The rules over the swept workload's metrics (better direction, degenerate, timed):
         the record's own copy where it keeps one (no workload imported, unless it was kept before
