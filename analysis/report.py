@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trials.store.ui import UI_URL
-from trials.timing_settings import again_command
+from trials.timing.timing_settings import again_command
 
 from .anova import AnalysisError
 from .attribution import analyse, stage_of

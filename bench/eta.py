@@ -20,7 +20,7 @@ LINE = re.compile(r"^\[(?P<sweep>\S+) (?P<done>\d+)/(?P<total>\d+) done (?P<cloc
 
 
 def seconds(text: str) -> float:
-    """42s, 3m05s, 1h07m (trials.progress.clock) in seconds."""
+    """42s, 3m05s, 1h07m (trials.driver.progress.clock) in seconds."""
     found = dict((u, int(n)) for n, u in re.findall(r"(\d+)([hms])", text))
     return 3600 * found.get("h", 0) + 60 * found.get("m", 0) + found.get("s", 0)
 

@@ -42,7 +42,7 @@ from dspark.config import BUILT_TARGETS  # noqa: E402
 from dspark.hf_target import spread_layer_ids  # noqa: E402
 from trials import validate  # noqa: E402
 from trials.local import bind_targets, run_local  # noqa: E402
-from trials.timing_settings import TimingSettings  # noqa: E402
+from trials.timing.timing_settings import TimingSettings  # noqa: E402
 
 
 class Log:

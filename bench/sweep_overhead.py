@@ -25,8 +25,9 @@ import torch
 from dspark.train import train, train_shared_target
 from ray.tune import Callback
 
-from trials import cluster, runner
-from trials import ledger
+from trials import runner
+from trials.driver import cluster
+from trials.driver import ledger
 from trials.validate import parse
 from dspark import targets
 from trials.trainable import trial_fn

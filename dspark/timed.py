@@ -1,5 +1,5 @@
 """DSpark's part of the interleaved timing pass (`trials time`, run by the engine's
-`trials.timing`): what one repetition of a run is in each parallel stage, and the timed
+`trials.timing.timing_pass`): what one repetition of a run is in each parallel stage, and the timed
 response computed from the rounds' raw times.
 
 Drafter stage: each run's final checkpoint is loaded once (`Trainer.load_checkpoint`, the

@@ -140,7 +140,7 @@ def test_the_engine_and_the_statistics_import_no_workload():
     (`trials.sweep_record`) and export (`trials.export`) and the store; the store imports
     nothing of the project outside it; the interface, of the engine, only the sweep record."""
     allowed_in_analysis = ("trials.store", "trials.workload", "trials.registry", "trials.workload_defaults", "trials.export",
-                           "trials.sweep_record", "trials.fraction", "trials.timing_settings")
+                           "trials.sweep_record", "trials.fraction", "trials.timing.timing_settings")
     # and the looks of `--until-decided` (DRIVES_THE_ENGINE), the engine's augment that adds blocks
     drives = ("trials.augment", "trials.run_settings")
     bad = []
@@ -186,16 +186,45 @@ def test_the_engine_and_the_statistics_name_no_metric_of_the_workload():
 
 
 def test_every_module_is_on_the_map():
-    """docs/extending.md's Layout names every module of the three packages: the map a
-    newcomer reads is the house as it stands."""
+    """docs/extending.md's Layout names every module of the three packages, a sub-package's
+    modules in that sub-package's own entry (`  driver/  ...`): the map a newcomer reads is
+    the house as it stands, folder by folder."""
     doc = (ROOT / "docs" / "extending.md").read_text()
     layout = doc[doc.index("## Layout"):]
     # each package's part of the map: from its `name/` line to the next top-level folder's
     parts = dict(re.findall(r"^(\w+)/ +(.*?)(?=^\w+/ |^```)", layout, re.S | re.M))
-    missing = [str(path.relative_to(ROOT)) for name, path in _modules().items()
-               if name.startswith(("trials", "analysis", "dspark")) and path.name != "__init__.py"
-               and not re.search(r"(?<![\w/])" + re.escape(path.name) + r"\b", parts.get(name.split(".")[0], ""))]
-    assert not missing, f"not in docs/extending.md's Layout: {missing}"
+    # a sub-package's entry: from its `  sub/` line to the next entry of the same indent
+    entries = {(package, sub): text for package, part in parts.items()
+               for sub, text in re.findall(r"^  (\w+)/ +(.*?)(?=^  \S|\Z)", part + "\n", re.S | re.M)}
+    missing = []
+    for name, path in _modules().items():
+        dotted = name.split(".")
+        if not name.startswith(("trials", "analysis", "dspark")) or path.name == "__init__.py":
+            continue
+        where = entries.get((dotted[0], dotted[1]), "") if len(dotted) > 2 else parts.get(dotted[0], "")
+        if not re.search(r"(?<![\w/])" + re.escape(path.name) + r"\b", where):
+            missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"not in docs/extending.md's Layout (its sub-package's entry, for one in a sub-package): {missing}"
+
+
+COMMANDS = ("trials.cli", "trials.augment", "trials.reeval", "trials.recover", "trials.local", "trials.listing")
+
+
+def test_the_engines_parts_import_no_command():
+    """The engine's sub-packages are the parts its commands are made of, so arrows point from
+    a command into them, never back: the driver's parts (`trials.driver`) import no command and
+    no timing pass; the timing pass (`trials.timing`) imports no command but `trials.reeval`
+    (the checkpoints it times are the ones a re-evaluation reads)."""
+    bad = []
+    for name, path in _modules().items():
+        for module, names, line in _imports(name, path):
+            for target in [module] + [f"{module}.{n}" for n in names]:  # `from trials import augment` too
+                where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+                if name.startswith("trials.driver.") and (target in COMMANDS or target.startswith("trials.timing")):
+                    bad.append(where)
+                if name.startswith("trials.timing.") and target in COMMANDS and target != "trials.reeval":
+                    bad.append(where)
+    assert not bad, bad
 
 
 # the statistics' modules that hand results to the rendering: the report's builder, the parent

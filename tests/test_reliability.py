@@ -183,7 +183,7 @@ def test_a_gpu_request_on_a_machine_without_one_is_refused_at_once(tmp_path, cor
 def test_an_autoscaling_wait_is_bounded_and_names_the_resource():
     import ray
 
-    from trials.cluster import check_resources
+    from trials.driver.cluster import check_resources
 
     spec = parse({"name": "w", "base": {"preset": "tiny"}, "resources": {"cpu": 64, "gpu": 0},
                   "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})
@@ -335,7 +335,7 @@ def test_a_local_ray_listens_on_loopback_only():
     import psutil
     import ray
 
-    from trials import cluster
+    from trials.driver import cluster
 
     ray.shutdown()
     assert cluster.init_ray(None, num_cpus=1)

@@ -47,7 +47,7 @@ from typing import Any
 from trials.store.kept import keep_parent_record, sweep_storage
 
 from . import expand, saved
-from .block_evaluation import evaluate_like_the_rest, unevenly_measured
+from trials.timing.block_evaluation import evaluate_like_the_rest, unevenly_measured
 from trials.store.kept import write_atomic
 from .run_settings import RunSettings
 

@@ -8,8 +8,8 @@ import re
 import sys
 
 from . import expand, saved, spec as specmod, validate
-from .timing import SIGTERMED, Terminated, stop_on_sigterm, time_sweep
-from .timing_settings import TimingSettings, TimingSettings as S
+from trials.timing.timing_pass import SIGTERMED, Terminated, stop_on_sigterm, time_sweep
+from trials.timing.timing_settings import TimingSettings, TimingSettings as S
 from .augment import AugmentSettings, augment
 from .listing import cmd_list, cmd_status
 from .recover import recover
@@ -26,7 +26,8 @@ from trials.store.keys import TRIAL_KEY_TAG, sweep_trials
 def _run(spec, settings: RunSettings, ui: str | None = None) -> int:
     """Run or resume; an interrupted sweep exits 128 + the signal (130 SIGINT, 143
     SIGTERM) and says how to resume it."""
-    from . import runner, stopping
+    from trials import runner
+    from trials.driver import stopping
 
     uri, storage = settings.tracking_uri, settings.storage
     try:
@@ -47,7 +48,7 @@ def _run(spec, settings: RunSettings, ui: str | None = None) -> int:
               f"  trials resume {spec.name} --storage {root} --tracking-uri {uri}", file=sys.stderr)
         return 3
 
-    from .progress import arms_table, failure_lines
+    from trials.driver.progress import arms_table, failure_lines
 
     client = tracking_client(uri)
     # read like the sweep wrote: a store briefly locked or down is retried, not a traceback
@@ -130,7 +131,7 @@ def _exit_interrupted(e) -> int:
 
 def cmd_augment(args) -> int:
     """More replicate blocks, or looks until every primary term is decided."""
-    from . import stopping
+    from trials.driver import stopping
 
     try:
         asked = AugmentSettings(replicates=args.replicates, until_decided=args.until_decided,

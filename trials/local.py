@@ -10,7 +10,7 @@ margins), so a run stopped part way still counts, and a rerun with the same `--o
 the trials already in it. `deadline_s` stops before a trial that would not finish in the
 time left (estimated from the trials so far). Once every trial is in, the sweep's timed
 responses (the registry's `timed` rows) come from the same interleaved timing pass
-`trials time` runs (`trials.timing.pass_rounds`, here in this process), over each trial's
+`trials time` runs (`trials.timing.timing_pass.pass_rounds`, here in this process), over each trial's
 final checkpoint, kept under `<storage>/<sweep>/local/`; a rerun with every trial timed does
 not time them again. Imports neither Ray nor MLflow.
 """
@@ -30,12 +30,12 @@ from trials.store.items import encode_each
 from trials.store.keys import ERROR_TAG
 from trials.store.runs import config_params
 
-from . import shared_artifacts
+from trials.driver import shared_artifacts
 from trials.spec import SweepSpec
 from .sweep_record import SweepRecord
 from .export import SweepFrame, finished_frame, read_parquet, run_row, to_parquet
-from .timing import pass_rounds, sweep_stage
-from .timing_settings import TimingSettings
+from trials.timing.timing_pass import pass_rounds, sweep_stage
+from trials.timing.timing_settings import TimingSettings
 from .workload_defaults import TrainContext
 
 DEFAULT_TIMING = TimingSettings()  # the timing pass after the trials (None: none)

@@ -27,9 +27,10 @@ from trials.store.keys import (DONE_KEY, GIT_COMMIT_TAG, KILLED_REASON_TAG, RECO
                                is_metric, sweep_trials)
 from trials.store.runs import finite, git_commit, log_run_files, loggable
 
-from . import layout, shared_artifacts
+from trials import layout
+from trials.driver import shared_artifacts
 from .layout import read_results
-from .identity import check_same_sweep, identity_tags
+from trials.driver.identity import check_same_sweep, identity_tags
 from trials.spec import SweepSpec, Trial
 from trials.store.kept import read_records
 from trials.store.client import SQLITE, set_tags, sqlite_path, tracking_client

@@ -35,14 +35,16 @@ from pathlib import Path
 import ray
 from trials.store.runs import log_metrics
 from trials.store.keys import PARENT_TAG, TRIAL_KEY_TAG, reeval_tag, sweep_parent, sweep_trials
-from trials.ledger import keep_parent_registry
+from trials.driver.ledger import keep_parent_registry
 from trials.store.kept import keep_run_record
 from trials.store.client import tracking_client
 
-from . import cluster, layout, saved, shared_artifacts
+from trials import layout, saved
+from trials.driver import cluster
+from trials.driver import shared_artifacts
 from .registry import plain_number
 from .lease import Lease
-from .identity import check_same_sweep
+from trials.driver.identity import check_same_sweep
 
 
 

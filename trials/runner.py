@@ -29,21 +29,22 @@ from trials.store.kept import write_atomic
 from trials.store.probe import probe_store
 
 from . import spec as specmod
-from .failfast import FailFast
-from .cluster import check_gcs_reachable, check_local_resources, check_resources, init_ray, kill_local_ray
-from .identity import check_same_sweep, claim, identity_tags
+from trials.driver.failfast import FailFast
+from trials.driver.cluster import check_gcs_reachable, check_local_resources, check_resources, init_ray, kill_local_ray
+from trials.driver.identity import check_same_sweep, claim, identity_tags
 from .lease import Lease, check_storage, reap_dead_driver
-from .progress import ProgressLines, clock, failure_lines, quiet_slow_warnings
-from . import layout, shared_artifacts
+from trials.driver.progress import ProgressLines, clock, failure_lines, quiet_slow_warnings
+from trials import layout
+from trials.driver import shared_artifacts
 from .recover import missing_records, replay
 from .run_settings import RunSettings
 from .saved import save_sweep_files, saved_spec, storage_root
 from trials.spec import SweepSpec
 from .trainable import shared_target_task, trainable
-from .stopping import Interrupted, Signals, best_effort, raise_stopped
+from trials.driver.stopping import Interrupted, Signals, best_effort, raise_stopped
 from .tracking import SweepTracker, open_ledger
 from trials.store.keys import ERROR_TAG, GIT_COMMIT_TAG, SHARED_PREFIX
-from trials.ledger import Ledger
+from trials.driver.ledger import Ledger
 from trials.store.runs import git_commit
 
 def bind_targets(spec: SweepSpec, storage: Path, cpus: int | None = None,
@@ -334,7 +335,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
     verbose = settings.verbose
     limit = settings.max_concurrent if settings.max_concurrent is not None else spec.max_concurrent
     space, points = search_space(spec, todo)
-    # verbose 1: a line per finished trial and a heartbeat (trials.progress); 2: a line per
+    # verbose 1: a line per finished trial and a heartbeat (trials.driver.progress); 2: a line per
     # trial event; 3: Tune's own output as well (its box and tables, its INFO lines)
     shown = [ProgressLines(spec, len(todo), verbose=verbose, slots=limit)] if verbose >= 1 else []
     quiet = verbose < 3
@@ -376,7 +377,7 @@ def _fit(spec: SweepSpec, todo, resume_dirs: dict[str, str], root: Path, callbac
 def _close(spec: SweepSpec, ledger: Ledger, signals: "Signals", fail: FailFast | None = None) -> dict[str, int]:
     """End the parent run from the store's counts (a trial that Tune stopped on a signal
     ends neither FINISHED nor FAILED): KILLED and `Interrupted` when any trial is left; FAILED
-    with the one cause where the sweep stopped early on it (`trials.failfast`)."""
+    with the one cause where the sweep stopped early on it (`trials.driver.failfast`)."""
     runs = ledger.child_runs()
     ended = [runs[t.key].info.status if t.key in runs else "PENDING" for t in spec.trials]
     states = {"finished": ended.count("FINISHED"), "failed": ended.count("FAILED")}

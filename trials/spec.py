@@ -124,7 +124,7 @@ class SweepSpec:
     # a confirmation's link to the screening study it answers (`analysis plan --confirm` writes
     # it): {study, term, response, estimate, low, high, verdict}; {} = not a confirmation
     confirms: dict[str, Any] = field(default_factory=dict)
-    # how the tool times the sweep itself where it must (trials.timing.TimingSettings' fields); {} = its defaults
+    # how the tool times the sweep itself where it must (trials.timing.timing_settings.TimingSettings' fields); {} = its defaults
     timing: dict[str, int] = field(default_factory=dict)
     trials: list[Trial] = field(default_factory=list)
     # the workload itself, loaded once where the spec was read (`trials.workload.load_workload`): the

@@ -82,7 +82,7 @@ class SweepRecord:
 
     def busy_timing(self) -> tuple[str, int] | None:
         """(the timed response, how many of its run-rounds the last timing pass found busy), where
-        it found any (`trials.timing.busy_rounds`); None for none, no pass, or a pass before the check."""
+        it found any (`trials.timing.timing_pass.busy_rounds`); None for none, no pass, or a pass before the check."""
         last = self.timing_summary()
         busy = last.get("busy")
         if isinstance(busy, int) and not isinstance(busy, bool) and busy > 0 and isinstance(last.get("response"), str):

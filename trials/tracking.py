@@ -18,7 +18,7 @@ from ray.tune import Callback
 from trials.store.client import STORE_RETRY_S, one_http_attempt, retrying
 from trials.store.keys import DONE_KEY, TRAINER_ERROR_FILE, ERROR_KEY, NODE_KEY, RAY_NODES_TAG, RESTARTS_TAG, is_metric
 from trials.spec import Trial
-from trials.ledger import Ledger
+from trials.driver.ledger import Ledger
 from trials.store.runs import finite, log_run_files, loggable
 
 from trials.expand import columns
@@ -28,7 +28,7 @@ from .layout import persist_results
 
 
 def open_ledger(tracking_uri: str, spec: SweepSpec, identity: dict[str, str] | None = None) -> Ledger:
-    """The sweep's records in its store (`trials.ledger.Ledger`), its runs view showing
+    """The sweep's records in its store (`trials.driver.ledger.Ledger`), its runs view showing
     the responses the engine shows for the sweep (`expand.columns`)."""
     return Ledger(tracking_uri, spec, identity, columns(spec, limit=6))
 
@@ -58,7 +58,7 @@ class SweepTracker(Callback):
         self._nodes: dict[str, str] = {}
         self._done: set[str] = set()
         self._last_step: dict[str, dict[str, int]] = {}  # run -> metric -> last step logged
-        self.fail_fast = None  # trials.failfast.FailFast, where the driver stops early on one cause
+        self.fail_fast = None  # trials.driver.failfast.FailFast, where the driver stops early on one cause
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment; the client is rebuilt
         state = dict(self.__dict__)

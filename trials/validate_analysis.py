@@ -11,7 +11,7 @@ from .fraction import cells
 from .registry import PRIMARY_FORM
 from .spec import NAME_RE, NAME_RULE, RESERVED_NAMES, SweepSpec
 from .store.record import CONFIRMS_NUMBERS, confirms_problem
-from .timing_settings import TimingSettings
+from trials.timing.timing_settings import TimingSettings
 
 
 # a plan's own keys; a workload adds its evaluation maxima, `max_<kind>` (`Workload.sequential_fields`)

@@ -442,7 +442,7 @@ def test_a_drift_the_model_misses_is_said_beside_the_verdicts():
 
 def test_a_timing_pass_with_busy_rounds_is_a_caveat_beside_its_response(tmp_path):
     """The parent's `timing` tag counts the run-rounds the pass found busy
-    (`trials.timing.busy_rounds`): the timed response's verdicts carry it, with the command
+    (`trials.timing.timing_pass.busy_rounds`): the timed response's verdicts carry it, with the command
     to time again; a pass with none, or one recorded before the check, adds nothing."""
     import json
     from dataclasses import replace

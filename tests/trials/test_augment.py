@@ -221,7 +221,7 @@ def test_reeval_logs_a_new_evaluation_with_more_prompts_and_resumes(ray_local, t
 def test_an_augment_interrupted_before_its_block_was_evaluated_evaluates_it_on_the_next_run(tmp_path):
     """What `until_decided` checks after finishing an interrupted block: runs that differ in
     their re-evaluation counts, or that lack the sweep's last timing pass."""
-    from trials.block_evaluation import unevenly_measured
+    from trials.timing.block_evaluation import unevenly_measured
     from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
     from trials.tracking import open_ledger
 
@@ -263,7 +263,7 @@ def test_an_augment_killed_after_its_blocks_first_trial_continues_to_its_target_
     with 3 blocks, its target recorded, blocks 0 and 1 and the new block's first trial
     FINISHED. The rerun trains the one trial left (real Ray) and stops at 3 blocks."""
     from trials.augment import TARGET_FILE
-    from trials.identity import identity_tags
+    from trials.driver.identity import identity_tags
     from trials.tracking import open_ledger
 
     uri, root = f"sqlite:///{tmp_path / 'm.db'}", (tmp_path / "st").resolve()

@@ -1,4 +1,4 @@
-"""One driver per sweep name, even at the same instant (trials/identity.py `claim`): two
+"""One driver per sweep name, even at the same instant (trials/driver/identity.py `claim`): two
 drivers of one name, started together with two storages (or another workload in the same
 storage), on one store: exactly one runs; the other is refused in one line before Ray
 starts, and the store holds one sweep's runs, each metric point once. On SQLite here; on the
@@ -76,7 +76,7 @@ def test_another_workload_under_the_same_name_and_storage_is_not_a_rerun(tmp_pat
 
 def _claim_at_barrier(barrier, uri: str, name: str, root: str, out) -> None:
     from trials import validate
-    from trials.identity import claim
+    from trials.driver.identity import claim
 
     spec = validate.parse({"name": name, "base": {"preset": "tiny"},
                            "factors": {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}})

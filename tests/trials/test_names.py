@@ -1,4 +1,4 @@
-"""One sweep per name per store (`trials.identity`), on a real MLflow SQLite store: another
+"""One sweep per name per store (`trials.driver.identity`), on a real MLflow SQLite store: another
 storage or other trials under a name the store holds are refused before any work; the same
 spec into the same storage reruns (resumes) as before."""
 
@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from trials.store.keys import STORAGE_TAG, TRIALS_TAG, sweep_parent
 from trials import expand, saved, validate
 from trials.cli import main
-from trials.identity import check_same_sweep, fingerprint, identity_tags
+from trials.driver.identity import check_same_sweep, fingerprint, identity_tags
 from trials.recover import recover
 from trials.tracking import open_ledger
 from tests.trials.conftest import D1_D9, write_spec

@@ -283,7 +283,7 @@ def test_the_reading_commands_read_the_server_as_mlflow_does(server):
 def test_two_drivers_of_one_name_started_together_on_the_server(server, tmp_path, corpus_dir, quick_target):
     """The claim on PostgreSQL behind `mlflow server`: two processes at a barrier, then two
     `trials run` of one name into two storages started together; one wins, one line for the
-    other (trials/identity.py `claim`)."""
+    other (trials/driver/identity.py `claim`)."""
     from .test_claim import check_one_won, claim_races, race_two_drivers
 
     claim_races(server.url, tmp_path, rounds=2)

@@ -1,9 +1,9 @@
-"""The end-of-sweep table (`trials.progress.arms_table`): arms sorted, means of the shown
+"""The end-of-sweep table (`trials.driver.progress.arms_table`): arms sorted, means of the shown
 responses, and a timed response that no pass has measured yet named with its command."""
 
 from types import SimpleNamespace
 
-from trials.progress import arms_table
+from trials.driver.progress import arms_table
 from trials.validate import parse
 
 
@@ -24,7 +24,7 @@ def test_the_arms_table_is_sorted_and_names_the_timing_pass():
 
 
 def test_time_left_schedules_what_remains_on_the_slots():
-    from trials.progress import time_left
+    from trials.driver.progress import time_left
 
     nan = time_left(100.0, [], [90.0], 3, 2)
     assert nan != nan  # nothing finished: no measured time per trial, no estimate
@@ -40,7 +40,7 @@ def test_time_left_schedules_what_remains_on_the_slots():
 def test_the_progress_lines_say_finished_trials_and_what_runs_after_a_silence(monkeypatch):
     import io
 
-    from trials import progress
+    from trials.driver import progress
 
     spec = parse({"name": "beat", "base": {"preset": "tiny"}, "replicates": 1,
                   "factors": {"D1": {"shifted": {"window": "shifted"}, "aligned": {"window": "aligned"}}}})

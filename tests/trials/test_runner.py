@@ -212,7 +212,7 @@ def test_a_quiet_sweep_drops_tunes_slow_operation_warnings_and_keeps_the_others(
 
     from ray.tune.utils import util
 
-    from trials.progress import quiet_slow_warnings
+    from trials.driver.progress import quiet_slow_warnings
 
     slow = util.warn_if_slow.DEFAULT_MESSAGE.format(name="process_trial_result", duration=0.812)
     log = logging.getLogger(util.__name__)

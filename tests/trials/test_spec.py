@@ -348,7 +348,7 @@ def test_a_device_this_machine_lacks_is_refused_by_validate_and_run(tmp_path):
 def test_progress_columns_are_primary_measured_and_never_constant():
     """The progress lines, the end-of-sweep table and `trials status` show the sweep's
     primary responses: never a degenerate, constant or unmeasured one."""
-    from trials.progress import columns
+    from trials.driver.progress import columns
 
     base = {"preset": "tiny", "data": ["x"]}
     D1 = {"D1": {"a": {"window": "shifted"}, "b": {"window": "aligned"}}}

@@ -21,8 +21,8 @@ from trials.reeval import reeval
 from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag
 from trials.store.reader import run_items
 from dspark.timed import values
-from trials.timing import round_order, schedule, time_sweep
-from trials.timing_settings import TimingSettings
+from trials.timing.timing_pass import round_order, schedule, time_sweep
+from trials.timing.timing_settings import TimingSettings
 from tests.trials.conftest import D1_D9, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +148,7 @@ def test_time_drafter_sweep_interleaves_rounds_logs_each_run_and_the_pass(ray_lo
     assert json.loads(parent.data.tags[SUMMARY_TAG])["id"] == rec["id"]
     assert all(len(client.get_metric_history(r.info.run_id, "spec/speedup")) == 1 for r in runs)
     # a block with a run no pass timed (here: one run's tag removed) is timed whole, every arm
-    from trials.timing import untimed_blocks
+    from trials.timing.timing_pass import untimed_blocks
 
     lone = runs[0]
     client.delete_tag(lone.info.run_id, PASS_TAG)
@@ -372,7 +372,7 @@ def test_a_round_run_on_a_busy_machine_is_named_and_a_quiet_pass_is_not():
     median round by more than half of it is named (look 2 of head-and-block: one run's round
     read 11.1 against 0.98, and its speedup 3.27 went into the look unremarked)."""
     from dspark.workload import Timing
-    from trials.timing import BUSY_ROUND, busy_rounds, busy_warning
+    from trials.timing.timing_pass import BUSY_ROUND, busy_rounds, busy_warning
 
     def round_(ar_a, ar_b):
         return {"times": {"a": {"ar_s": [ar_a, ar_a], "spec_s": [1.0, 1.0]},
@@ -399,7 +399,7 @@ def test_a_round_run_on_a_busy_machine_is_named_and_a_quiet_pass_is_not():
 def test_a_pass_with_a_value_that_is_no_time_records_nothing_and_names_the_runs():
     """A NaN, zero or negative step time (a broken clock, a repetition that did nothing) used
     to be recorded, or stamp the pass's id on the previous pass's values."""
-    from trials.timing import check_pass
+    from trials.timing.timing_pass import check_pass
 
     good = {"runs": {"a": "D1=x r0", "b": "D1=y r0"}, "values": {"a": 16.3, "b": 17.0}}
     check_pass(good, "train/step_ms", "demo")
@@ -414,7 +414,7 @@ def test_a_sigterm_past_the_last_round_still_ends_on_a_line():
     """Killed just after its last round, `trials time` once exited with no line: the pass put
     Ray's own SIGTERM handler back (sys.exit(15)). Now the handler from before Ray's init is
     put back, and a SIGTERM while the pass is written is held until it is written whole."""
-    from trials.timing import SIGTERMED, Terminated, _on_ray, held_sigterm
+    from trials.timing.timing_pass import SIGTERMED, Terminated, _on_ray, held_sigterm
 
     ours, rays = (lambda signum, frame: None), (lambda signum, frame: None)
     old = signal.signal(signal.SIGTERM, rays)  # what ray.init leaves

@@ -28,7 +28,7 @@ TRIAL_KEY_TAG = "trial_key"  # cell + replicate: what finds a trial's run again
 CELL_TAG, REPLICATE_TAG, SEED_TAG, ARM_TAG, RUN_ORDER_TAG = "cell", "replicate", "seed", "arm", "run_order"
 DESCRIPTION_TAG = "description"
 FACTORS_PARAM, DESIGN_PARAM = "factors", "design"  # the parent's: factor -> levels (JSON, spec order); full | 2^(k-p)
-# on the parent, recorded when it is made: one sweep per name per store (`trials.identity`)
+# on the parent, recorded when it is made: one sweep per name per store (`trials.driver.identity`)
 STORAGE_TAG = "sweep.storage"  # the storage root the sweep's trials, checkpoints and kept records are in
 TRIALS_TAG = "sweep.trials_sha256"  # a fingerprint of its first block's resolved trials (keys and configs)
 # the parent's record of the sweep and its driver, and a run's history

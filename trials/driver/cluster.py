@@ -14,9 +14,9 @@ from typing import Any
 
 import ray
 
-from . import validate
-from .run_settings import DEFAULT_RESOURCE_WAIT_S
-from .spec import SweepSpec
+from trials import validate
+from trials.run_settings import DEFAULT_RESOURCE_WAIT_S
+from trials.spec import SweepSpec
 
 
 def local_gcs_gone(wait_s: float = 1.5) -> bool:

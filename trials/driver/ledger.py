@@ -44,7 +44,7 @@ class Ledger:
     def __init__(self, tracking_uri: str, spec, identity: dict[str, str] | None = None, shown: tuple = ()):
         self.uri = tracking_uri
         self.spec = spec
-        self.identity = dict(identity or {})  # the parent's record of the sweep (`trials.identity`)
+        self.identity = dict(identity or {})  # the parent's record of the sweep (`trials.driver.identity`)
         self.client = tracking_client(tracking_uri)
         exp = self.client.get_experiment_by_name(spec.name)
         self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(spec.name)

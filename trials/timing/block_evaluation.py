@@ -10,8 +10,8 @@ from dataclasses import asdict
 from trials.store.client import tracking_client
 from trials.store.keys import PASS_TAG, SUMMARY_TAG, reeval_tag, sweep_parent, sweep_trials
 
-from .run_settings import RunSettings
-from .timing import time_sweep
+from trials.run_settings import RunSettings
+from .timing_pass import time_sweep
 from .timing_settings import TimingSettings, again_command
 
 
@@ -37,7 +37,7 @@ def evaluate_like_the_rest(spec, running: RunSettings) -> str:
     evaluated with the same counts (the spec's own counts would mix two evaluations in one
     analysis); and timed like the rest (`time_like_the_rest`, whose "" or reason to wait it
     returns)."""
-    from .reeval import reeval
+    from trials.reeval import reeval
 
     client = tracking_client(running.tracking_uri)
     exp = client.get_experiment_by_name(spec.name)

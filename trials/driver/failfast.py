@@ -13,7 +13,7 @@ from __future__ import annotations
 from ray import tune
 from ray.tune import Callback
 
-from .tracking import raised_error
+from trials.tracking import raised_error
 
 
 def same_cause(cause: str) -> str:

@@ -30,7 +30,7 @@ from trials.store.keys import ERROR_KEY, ERROR_TAG, store_key
 from trials.expand import columns
 from trials.spec import SweepSpec
 
-from .saved import grouped_causes
+from trials.saved import grouped_causes
 
 
 def clock(seconds: float) -> str:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from trials.ledger import Ledger
 from trials.store.client import StoreUnavailable
+from trials.tracking import StorageFull, is_storage_full
 
 from .cluster import local_gcs_gone
-from .tracking import StorageFull, is_storage_full
+from .ledger import Ledger
 
 
 class Interrupted(KeyboardInterrupt):

@@ -48,16 +48,17 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from trials.store.items import encode_each
-from trials.store.runs import log_metrics
-from trials.store.keys import PARENT_TAG, PASS_TAG, SUMMARY_TAG, sweep_parent
-from trials.ledger import keep_parent_registry
-from trials.store.kept import keep_parent_record, keep_run_record
-from trials.store.client import tracking_client
 
-from .lease import Lease
+from trials.driver.identity import check_same_sweep
+from trials.driver.ledger import keep_parent_registry
+from trials.lease import Lease
+from trials.store.client import tracking_client
+from trials.store.items import encode_each
+from trials.store.kept import keep_parent_record, keep_run_record
+from trials.store.keys import PARENT_TAG, PASS_TAG, SUMMARY_TAG, sweep_parent
+from trials.store.runs import log_metrics
+
 from .timing_settings import TimingSettings, again_command
-from .identity import check_same_sweep
 
 # A run's value in one round that departs from its median round by more than this share: a load
 # during that round, or a repetition too short to time steadily (of head-and-block's three passes,
@@ -144,8 +145,8 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
                settings: TimingSettings = TimingSettings(), say=print, again: bool = False) -> dict | None:
     """Time the finished trials of every block with a run not timed yet (all where `again`;
     the module's docstring); returns the pass record, or None where every run is timed."""
-    from .reeval import bind_existing_targets, check_checkpoints, finished_trials
-    from .saved import load_saved, storage_root
+    from trials.reeval import bind_existing_targets, check_checkpoints, finished_trials
+    from trials.saved import load_saved, storage_root
 
     if not isinstance(settings, TimingSettings):
         raise ValueError(f"time: settings must be TimingSettings, got {type(settings).__name__}")
@@ -171,7 +172,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     bound = bind_existing_targets(spec, root, "time")
     size = getattr(settings, hooks.size[stage])
     with Lease(root / name, name, f"trials time {name}"):
-        from . import cluster  # Ray: only once the pass's inputs are checked
+        from trials.driver import cluster
 
         check_checkpoints(checkpoints, bound, spec.wl, "time")  # before Ray starts, and before anything is said
         say(f"{name}: timing {len(finished)} run(s) ({hooks.response[stage]}): {settings.rounds} rounds, "
@@ -295,7 +296,7 @@ def _drive(spec, stage: str, configs: dict[str, dict], checkpoints: dict[str, st
     """Run the pass's task, saying one line per round; the pass's record."""
     import ray
 
-    from .progress import clock
+    from trials.driver.progress import clock
 
     pass_id, started, t0 = _pass_id(), time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
     res = {"num_cpus": spec.resources.get("cpu", 1), "num_gpus": spec.resources.get("gpu", 0)}
@@ -339,7 +340,7 @@ def log_pass(client, runs: dict, record: dict, exp_dir: Path | None = None) -> N
     """The pass's values to each run (a new step after its last one, then the tag), and
     last the pass itself to the sweep's parent run (tag and artifact). Kept in storage
     first (`trials.store.kept`, in `exp_dir`), so that `trials recover` rebuilds it."""
-    from .reeval import next_step
+    from trials.reeval import next_step
 
     size = record["repetition"]
     steps = {key: next_step(client, run) for key, run in runs.items()}
