@@ -19,7 +19,8 @@ from .anova import AnalysisError
 from .margins import parse_margins
 from .sweep_reader import load_runs, read_parquet
 from trials.export import check_writable, to_parquet
-from .rendering.notebook import answer, execute
+from trials.workload import load_workload
+from .rendering.notebook import answer, execute, notebook_file
 from .results import rebuild, study_folders
 
 
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out-spec", help="with --confirm: where to write the new spec (none: beside the screening one)")
     nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)",
                        formatter_class=fmt)
-    nb.add_argument("name", choices=["attribution", "acceptance_curves"], help="which notebook")
+    nb.add_argument("name", help="which notebook: attribution (the engine's), or one the sweep's workload ships "
+                                 "(DSpark's: acceptance_curves)")
     nb.add_argument("experiment", help=EXP_HELP)
     nb.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help=URI_HELP)
     nb.add_argument("--responses", nargs="+", help="metrics to analyse (none: the stage's primary responses that vary)")
@@ -136,8 +138,8 @@ def _notebook(args) -> int:
     probe_store(uri)
     if reading_client(uri).get_experiment_by_name(args.experiment) is None:
         raise AnalysisError(f"experiment {args.experiment!r} does not exist in {uri}")
-    path = execute(args.name, args.experiment, args.tracking_uri, Path(args.out), args.responses,
-                   margins=margins)
+    notebook = notebook_file(args.name, lambda: load_workload(load_runs(args.experiment, uri).record.workload))
+    path = execute(notebook, args.experiment, args.tracking_uri, Path(args.out), args.responses, margins=margins)
 
     shown = answer(path)
     if shown:

@@ -97,6 +97,7 @@ class DSparkWorkload:
     reeval_counts = {"spec_prompts": "prompts", "eval_batches": "held-out batches"}  # `trials reeval --FIELD N`
     reeval_limits = {"spec_prompts": 4096, "eval_batches": 4096}  # beyond: hours a trial, and memory a worker
     questions = QUESTIONS
+    notebooks = str(Path(__file__).resolve().parent / "notebooks")  # `analysis notebook acceptance_curves`
     shared = SharedTarget()
     timing = Timing()
 

@@ -80,6 +80,9 @@ use them through the same door as any workload: nothing else is looked for):
     timing               the interleaved timing pass (`TimingHooks`; default: none, and
                          `trials time` says so)
     questions            {variant: the question a sweep of it answers} (default: none)
+    notebooks            a folder of Jupyter notebooks about its own metrics, which
+                         `analysis notebook NAME EXPERIMENT` runs on a sweep of it as it runs
+                         the engine's (default: none, the engine's alone)
 
 Every hook gets the workload's own config (an instance of its dataclass, what `make_config`
 built, or a dict). Where a workload's config has no `seed` field, the replicate's seed seeds

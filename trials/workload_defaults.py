@@ -21,7 +21,7 @@ capability it has. One of the core alone gets, here:
 - one variant; every metric measured by every arm; a metric with a margin is a primary
   response where a spec declares none;
 - no checkpoints (a stopped trial starts again), no shared artifacts, no re-evaluation, no
-  timing pass, no smoke settings: a command that needs one says so in one line;
+  timing pass, no smoke settings, no notebooks: a command that needs one says so in one line;
 - a report gets a `step` (1, 2, ...) where the workload gives none; its `items` become the
   run's items artifact; `context.resume_from` is None (nothing to continue from) and
   `context.before_step` does nothing.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import random
 import re
 from typing import Any
@@ -107,8 +108,11 @@ class Loaded:
         self._metric_rows(obj)
         for attr, default in (("variant_field", ""), ("sequential_fields", {}), ("timing", None),
                               ("questions", {}), ("reeval_counts", {}), ("reeval_limits", {}), ("checkpoint_file", ""),
-                              ("final_checkpoint", "")):
+                              ("final_checkpoint", ""), ("notebooks", "")):
             setattr(self, attr, getattr(obj, attr, default))
+        if not isinstance(self.notebooks, (str, os.PathLike)):  # a folder of the notebooks it ships
+            raise WorkloadError(f"workload {self.name!r}: notebooks must be a folder's path, not a "
+                                f"{type(self.notebooks).__name__}")
         self._check_sequential()
         self.shared = SharedView(self, obj.shared) if getattr(obj, "shared", None) is not None else None
         self._hooks = {h: getattr(obj, h) for h in HOOKS if getattr(obj, h, None) is not None}
@@ -139,12 +143,10 @@ class Loaded:
         given = getattr(obj, "metric_rows", None)
         if given is None:
             return
-        lacking = [a for a in ("lookup", "REGISTRY", "DEFAULT_RESPONSES") if not hasattr(given, a)]
-        if lacking:
+        if lacking := [a for a in ("lookup", "REGISTRY", "DEFAULT_RESPONSES") if not hasattr(given, a)]:
             raise WorkloadError(f"workload {self.name!r}: metric_rows lacks {', '.join(lacking)} (see "
                                 "trials/registry.py)")
-        unknown = [m for m in self.metrics.names() if given.lookup(m) is None]
-        if unknown:
+        if unknown := [m for m in self.metrics.names() if given.lookup(m) is None]:
             raise WorkloadError(f"workload {self.name!r}: metrics names {unknown[0]!r}, which its metric_rows lack")
         bad = next(((m.name, why) for m in given.REGISTRY if (why := declaration_problem(m))), None)
         if bad:
@@ -155,8 +157,7 @@ class Loaded:
         """Shared artifacts name each hook the engine calls (`SharedArtifacts`)."""
         if self.shared is None:
             return
-        missing = [a for a in SHARED_HOOKS if not callable(getattr(self.shared._art, a, None))]
-        if missing:
+        if missing := [a for a in SHARED_HOOKS if not callable(getattr(self.shared._art, a, None))]:
             raise WorkloadError(f"workload {self.name!r}: its shared lacks {', '.join(missing)} "
                                 "(see SharedArtifacts in trials/workload.py)")
 

@@ -1,4 +1,5 @@
-"""`analysis notebook NAME EXPERIMENT`: execute a shipped attribution notebook with
+"""`analysis notebook NAME EXPERIMENT`: execute a shipped notebook (the engine's own, under
+analysis/notebooks, or one the swept workload ships in its `notebooks` folder) with
 nbclient (in the venv: no Jupyter server needed), its parameters cell set from the
 command line, the store resolved the way the CLIs resolve it (a relative sqlite path
 against the current folder). The executed notebook is written beside the reports; the
@@ -10,8 +11,8 @@ where `analysis report` finds a user's own workload. Nothing in the output folde
 from __future__ import annotations
 
 import os
+import re
 import sys
-
 from pathlib import Path
 
 from trials.store.client import absolute_uri, check_store
@@ -21,7 +22,25 @@ from ..anova import AnalysisError
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # analysis/notebooks
 
 
-def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=None, timeout: int = 600,
+def notebook_file(name: str, workload_of) -> Path:
+    """The notebook NAME: the engine's own, else one the swept workload ships (`workload_of()`:
+    the loaded workload, `trials.workload_defaults.Loaded`, asked for only then); one line
+    naming those there are where neither has it. The engine's come first: a workload's
+    notebook never stands in for one of them."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", name):
+        raise AnalysisError(f"notebook {name[:60]!r}: not a notebook's name (letters, digits, '_' and '-')")
+    if (NOTEBOOKS / f"{name}.ipynb").is_file():
+        return NOTEBOOKS / f"{name}.ipynb"
+    workload = workload_of()
+    folders = [NOTEBOOKS] + ([Path(workload.notebooks)] if workload.notebooks else [])
+    if (folders[-1] / f"{name}.ipynb").is_file():
+        return folders[-1] / f"{name}.ipynb"
+    there = sorted({p.stem for f in folders if f.is_dir() for p in f.glob("*.ipynb")})
+    raise AnalysisError(f"no notebook {name!r} for a sweep of {workload.name!r}: the notebooks are "
+                        f"{', '.join(there)} (the engine's and those the workload ships)")
+
+
+def execute(notebook: Path, experiment: str, tracking_uri: str, out: Path, responses=None, timeout: int = 600,
             margins: dict[str, float] | None = None) -> Path:
     import tempfile
 
@@ -32,7 +51,7 @@ def execute(name: str, experiment: str, tracking_uri: str, out: Path, responses=
 
     uri = absolute_uri(tracking_uri)
     check_store(uri)
-    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nb, name = nbformat.read(notebook, as_version=4), notebook.stem
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     here = os.getcwd()
     params.source = ("import os, sys  # the command's folder: after the installed packages, never before them\n"

@@ -9,13 +9,15 @@ from nbclient import NotebookClient
 
 from tests.analysis.conftest import synthetic_sweep
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "analysis" / "notebooks"
+ROOT = Path(__file__).resolve().parents[2]
+# the engine's own notebook, and the one DSpark ships as its workload's (`notebooks`)
+SHIPPED = {"attribution.ipynb": ROOT / "analysis" / "notebooks", "acceptance_curves.ipynb": ROOT / "dspark" / "notebooks"}
 
 
-@pytest.mark.parametrize("name", ["attribution.ipynb", "acceptance_curves.ipynb"])
+@pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_notebook_executes(name, store, tmp_path, monkeypatch):
     synthetic_sweep(store, failed=1)
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nb = nbformat.read(SHIPPED[name] / name, as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     params.source = (f'EXPERIMENT = "synthetic"\nTRACKING_URI = "{store}"\nRESPONSES = ["spec/tau"]\n'
                      'MARGINS = {"spec/tau": 0.2}\nALPHA = 0.05')
@@ -77,6 +79,12 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
                              cwd=tmp_path, capture_output=True, text=True)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
     assert "experiment 'nothing' does not exist in sqlite:///" in missing.stderr
+    # a notebook neither the engine nor the sweep's workload (read off its record) ships
+    unknown = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "curves", "synthetic"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr
+    assert "no notebook 'curves' for a sweep of 'dspark': the notebooks are acceptance_curves, attribution" in \
+        unknown.stderr, unknown.stderr
     raising = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "synthetic",
                               "--responses", "no/such"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert raising.returncode == 2 and len(raising.stderr.strip().splitlines()) == 1, raising.stderr
@@ -91,3 +99,43 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
                              capture_output=True, text=True, timeout=600)
     assert planted.returncode == 0, planted.stderr[-3000:]
     assert not list(tmp_path.glob("*.ran")), "a module of the command's folder ran in the kernel"
+
+
+def test_a_notebook_is_the_engines_or_one_its_workload_ships(tmp_path):
+    """`analysis notebook NAME`: the engine's notebook whatever the workload; else the swept
+    workload's own (DSpark's acceptance curves are its metrics', not the engine's); else one
+    line naming every notebook there is. A workload is asked for only where the engine has no
+    such notebook, and a name is a name, never a path."""
+    from analysis.anova import AnalysisError
+    from analysis.rendering.notebook import notebook_file
+    from trials.workload import load_workload
+    from trials.workload_defaults import Loaded, WorkloadError
+
+    dspark = load_workload("dspark")
+
+    def unreachable():
+        raise AssertionError("the engine's notebook needs no workload")
+
+    assert notebook_file("attribution", unreachable) == ROOT / "analysis" / "notebooks" / "attribution.ipynb"
+    assert notebook_file("acceptance_curves", lambda: dspark) == ROOT / "dspark" / "notebooks" / "acceptance_curves.ipynb"
+
+    class Toy:
+        name, config, metrics = "toy", {"lr": 0.1}, {"val/loss": "lower"}
+
+        def train(self, config, report):
+            report({"val/loss": 1.0})
+
+    with pytest.raises(AnalysisError, match=r"no notebook 'acceptance_curves' for a sweep of 'toy': the notebooks "
+                                            r"are attribution \(the engine's"):
+        notebook_file("acceptance_curves", lambda: Loaded(Toy(), "toy"))
+    with pytest.raises(AnalysisError, match="the notebooks are acceptance_curves, attribution "):
+        notebook_file("curves", lambda: dspark)
+    for bad in ("../attribution", "/etc/passwd", "a b", ""):
+        with pytest.raises(AnalysisError, match="not a notebook's name"):
+            notebook_file(bad, unreachable)
+    Toy.notebooks = 3  # a workload's notebooks are a folder's path
+    with pytest.raises(WorkloadError, match="workload 'toy': notebooks must be a folder's path, not a int"):
+        Loaded(Toy(), "toy")
+    Toy.notebooks = str(tmp_path)  # its own folder: its notebooks, beside the engine's
+    (tmp_path / "mine.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
+    assert notebook_file("mine", lambda: Loaded(Toy(), "toy")) == tmp_path / "mine.ipynb"
