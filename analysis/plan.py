@@ -28,7 +28,8 @@ from .text import wrap_text
 from .boundary_table import boundary_lines
 from .looks import LookResult, PlanPrices, look_for, look_shares, plan_prices
 from .result_types import DECISION_POWER, UNDECIDED, UNSURE
-from .item_kinds import more_items_command, seconds_column, what
+from .item_kinds import evaluation_counts, more_items_command, seconds_column, what
+from .sequential import EVALUATION_COLUMNS, TIMING
 from .variance import PROMPT_FACTORS, prompts_to_decide, why_not_items
 from .margins import margins_for
 from .fits import response_models
@@ -111,9 +112,8 @@ def _decision_plan(sweep: SweepFrame, responses: list[str] | None, alpha: float 
     look.record(d.verdicts)
     minutes = median_minutes(df, "run_s")
     per_block = next(iter(d.checks.values())).n_cells + len(controls)
-    decode = median_minutes(df, seconds_column("prompts", rules))
     cost = (f"blocks at {minutes:.3g} min per trial" if minutes else "no per-trial time in these runs: "
-            "blocks are not priced") + (f", prompts at {60 * decode:.3g} s per prompt per run" if decode else "")
+            "blocks are not priced") + item_prices(df, rules)
     lines = [f"{record.experiment}: what would decide each undecided {'term' if every else 'primary term'}",
              f"  {look.label()}", f"  {_within(look, prices)}; {cost}",
              "  each term's se is seeds + items x runs + items x term (analysis.variance): blocks shrink the first "
@@ -267,6 +267,20 @@ def _blocks_step(v, check, name: str = "NAME") -> str:
     return (f"{k} more block(s) ({k * check.n_cells} trials: trials augment {name} --replicates {k}) would decide it "
             f"({DECISION_POWER:.0%}, if the effect is as estimated)" if k
             else f"more than {MAX_BLOCKS} more replicate blocks would be needed")
+
+
+def item_prices(df: pd.DataFrame, rules: Registry) -> str:
+    """", <items> at X s per <item> per run" for each evaluation kind whose count's row
+    declares what one of its items costs a run (`item_seconds`) where these runs hold it: the
+    engine's kinds in their order, then the workload's own."""
+    kinds = [k for k in EVALUATION_COLUMNS if k not in TIMING] + list(evaluation_counts(df.columns, rules))
+    out = ""
+    for kind in kinds:
+        if each := median_minutes(df, seconds_column(kind, rules)):
+            words = what(kind)
+            one = words[:-2] if words.endswith(("ches", "shes", "xes", "sses")) else words.removesuffix("s")
+            out += f", {words} at {60 * each:.3g} s per {one} per run"
+    return out
 
 
 def median_minutes(df: pd.DataFrame, column: str) -> float | None:

@@ -327,3 +327,27 @@ def test_what_an_item_costs_is_the_column_the_counts_row_names():
     assert seconds_column("eval_batches", old) == ""  # nothing prices a held-out batch
     with pytest.raises(ValueError, match="registry.metrics.split/prompts"):
         from_record({"metrics": {"split/prompts": {**row, "item_seconds": 3}}})
+
+
+def test_a_plan_prices_every_kind_of_item_whose_row_says_what_one_costs():
+    """The plan's header prices each evaluation kind whose count's row names the seconds one
+    item costs (`item_seconds`), the engine's kinds first, then a workload's own (its words,
+    one item in the singular): not DSpark's prompts alone."""
+    import pandas as pd
+
+    from analysis.plan import item_prices
+    from trials.registry import from_record
+
+    rows = {"split/prompts": {"name": "split/prompts", "item_seconds": "eval/s_per_prompt"},
+            "split/eval_batches": {"name": "split/eval_batches", "item_seconds": "eval/s_per_batch"},
+            "split/examples": {"name": "split/examples", "item_seconds": "eval/s_per_example"},
+            "val/loss": {"name": "val/loss", "better": "lower", "items": "split/examples"}}
+    rules = from_record({"metrics": rows})
+    runs = pd.DataFrame({"split/prompts": [8, 8], "eval/s_per_prompt": [1.0, 3.0], "split/eval_batches": [4, 4],
+                         "eval/s_per_batch": [0.5, 0.5], "split/examples": [50, 50], "eval/s_per_example": [0.2, 0.2],
+                         "val/loss": [1.0, 1.1]})
+    assert item_prices(runs, rules) == (", prompts at 2 s per prompt per run, held-out batches at 0.5 s per held-out "
+                                        "batch per run, examples at 0.2 s per example per run")
+    assert item_prices(runs.drop(columns=["eval/s_per_prompt", "eval/s_per_batch"]), rules) == \
+        ", examples at 0.2 s per example per run"  # a kind priced only where the runs hold its seconds
+    assert item_prices(runs, from_record({"metrics": {"val/loss": rows["val/loss"]}})) == ""  # no row says a price
