@@ -11,6 +11,7 @@ from pathlib import Path
 from trials.store.client import DEFAULT_TRACKING_URI, absolute_uri, check_store, run_command
 from trials.store.ui import default_ui_url, exact_options
 from trials.store.probe import probe_store
+from trials.store.keys import WORKLOAD_TAG, sweep_parent
 from trials.store.reader import reading_client
 
 from .text import wrap_text
@@ -19,8 +20,8 @@ from .anova import AnalysisError
 from .margins import parse_margins
 from .sweep_reader import load_runs, read_parquet
 from trials.export import check_writable, to_parquet
-from trials.workload import load_workload
-from .rendering.notebook import answer, execute, notebook_file
+from trials.workload import DEFAULT as DEFAULT_WORKLOAD, load_workload
+from .rendering.notebook import answer, check_notebook_name, execute, notebook_file
 from .results import rebuild, study_folders
 
 
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --confirm: a factor held fixed at this level (repeatable; none: each one's last level)")
     pl.add_argument("--spec", help="with --confirm: the screening study's spec (none: sweeps/EXPERIMENT.yaml)")
     pl.add_argument("--out-spec", help="with --confirm: where to write the new spec (none: beside the screening one)")
-    nb = sub.add_parser("notebook", help="execute an attribution notebook on an experiment (nbclient)",
+    nb = sub.add_parser("notebook", help="execute a shipped notebook on an experiment (nbclient)",
                        formatter_class=fmt)
     nb.add_argument("name", help="which notebook: attribution (the engine's), or one the sweep's workload ships "
                                  "(DSpark's: acceptance_curves)")
@@ -133,12 +134,14 @@ def _results(args) -> int:
 
 def _notebook(args) -> int:
     margins = parse_margins(args.margin)  # refused before any work, as the store's answer is
+    check_notebook_name(args.name)
     uri = absolute_uri(args.tracking_uri)
     check_store(uri)  # a SQLite file that is not there is said, not made
     probe_store(uri)
-    if reading_client(uri).get_experiment_by_name(args.experiment) is None:
+    client = reading_client(uri)
+    if (exp := client.get_experiment_by_name(args.experiment)) is None:
         raise AnalysisError(f"experiment {args.experiment!r} does not exist in {uri}")
-    notebook = notebook_file(args.name, lambda: load_workload(load_runs(args.experiment, uri).record.workload))
+    notebook = notebook_file(args.name, lambda: _swept_workload(client, exp.experiment_id, args.experiment))
     path = execute(notebook, args.experiment, args.tracking_uri, Path(args.out), args.responses, margins=margins)
 
     shown = answer(path)
@@ -146,6 +149,16 @@ def _notebook(args) -> int:
         print(shown)
     print(f"executed notebook: {path} (every response's details, plots and the reading in it)")
     return 0
+
+
+def _swept_workload(client, experiment_id: str, experiment: str):
+    """The workload a sweep's parent run names (installed or allowed only: `load_workload`),
+    read off its tags alone; one line where the sweep has no parent to name it."""
+    parent = sweep_parent(client, experiment_id)
+    if parent is None:
+        raise AnalysisError(f"sweep {experiment!r} has no parent run to name its workload, whose notebooks these "
+                            "would be")
+    return load_workload(parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
 
 
 def _recap(args) -> int:

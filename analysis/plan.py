@@ -278,7 +278,9 @@ def item_prices(df: pd.DataFrame, rules: Registry) -> str:
     for kind in kinds:
         if each := median_minutes(df, seconds_column(kind, rules)):
             words = what(kind)
-            one = words[:-2] if words.endswith(("ches", "shes", "xes", "sses")) else words.removesuffix("s")
+            # one item in the singular where dropping an s makes it ("prompts"), else "item" ("queries")
+            plain = words.endswith("s") and not words.endswith(("ies", "ses", "xes", "zes", "ches", "shes"))
+            one = words[:-1] if plain else "item"
             out += f", {words} at {60 * each:.3g} s per {one} per run"
     return out
 

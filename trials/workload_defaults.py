@@ -110,9 +110,9 @@ class Loaded:
                               ("questions", {}), ("reeval_counts", {}), ("reeval_limits", {}), ("checkpoint_file", ""),
                               ("final_checkpoint", ""), ("notebooks", "")):
             setattr(self, attr, getattr(obj, attr, default))
-        if not isinstance(self.notebooks, (str, os.PathLike)):  # a folder of the notebooks it ships
-            raise WorkloadError(f"workload {self.name!r}: notebooks must be a folder's path, not a "
-                                f"{type(self.notebooks).__name__}")
+        if not isinstance(self.notebooks, (str, os.PathLike)) or self.notebooks and not os.path.isabs(self.notebooks):
+            raise WorkloadError(f"workload {self.name!r}: notebooks must be a folder's absolute path (never the "
+                                f"command's folder), got {str(self.notebooks)[:80]!r}")
         self._check_sequential()
         self.shared = SharedView(self, obj.shared) if getattr(obj, "shared", None) is not None else None
         self._hooks = {h: getattr(obj, h) for h in HOOKS if getattr(obj, h, None) is not None}

@@ -22,13 +22,18 @@ from ..anova import AnalysisError
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # analysis/notebooks
 
 
+def check_notebook_name(name: str) -> None:
+    """A notebook's name is a name, never a path: one line where it is not."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", name):
+        raise AnalysisError(f"notebook {name[:60]!r}: not a notebook's name (letters, digits, '_' and '-')")
+
+
 def notebook_file(name: str, workload_of) -> Path:
     """The notebook NAME: the engine's own, else one the swept workload ships (`workload_of()`:
     the loaded workload, `trials.workload_defaults.Loaded`, asked for only then); one line
     naming those there are where neither has it. The engine's come first: a workload's
     notebook never stands in for one of them."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", name):
-        raise AnalysisError(f"notebook {name[:60]!r}: not a notebook's name (letters, digits, '_' and '-')")
+    check_notebook_name(name)
     if (NOTEBOOKS / f"{name}.ipynb").is_file():
         return NOTEBOOKS / f"{name}.ipynb"
     workload = workload_of()

@@ -73,6 +73,9 @@ def test_notebook_command_resolves_the_default_store_and_keeps_the_cli_report(st
                          cwd=tmp_path / "reports", capture_output=True, text=True)
     assert bad.returncode == 2 and "does not exist" in bad.stderr  # no empty store created
     assert not (tmp_path / "reports" / "mlflow.db").exists()
+    path = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "../attribution", "synthetic"],
+                          cwd=tmp_path / "reports", capture_output=True, text=True)
+    assert path.returncode == 2 and "not a notebook's name" in path.stderr, path.stderr  # before the store is asked
     # an experiment the store does not hold, and a cell that raises: one line each, the
     # traceback left in the written notebook
     missing = subprocess.run([sys.executable, "-m", "analysis.cli", "notebook", "attribution", "nothing"],
@@ -133,9 +136,10 @@ def test_a_notebook_is_the_engines_or_one_its_workload_ships(tmp_path):
     for bad in ("../attribution", "/etc/passwd", "a b", ""):
         with pytest.raises(AnalysisError, match="not a notebook's name"):
             notebook_file(bad, unreachable)
-    Toy.notebooks = 3  # a workload's notebooks are a folder's path
-    with pytest.raises(WorkloadError, match="workload 'toy': notebooks must be a folder's path, not a int"):
-        Loaded(Toy(), "toy")
+    for bad in (3, "notebooks", Path("")):  # a folder's absolute path: never one the command's folder resolves
+        Toy.notebooks = bad
+        with pytest.raises(WorkloadError, match="workload 'toy': notebooks must be a folder's absolute path"):
+            Loaded(Toy(), "toy")
     Toy.notebooks = str(tmp_path)  # its own folder: its notebooks, beside the engine's
     (tmp_path / "mine.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
     assert notebook_file("mine", lambda: Loaded(Toy(), "toy")) == tmp_path / "mine.ipynb"

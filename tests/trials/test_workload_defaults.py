@@ -346,8 +346,8 @@ def test_a_plan_prices_every_kind_of_item_whose_row_says_what_one_costs():
     runs = pd.DataFrame({"split/prompts": [8, 8], "eval/s_per_prompt": [1.0, 3.0], "split/eval_batches": [4, 4],
                          "eval/s_per_batch": [0.5, 0.5], "split/examples": [50, 50], "eval/s_per_example": [0.2, 0.2],
                          "val/loss": [1.0, 1.1]})
-    assert item_prices(runs, rules) == (", prompts at 2 s per prompt per run, held-out batches at 0.5 s per held-out "
-                                        "batch per run, examples at 0.2 s per example per run")
+    assert item_prices(runs, rules) == (", prompts at 2 s per prompt per run, held-out batches at 0.5 s per item "
+                                        "per run, examples at 0.2 s per example per run")  # no guessed singular
     assert item_prices(runs.drop(columns=["eval/s_per_prompt", "eval/s_per_batch"]), rules) == \
         ", examples at 0.2 s per example per run"  # a kind priced only where the runs hold its seconds
     assert item_prices(runs, from_record({"metrics": {"val/loss": rows["val/loss"]}})) == ""  # no row says a price

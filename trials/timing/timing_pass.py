@@ -172,7 +172,7 @@ def time_sweep(name: str, storage: str | None, tracking_uri: str | None = None, 
     bound = bind_existing_targets(spec, root, "time")
     size = getattr(settings, hooks.size[stage])
     with Lease(root / name, name, f"trials time {name}"):
-        from trials.driver import cluster
+        from trials.driver import cluster  # Ray: only once the pass's inputs are checked
 
         check_checkpoints(checkpoints, bound, spec.wl, "time")  # before Ray starts, and before anything is said
         say(f"{name}: timing {len(finished)} run(s) ({hooks.response[stage]}): {settings.rounds} rounds, "
