@@ -11,7 +11,7 @@ from pathlib import Path
 from trials.store.client import DEFAULT_TRACKING_URI, absolute_uri, check_store, run_command
 from trials.store.ui import default_ui_url, exact_options
 from trials.store.probe import probe_store
-from trials.store.keys import WORKLOAD_TAG, sweep_parent
+from trials.store.keys import sweep_parent
 from trials.store.reader import reading_client
 
 from .text import wrap_text
@@ -20,7 +20,8 @@ from .anova import AnalysisError
 from .margins import parse_margins
 from .sweep_reader import load_runs, read_parquet
 from trials.export import check_writable, to_parquet
-from trials.workload import DEFAULT as DEFAULT_WORKLOAD, load_workload
+from trials.sweep_record import parent_workload
+from trials.workload import load_workload
 from .rendering.notebook import answer, check_notebook_name, execute, notebook_file
 from .results import rebuild, study_folders
 
@@ -158,7 +159,7 @@ def _swept_workload(client, experiment_id: str, experiment: str):
     if parent is None:
         raise AnalysisError(f"sweep {experiment!r} has no parent run to name its workload, whose notebooks these "
                             "would be")
-    return load_workload(parent.data.tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD)
+    return load_workload(parent_workload(parent.data.tags))
 
 
 def _recap(args) -> int:

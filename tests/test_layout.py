@@ -194,8 +194,8 @@ def test_every_module_is_on_the_map():
     # each package's part of the map: from its `name/` line to the next top-level folder's
     parts = dict(re.findall(r"^(\w+)/ +(.*?)(?=^\w+/ |^```)", layout, re.S | re.M))
     # a sub-package's entry: from its `  sub/` line to the next entry of the same indent
-    entries = {(package, sub): text for package, part in parts.items()
-               for sub, text in re.findall(r"^  (\w+)/ +(.*?)(?=^  \S|\Z)", part + "\n", re.S | re.M)}
+    entry = re.compile(r"^  (\w+)/ +(.*?)(?=^  \S|\Z)", re.S | re.M)
+    entries = {(package, sub): text for package, part in parts.items() for sub, text in entry.findall(part + "\n")}
     missing = []
     for name, path in _modules().items():
         dotted = name.split(".")
@@ -203,7 +203,7 @@ def test_every_module_is_on_the_map():
             continue
         # a top-level module in its package's part outside every sub-package's entry
         where = entries.get((dotted[0], dotted[1]), "") if len(dotted) > 2 else \
-            re.sub(r"^  \w+/ .*?(?=^  \S|\Z)", "", parts.get(dotted[0], ""), flags=re.S | re.M)
+            entry.sub("", parts.get(dotted[0], "") + "\n")
         if not re.search(r"(?<![\w/])" + re.escape(path.name) + r"\b", where):
             missing.append(str(path.relative_to(ROOT)))
     assert not missing, f"not in docs/extending.md's Layout (its sub-package's entry, for one in a sub-package): {missing}"

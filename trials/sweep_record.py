@@ -160,9 +160,15 @@ def from_parent(tags: Mapping, params: Mapping, ids: tuple[str, str, str], facto
                          primary_terms=[str(t) for t in _json(tags.get(PRIMARY_TERMS_TAG, "[]"), list)],
                          contrasts=_json(tags.get(CONTRASTS_TAG, "{}"), dict),
                          confirms=_json(tags.get(CONFIRMS_TAG, "{}"), dict),
-                         workload=tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD, registry=registry)
+                         workload=parent_workload(tags), registry=registry)
     check_record({"factors": list(factors), **asdict(record)}, columns)
     return record
+
+
+def parent_workload(tags: Mapping) -> str:
+    """The workload a parent's tags name (the default for a parent kept before they named one):
+    what `from_parent` reads, for a reader that needs no more of the record (`analysis notebook`)."""
+    return tags.get(WORKLOAD_TAG) or DEFAULT_WORKLOAD
 
 
 def _json(text: str, kind: type):

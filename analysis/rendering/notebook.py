@@ -37,10 +37,10 @@ def notebook_file(name: str, workload_of) -> Path:
     if (NOTEBOOKS / f"{name}.ipynb").is_file():
         return NOTEBOOKS / f"{name}.ipynb"
     workload = workload_of()
-    folders = [NOTEBOOKS] + ([Path(workload.notebooks)] if workload.notebooks else [])
-    if (folders[-1] / f"{name}.ipynb").is_file():
-        return folders[-1] / f"{name}.ipynb"
-    there = sorted({p.stem for f in folders if f.is_dir() for p in f.glob("*.ipynb")})
+    own = [Path(workload.notebooks)] if workload.notebooks else []
+    if own and (own[0] / f"{name}.ipynb").is_file():
+        return own[0] / f"{name}.ipynb"
+    there = sorted({p.stem for f in [NOTEBOOKS, *own] if f.is_dir() for p in f.glob("*.ipynb")})
     raise AnalysisError(f"no notebook {name!r} for a sweep of {workload.name!r}: the notebooks are "
                         f"{', '.join(there)} (the engine's and those the workload ships)")
 
